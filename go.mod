@@ -1,0 +1,5 @@
+module github.com/amigo-hpc/amigo
+
+go 1.26
+
+require golang.org/x/sys v0.49.0 // indirect
