@@ -38,7 +38,7 @@ func need(t *testing.T, name string) string {
 	return p
 }
 
-var rankLine = regexp.MustCompile(`^rank (\d+)/(\d+) node (\d+) (\w+): exchanged with (\d+) peers$`)
+var rankLine = regexp.MustCompile(`^rank (\d+)/(\d+) node (\d+) (\w+) at (\S+): exchanged with (\d+) peers$`)
 
 // runRanks runs argv (a launcher command line ending in this test binary),
 // bounded by timeout, and checks that all n ranks exchanged with each other
@@ -48,7 +48,8 @@ func runRanks(t *testing.T, n int, proto string, timeout time.Duration, env []st
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(append(os.Environ(), bootstraptest.RankEnv+"=exchange"), env...)
+	// The race detector sleeps 1s at exit by default; not needed here.
+	cmd.Env = append(append(os.Environ(), bootstraptest.RankEnv+"=exchange", "GORACE=atexit_sleep_ms=0"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
@@ -63,7 +64,7 @@ func runRanks(t *testing.T, n int, proto string, timeout time.Duration, env []st
 	var lines []string
 	for _, l := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
 		if m := rankLine.FindStringSubmatch(l); m != nil {
-			if m[2] != fmt.Sprint(n) || m[4] != proto || m[5] != fmt.Sprint(n-1) {
+			if m[2] != fmt.Sprint(n) || m[4] != proto || m[6] != fmt.Sprint(n-1) {
 				t.Errorf("unexpected line %q (want size %d, protocol %s)", l, n, proto)
 			}
 			lines = append(lines, m[1])

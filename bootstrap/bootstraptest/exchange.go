@@ -47,7 +47,7 @@ func RunIfRank() {
 
 // Main is the rank program. It prints one line on success:
 //
-//	rank R/N node X pmi P: exchanged with N-1 peers
+//	rank R/N node X pmiP at ADDR: exchanged with N-1 peers
 //
 // and on failure a message on stderr, aborts the job and returns 1.
 func Main() int {
@@ -61,7 +61,7 @@ func Main() int {
 	ep, err := ListenTCP(j)
 	if err == nil {
 		err = Exchange(ctx, j, ep)
-		ep.Close()
+		defer ep.Close()
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "exchange: rank %d: %v\n", j.Rank(), err)
@@ -72,7 +72,7 @@ func Main() int {
 	if p, ok := j.(interface{ Protocol() string }); ok {
 		proto = p.Protocol()
 	}
-	fmt.Printf("rank %d/%d node %d %s: exchanged with %d peers\n", j.Rank(), j.Size(), j.Node(j.Rank()), proto, j.Size()-1)
+	fmt.Printf("rank %d/%d node %d %s at %s: exchanged with %d peers\n", j.Rank(), j.Size(), j.Node(j.Rank()), proto, FormatAddr(ep.Address()), j.Size()-1)
 	if err := j.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "exchange: rank %d: close: %v\n", j.Rank(), err)
 		return 1

@@ -59,6 +59,7 @@ type Server struct {
 	done      chan struct{} // closed by Close
 	closed    bool
 	bound     []bool // rank has a connection
+	spoke     []bool // rank has sent a PMI request
 	finalized []bool
 	conns     map[net.Conn]struct{}
 	listeners []net.Listener
@@ -91,6 +92,7 @@ func New(cfg Config) (*Server, error) {
 		gen:       make(chan struct{}),
 		done:      make(chan struct{}),
 		bound:     make([]bool, cfg.Size),
+		spoke:     make([]bool, cfg.Size),
 		finalized: make([]bool, cfg.Size),
 		conns:     map[net.Conn]struct{}{},
 	}, nil
@@ -98,6 +100,18 @@ func New(cfg Config) (*Server, error) {
 
 // KVSName is the job's KVS name (PMI-1) and job id (PMI-2).
 func (s *Server) KVSName() string { return s.cfg.KVSName }
+
+// Connected reports whether rank has opened its PMI connection (and so
+// is expected to finalize before it exits).
+func (s *Server) Connected(rank int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return rank >= 0 && rank < len(s.spoke) && s.spoke[rank]
+}
+
+// ProcessMapping encodes the host index of each rank as a
+// PMI_process_mapping value, e.g. [0 0 1 1] as "(vector,(0,2,2))".
+func ProcessMapping(nodes []int) string { return pmiwire.FormatProcessMapping(nodes) }
 
 // Finalized reports whether rank has sent finalize.
 func (s *Server) Finalized(rank int) bool {
@@ -331,6 +345,9 @@ func (c *conn) needRank() error {
 	if c.rank < 0 {
 		return errors.New("PMI request before the rank identified itself")
 	}
+	c.s.mu.Lock()
+	c.s.spoke[c.rank] = true
+	c.s.mu.Unlock()
 	return nil
 }
 
@@ -463,6 +480,7 @@ func (c *conn) serve2() error {
 			if err := c.bind(r); err != nil {
 				return err
 			}
+			c.needRank()
 			err = c.reply2(resp, ok, kv("pmi-version", "2"), kv("pmi-subversion", "0"),
 				kv("rank", strconv.Itoa(c.rank)), kv("size", strconv.Itoa(s.cfg.Size)), kv("appnum", "0"),
 				kv("debugged", "FALSE"), kv("pmiverbose", "FALSE"))
