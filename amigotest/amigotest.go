@@ -1,0 +1,162 @@
+// Package amigotest runs amigo jobs inside tests: N ranks as goroutines of
+// the test process, each with its own Client, a bounded run time, and a
+// message-based barrier that keeps advancing while it waits.
+package amigotest
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/amigo-hpc/amigo"
+)
+
+// DefaultTimeout bounds a job run by Run unless Options says otherwise.
+const DefaultTimeout = 2 * time.Minute
+
+// Options tune Run.
+type Options struct {
+	Config  amigo.Config
+	Timeout time.Duration // default DefaultTimeout
+}
+
+// Rank is what each rank's function gets.
+type Rank struct {
+	*amigo.Client
+	// Ctx is context 0 of the rank.
+	Ctx *amigo.Context
+	// Deadline ends when the job's time is up.
+	Deadline context.Context
+
+	barrier *barrier
+}
+
+// Run starts an in-process job of n ranks and calls fn for each rank on a
+// goroutine of its own. It fails t with every rank's error, or when the job
+// outlives its timeout (naming the ranks that did not return), and closes the
+// clients when all ranks returned.
+func Run(t testing.TB, n int, opts Options, fn func(r *Rank) error) {
+	t.Helper()
+	if err := RunErr(n, opts, fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// RunErr is Run returning the job's failure instead of failing a test.
+func RunErr(n int, opts Options, fn func(r *Rank) error) error {
+	timeout := opts.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	clients, err := amigo.NewLocal(n, opts.Config)
+	if err != nil {
+		return err
+	}
+	deadline, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	errs := make([]error, n)
+	finished := make([]bool, n)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		rk := &Rank{Client: clients[r], Ctx: clients[r].Context(0), Deadline: deadline}
+		rk.barrier = newBarrier(rk)
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			defer func() {
+				if p := recover(); p != nil {
+					buf := make([]byte, 8<<10)
+					buf = buf[:runtime.Stack(buf, false)]
+					mu.Lock()
+					errs[r] = fmt.Errorf("panic: %v\n%s", p, buf)
+					mu.Unlock()
+				}
+				mu.Lock()
+				finished[r] = true
+				mu.Unlock()
+			}()
+			err := fn(rk)
+			mu.Lock()
+			errs[r] = err
+			mu.Unlock()
+		}(r)
+	}
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-time.After(timeout + 5*time.Second):
+		mu.Lock()
+		var hung []string
+		for r, f := range finished {
+			if !f {
+				hung = append(hung, fmt.Sprint(r))
+			}
+		}
+		mu.Unlock()
+		return fmt.Errorf("amigotest: job of %d ranks did not finish in %v; ranks still running: %s", n, timeout, strings.Join(hung, ","))
+	}
+	var msgs []string
+	for r, e := range errs {
+		if e != nil {
+			msgs = append(msgs, fmt.Sprintf("rank %d: %v", r, e))
+		}
+	}
+	for _, c := range clients {
+		if err := c.Close(); err != nil {
+			msgs = append(msgs, fmt.Sprintf("rank %d: close: %v", c.Rank(), err))
+		}
+	}
+	if len(msgs) > 0 {
+		return fmt.Errorf("amigotest: %s", strings.Join(msgs, "\n"))
+	}
+	return nil
+}
+
+// BarrierDispatch is the dispatch id the test barrier uses on context 0.
+const BarrierDispatch amigo.Dispatch = amigo.MaxDispatch - 1
+
+type barrier struct {
+	r      *Rank
+	epoch  uint32
+	counts map[uint32]int
+}
+
+func newBarrier(r *Rank) *barrier {
+	b := &barrier{r: r, counts: make(map[uint32]int)}
+	_ = r.Ctx.SetDispatch(BarrierDispatch, func(c *amigo.Context, m *amigo.Message) {
+		if len(m.Header) == 4 {
+			e := uint32(m.Header[0]) | uint32(m.Header[1])<<8 | uint32(m.Header[2])<<16 | uint32(m.Header[3])<<24
+			b.counts[e]++
+		}
+	})
+	return b
+}
+
+// Barrier returns once every rank of the job called it as often as this one,
+// advancing context 0 meanwhile.
+func (r *Rank) Barrier() error {
+	b := r.barrier
+	b.epoch++
+	e := b.epoch
+	hdr := []byte{byte(e), byte(e >> 8), byte(e >> 16), byte(e >> 24)}
+	for p := 0; p < r.Size(); p++ {
+		if p == r.Rank() {
+			continue
+		}
+		if err := r.Ctx.SendImmediate(amigo.EndpointOf(p), BarrierDispatch, hdr, nil); err != nil {
+			return err
+		}
+	}
+	err := r.Ctx.Wait(r.Deadline, func() bool { return b.counts[e] >= r.Size()-1 })
+	delete(b.counts, e)
+	if err != nil {
+		return fmt.Errorf("barrier %d: %w", e, err)
+	}
+	return nil
+}

@@ -1,0 +1,190 @@
+package amigo
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/amigo-hpc/amigo/internal/ring"
+	"github.com/amigo-hpc/amigo/internal/wire"
+)
+
+// Config configures a client. The zero value of every field selects its
+// default; every field can be overridden by the AMIGO_* environment variable
+// named in its comment, which wins over the value in the struct, as UCX_* and
+// MPICH_* variables do for those libraries. Settings lists the effective
+// values.
+type Config struct {
+	// Contexts is the number of contexts each rank opens (AMIGO_CONTEXTS,
+	// default 1). Every rank of a job must use the same number.
+	Contexts int
+	// RingSlots is the number of 64-byte slots of each descriptor buffer
+	// between two contexts (AMIGO_RING_SLOTS, default 1024: 64 KiB).
+	RingSlots int
+	// RDMASlots is the number of descriptors of each RDMA FIFO
+	// (AMIGO_RDMA_SLOTS, default 256).
+	RDMASlots int
+	// InlineMax is the largest header plus data a Send carries inline in the
+	// descriptor buffer; larger sends go by rendezvous (AMIGO_INLINE_MAX,
+	// default 8192). It is at most half the descriptor buffer.
+	InlineMax int
+	// RDMAChunk is the largest piece in which a GET or PUT is handed to an
+	// adapter (AMIGO_RDMA_CHUNK, default 1 MiB).
+	RDMAChunk int
+	// InstructionSlots is the capacity of each context's lock-free queue of
+	// posted instructions (AMIGO_INSTRUCTION_SLOTS, default 256). Posts
+	// beyond it take a slower, locked path; nothing is refused.
+	InstructionSlots int
+	// PollBudget is the most packets one Advance takes from each adapter
+	// (AMIGO_POLL_BUDGET, default 64).
+	PollBudget int
+	// SpinIterations is how many idle Advance calls a waiting goroutine makes
+	// before it starts yielding the processor (AMIGO_SPIN, default 1000).
+	SpinIterations int
+	// YieldIterations is how many idle Advance calls, each followed by a
+	// yield, it then makes before it sleeps (AMIGO_YIELD, default 200).
+	YieldIterations int
+	// SleepMax bounds one sleep of a waiting goroutine; a doorbell normally
+	// ends the sleep much earlier (AMIGO_SLEEP_MAX, default 1ms).
+	SleepMax time.Duration
+	// LoopEngine selects where the in-process adapter performs GET and PUT:
+	// "inline", in Advance on the initiator's goroutine, or "async", on an
+	// engine goroutine per context (AMIGO_LOOP_ENGINE, default "inline").
+	LoopEngine string
+	// OnError, if set, receives errors that belong to no operation: a packet
+	// for an unregistered dispatch id that asked for no acknowledgement, a
+	// malformed packet, an acknowledgement of an unknown operation. It runs
+	// inside Advance. The errors are counted in Stats either way.
+	OnError func(error)
+}
+
+// Setting is one effective configuration value.
+type Setting struct {
+	Name  string // environment variable
+	Value string
+	Doc   string
+}
+
+type setting struct {
+	name string
+	doc  string
+	get  func(*Config) string
+	set  func(*Config, string) error
+}
+
+func intSetting(name, doc string, f func(*Config) *int) setting {
+	return setting{
+		name: name, doc: doc,
+		get: func(c *Config) string { return strconv.Itoa(*f(c)) },
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return err
+			}
+			*f(c) = n
+			return nil
+		},
+	}
+}
+
+var settings = []setting{
+	intSetting("AMIGO_CONTEXTS", "contexts per rank", func(c *Config) *int { return &c.Contexts }),
+	intSetting("AMIGO_RING_SLOTS", "64-byte slots per descriptor buffer", func(c *Config) *int { return &c.RingSlots }),
+	intSetting("AMIGO_RDMA_SLOTS", "descriptors per RDMA FIFO", func(c *Config) *int { return &c.RDMASlots }),
+	intSetting("AMIGO_INLINE_MAX", "largest header+data sent inline, bytes", func(c *Config) *int { return &c.InlineMax }),
+	intSetting("AMIGO_RDMA_CHUNK", "largest GET/PUT piece handed to an adapter, bytes", func(c *Config) *int { return &c.RDMAChunk }),
+	intSetting("AMIGO_INSTRUCTION_SLOTS", "lock-free instruction queue capacity per context", func(c *Config) *int { return &c.InstructionSlots }),
+	intSetting("AMIGO_POLL_BUDGET", "packets taken per adapter per Advance", func(c *Config) *int { return &c.PollBudget }),
+	intSetting("AMIGO_SPIN", "idle Advance calls before yielding", func(c *Config) *int { return &c.SpinIterations }),
+	intSetting("AMIGO_YIELD", "yielding idle Advance calls before sleeping", func(c *Config) *int { return &c.YieldIterations }),
+	{
+		name: "AMIGO_SLEEP_MAX", doc: "longest single sleep of a waiting goroutine",
+		get: func(c *Config) string { return c.SleepMax.String() },
+		set: func(c *Config, v string) error {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil {
+				return err
+			}
+			c.SleepMax = d
+			return nil
+		},
+	},
+	{
+		name: "AMIGO_LOOP_ENGINE", doc: "in-process GET/PUT engine: inline or async",
+		get: func(c *Config) string { return c.LoopEngine },
+		set: func(c *Config, v string) error { c.LoopEngine = strings.TrimSpace(v); return nil },
+	},
+}
+
+// resolve applies the environment and the defaults, and validates.
+func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
+	for _, s := range settings {
+		if v, ok := environ(s.name); ok && v != "" {
+			if err := s.set(&c, v); err != nil {
+				return c, fmt.Errorf("amigo: %s=%q: %v", s.name, v, err)
+			}
+		}
+	}
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&c.Contexts, 1)
+	def(&c.RingSlots, 1024)
+	def(&c.RDMASlots, 256)
+	def(&c.InlineMax, 8192)
+	def(&c.RDMAChunk, 1<<20)
+	def(&c.InstructionSlots, 256)
+	def(&c.PollBudget, 64)
+	def(&c.SpinIterations, 1000)
+	def(&c.YieldIterations, 200)
+	if c.SleepMax == 0 {
+		c.SleepMax = time.Millisecond
+	}
+	if c.LoopEngine == "" {
+		c.LoopEngine = "inline"
+	}
+	return c, c.validate()
+}
+
+func pow2(n int) bool { return n > 0 && n&(n-1) == 0 }
+
+func (c *Config) validate() error {
+	switch {
+	case c.Contexts < 1 || c.Contexts > 1<<10:
+		return fmt.Errorf("amigo: Contexts %d: want 1 to 1024", c.Contexts)
+	case !pow2(c.RingSlots) || c.RingSlots < 16 || c.RingSlots > ring.MaxSlots:
+		return fmt.Errorf("amigo: RingSlots %d: want a power of two in [16, %d]", c.RingSlots, ring.MaxSlots)
+	case !pow2(c.RDMASlots) || c.RDMASlots > 1<<16:
+		return fmt.Errorf("amigo: RDMASlots %d: want a power of two up to 65536", c.RDMASlots)
+	case c.InlineMax < 0 || wire.AMSize(c.InlineMax, 0, true) > ring.MaxPayload(c.RingSlots):
+		return fmt.Errorf("amigo: InlineMax %d: want 0 to %d for %d ring slots", c.InlineMax, ring.MaxPayload(c.RingSlots)-wire.AMSize(0, 0, true), c.RingSlots)
+	case c.RDMAChunk < 4096:
+		return fmt.Errorf("amigo: RDMAChunk %d: want at least 4096", c.RDMAChunk)
+	case !pow2(c.InstructionSlots) || c.InstructionSlots < 2 || c.InstructionSlots > 1<<20:
+		return fmt.Errorf("amigo: InstructionSlots %d: want a power of two in [2, 1048576]", c.InstructionSlots)
+	case c.PollBudget < 1:
+		return fmt.Errorf("amigo: PollBudget %d: want at least 1", c.PollBudget)
+	case c.SpinIterations < 0 || c.YieldIterations < 0:
+		return fmt.Errorf("amigo: negative spin or yield iterations")
+	case c.SleepMax < time.Microsecond:
+		return fmt.Errorf("amigo: SleepMax %v: want at least 1µs", c.SleepMax)
+	case c.LoopEngine != "inline" && c.LoopEngine != "async":
+		return fmt.Errorf("amigo: LoopEngine %q: want inline or async", c.LoopEngine)
+	}
+	return nil
+}
+
+// Settings returns the effective value of every setting for cfg in this
+// process's environment, or the error that would make a client refuse it.
+func Settings(cfg Config) ([]Setting, error) {
+	eff, err := cfg.resolve(os.LookupEnv)
+	out := make([]Setting, 0, len(settings))
+	for _, s := range settings {
+		out = append(out, Setting{Name: s.name, Value: s.get(&eff), Doc: s.doc})
+	}
+	return out, err
+}

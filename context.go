@@ -1,0 +1,367 @@
+package amigo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// Context is a progress domain: the unit that owns injection FIFOs toward
+// every peer, receives packets, and runs callbacks. All of a context's
+// callbacks run inside Advance, on the goroutine that calls it; instructions
+// may be posted to it from any goroutine. A program that wants parallelism
+// opens several contexts, one per goroutine that advances.
+type Context struct {
+	client *Client
+	index  int
+	nctx   int
+	cfg    *Config
+
+	busy   atomic.Int32 // 1 while a goroutine is inside Advance or close
+	closed atomic.Bool
+
+	bell  *transport.Doorbell
+	ports []transport.Port
+	inq   *instQueue
+
+	peers  []*peer // by peer index rank*nctx+context, made on first use
+	active []*peer // peers with queued instructions, listed callbacks or ops
+
+	dispatch [MaxDispatch]atomic.Pointer[handlerEntry]
+	rcv      receiver
+	msg      Message
+	ops      opTable
+	later    []laterDone // local completions found inside handlers
+	spare    []laterDone
+
+	timer *time.Timer
+	stats Stats
+}
+
+type laterDone struct {
+	fn  func(error)
+	err error
+}
+
+// receiver adapts a Context to transport.Receiver without exporting the
+// method.
+type receiver struct{ c *Context }
+
+func (r *receiver) Receive(from transport.Addr, pkt []byte) { r.c.receive(from, pkt) }
+
+func newContext(cl *Client, index int) (*Context, error) {
+	c := &Context{
+		client: cl,
+		index:  index,
+		nctx:   cl.cfg.Contexts,
+		cfg:    &cl.cfg,
+		bell:   transport.NewDoorbell(),
+		inq:    newInstQueue(cl.cfg.InstructionSlots),
+		peers:  make([]*peer, cl.size*cl.cfg.Contexts),
+	}
+	c.rcv.c = c
+	c.msg.c = c
+	c.ops.c = c
+	c.timer = time.NewTimer(time.Hour)
+	c.timer.Stop()
+	for _, a := range cl.adapters {
+		p, err := a.Open(index, c.bell)
+		if err != nil {
+			for _, q := range c.ports {
+				_ = q.Close()
+			}
+			return nil, fmt.Errorf("amigo: %s: open context %d: %w", a.Name(), index, err)
+		}
+		c.ports = append(c.ports, p)
+	}
+	return c, nil
+}
+
+// Client returns the client the context belongs to.
+func (c *Context) Client() *Client { return c.client }
+
+// Index returns the context's index within its rank.
+func (c *Context) Index() int { return c.index }
+
+// Endpoint returns the context's own endpoint.
+func (c *Context) Endpoint() Endpoint { return Endpoint{Rank: c.client.rank, Context: c.index} }
+
+// Stats returns the context's counters. Call it from the goroutine that owns
+// the context.
+func (c *Context) Stats() Stats { return c.stats }
+
+func (c *Context) enter() {
+	if !c.busy.CompareAndSwap(0, 1) {
+		panic("amigo: Advance called from a callback or from two goroutines at once; a Context has a single owner")
+	}
+}
+
+func (c *Context) leave() { c.busy.Store(0) }
+
+// Advance makes progress on the context once and returns the number of
+// events it handled: instructions injected, completions, packets received.
+// Every callback of the context runs inside Advance, on the calling goroutine.
+// Advance never blocks; the doc of package amigo gives the steps it takes.
+func (c *Context) Advance() int {
+	c.enter()
+	n := c.advance()
+	c.leave()
+	return n
+}
+
+func (c *Context) advance() int {
+	if c.closed.Load() {
+		return 0
+	}
+	n := c.drain()
+	for _, p := range c.ports {
+		n += p.Progress()
+	}
+	n += c.service()
+	for _, p := range c.ports {
+		n += p.Poll(&c.rcv, c.cfg.PollBudget)
+	}
+	n += c.runLater()
+	if c.inq.nonEmpty() {
+		n += c.drain()
+	}
+	return n
+}
+
+// drain injects the instructions posted since the last Advance.
+func (c *Context) drain() int {
+	n := 0
+	limit := len(c.inq.slots)
+	for n < limit {
+		in := c.inq.peek()
+		if in == nil {
+			break
+		}
+		c.execute(in)
+		c.inq.pop()
+		n++
+	}
+	// The overflow list holds instructions posted after the slots filled up;
+	// take it only once every claimed slot was read, to keep each goroutine's
+	// instructions in order.
+	if c.inq.deq == c.inq.enq.Load() {
+		if list := c.inq.takeOverflow(); list != nil {
+			for i := range list {
+				c.execute(&list[i])
+				n++
+			}
+			c.inq.returnOverflow(list)
+		}
+	}
+	return n
+}
+
+// service runs the completion check of every active peer and retries the
+// instructions queued behind a full FIFO.
+func (c *Context) service() int {
+	n := 0
+	for i := 0; i < len(c.active); {
+		p := c.active[i]
+		if err := p.link.Err(); err != nil && p.failed == nil {
+			n += c.failPeer(p, err)
+		}
+		if p.failed == nil {
+			n += p.msg.Complete()
+			n += p.rdma.Complete()
+			n += c.flush(p)
+		}
+		if p.idle() {
+			p.isActive = false
+			last := len(c.active) - 1
+			c.active[i] = c.active[last]
+			c.active[last] = nil
+			c.active = c.active[:last]
+			continue
+		}
+		i++
+	}
+	return n
+}
+
+func (c *Context) activate(p *peer) {
+	if !p.isActive {
+		p.isActive = true
+		c.active = append(c.active, p)
+	}
+}
+
+func (c *Context) runLater() int {
+	if len(c.later) == 0 {
+		return 0
+	}
+	n := 0
+	for len(c.later) > 0 {
+		list := c.later
+		c.later = c.spare[:0]
+		for i := range list {
+			list[i].fn(list[i].err)
+			list[i] = laterDone{}
+			n++
+		}
+		c.spare = list[:0]
+	}
+	return n
+}
+
+func (c *Context) doLater(fn func(error), err error) {
+	if fn != nil {
+		c.later = append(c.later, laterDone{fn, err})
+	}
+}
+
+// asyncError reports an error that belongs to no operation.
+func (c *Context) asyncError(err error) {
+	c.stats.Errors++
+	if c.cfg.OnError != nil {
+		c.cfg.OnError(err)
+	}
+}
+
+// Wait advances the context until cond returns true, ctx is done, or the
+// context is closed. cond is evaluated on the calling goroutine between
+// Advance calls. While nothing happens, Wait spins, then yields the
+// processor, then sleeps until a peer or another goroutine rings the
+// context's doorbell (Config.SpinIterations, YieldIterations, SleepMax).
+func (c *Context) Wait(ctx context.Context, cond func() bool) error {
+	c.enter()
+	defer c.leave()
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	idle := 0
+	for i := 0; ; i++ {
+		if cond() {
+			return nil
+		}
+		if c.closed.Load() {
+			return ErrClosed
+		}
+		if done != nil && i&63 == 63 {
+			select {
+			case <-done:
+				return ctx.Err()
+			default:
+			}
+		}
+		if c.advance() > 0 {
+			idle = 0
+			continue
+		}
+		idle = c.idle(idle, done)
+	}
+}
+
+// idle is one step of the spin, yield, sleep policy of a goroutine that found
+// no work; it returns the new idle count.
+func (c *Context) idle(idle int, done <-chan struct{}) int {
+	idle++
+	switch {
+	case idle <= c.cfg.SpinIterations:
+	case idle <= c.cfg.SpinIterations+c.cfg.YieldIterations:
+		runtime.Gosched()
+	default:
+		c.bell.Arm()
+		if c.advance() > 0 {
+			c.bell.Disarm()
+			return 0
+		}
+		c.bell.Sleep(done, c.timer, c.cfg.SleepMax)
+		c.stats.Sleeps++
+		// Stay in the sleeping phase: the next idle round sleeps again at
+		// once unless work turns up.
+		return c.cfg.SpinIterations + c.cfg.YieldIterations
+	}
+	return idle
+}
+
+// Do posts fn to run on the goroutine that owns the context, inside its next
+// Advance. It is how code running elsewhere reaches a context driven by a
+// Driver.
+func (c *Context) Do(fn func(*Context)) error {
+	if fn == nil {
+		return errors.New("amigo: Do(nil)")
+	}
+	in, pos, err := c.claim()
+	if err != nil {
+		return err
+	}
+	var tmp inst
+	if in == nil {
+		in = &tmp
+	}
+	in.kind = instCall
+	in.fn = fn
+	c.post(in, pos)
+	return nil
+}
+
+// claim reserves an instruction slot. It returns a nil slot when the caller
+// must post through the overflow path.
+func (c *Context) claim() (*inst, uint64, error) {
+	if c.closed.Load() {
+		return nil, 0, ErrClosed
+	}
+	in, pos := c.inq.claim()
+	return in, pos, nil
+}
+
+// post publishes an instruction filled in after claim, and wakes the owner.
+func (c *Context) post(in *inst, pos uint64) {
+	if in == &c.inq.slots[pos&c.inq.mask].in {
+		c.inq.commit(pos)
+	} else {
+		c.inq.pushOverflow(in)
+	}
+	c.bell.Ring()
+}
+
+// close fails everything outstanding and detaches the context's ports.
+func (c *Context) close() error {
+	if !c.busy.CompareAndSwap(0, 1) {
+		return fmt.Errorf("amigo: close context %d: %w", c.index, ErrBusy)
+	}
+	defer c.leave()
+	c.shutdown(ErrClosed)
+	return nil
+}
+
+func (c *Context) shutdown(reason error) {
+	if c.closed.Swap(true) {
+		return
+	}
+	// Instructions posted but never injected.
+	for {
+		in := c.inq.peek()
+		if in == nil {
+			break
+		}
+		c.failInst(in, reason)
+		c.inq.pop()
+	}
+	if list := c.inq.takeOverflow(); list != nil {
+		for i := range list {
+			c.failInst(&list[i], reason)
+		}
+	}
+	for _, p := range c.peers {
+		if p != nil && p.failed == nil {
+			c.failPeer(p, reason)
+		}
+	}
+	c.ops.failAll(reason)
+	c.runLater()
+	for _, p := range c.ports {
+		_ = p.Close()
+	}
+}

@@ -1,0 +1,282 @@
+package amigo
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/amigo-hpc/amigo/internal/wire"
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// Handler is an active-message handler. It runs inside Advance on the
+// goroutine that owns the context, once per arriving message, in the order
+// the messages from one context on one dispatch id were sent. m and the
+// slices it holds are valid only until the handler returns.
+//
+// A message small enough to travel inline has its data in m.Data. For a
+// larger one, m.Data is nil and m.Size gives its length: the handler names a
+// buffer with m.Receive, which fetches the data and calls the done callback
+// once it has landed; or it keeps the announcement with m.Defer and names the
+// buffer later with Context.Accept. A handler that does neither declines the
+// message, and the sender's done callback gets ErrDeclined.
+type Handler func(c *Context, m *Message)
+
+type handlerEntry struct{ fn Handler }
+
+// SetDispatch registers fn as the handler of dispatch id d, replacing any
+// earlier one; a nil fn removes it. It is safe from any goroutine; a message
+// that arrives before it takes effect gets ErrNoDispatch.
+func (c *Context) SetDispatch(d Dispatch, fn Handler) error {
+	if d >= MaxDispatch {
+		return fmt.Errorf("amigo: dispatch %d: %w", d, ErrBadDispatch)
+	}
+	if fn == nil {
+		c.dispatch[d].Store(nil)
+		return nil
+	}
+	c.dispatch[d].Store(&handlerEntry{fn: fn})
+	return nil
+}
+
+// Message is an arriving active message, as its handler sees it.
+type Message struct {
+	// Source is the endpoint that sent the message.
+	Source Endpoint
+	// Dispatch is the dispatch id it was sent to.
+	Dispatch Dispatch
+	// Header is the application header, always inline.
+	Header []byte
+	// Data is the message's data when it travelled inline, else nil.
+	Data []byte
+
+	c       *Context
+	src     int32
+	size    uint64
+	inline  bool
+	claimed bool
+	op, key uint64
+}
+
+// Size returns the length of the message's data.
+func (m *Message) Size() int { return int(m.size) }
+
+// Inline reports whether the data is in m.Data.
+func (m *Message) Inline() bool { return m.inline }
+
+// Receive names buf as the destination of the message's data; done (which
+// may be nil) is called inside a later Advance once the data has landed in
+// buf, or with the reason it could not. buf must hold Size bytes, else
+// Receive returns ErrTooSmall and the handler may try again or decline. For an
+// inline message Receive copies m.Data into buf.
+func (m *Message) Receive(buf []byte, done func(error)) error {
+	if m.claimed {
+		return errors.New("amigo: message already received or deferred")
+	}
+	if uint64(len(buf)) < m.size {
+		return fmt.Errorf("amigo: receive buffer of %d bytes for a message of %d: %w", len(buf), m.size, ErrTooSmall)
+	}
+	m.claimed = true
+	c := m.c
+	if m.inline {
+		copy(buf, m.Data)
+		c.doLater(done, nil)
+		return nil
+	}
+	o := c.ops.alloc(opRecvRV, c.peer(m.src))
+	o.srcOp, o.key, o.size, o.disp = m.op, transport.Key(m.key), m.size, m.Dispatch
+	c.startFetch(o, buf, done)
+	return nil
+}
+
+// Deferred is a message announcement kept for later: its data stays at the
+// sender until Accept names a buffer for it or Reject declines it.
+type Deferred struct{ id uint64 }
+
+// Defer keeps the announcement of a message that did not travel inline. The
+// sender's buffer stays registered, and its send incomplete, until the
+// receiver accepts or rejects it.
+func (m *Message) Defer() (Deferred, error) {
+	if m.claimed {
+		return Deferred{}, errors.New("amigo: message already received or deferred")
+	}
+	if m.inline {
+		return Deferred{}, errors.New("amigo: an inline message cannot be deferred: its data is in m.Data until the handler returns")
+	}
+	m.claimed = true
+	c := m.c
+	o := c.ops.alloc(opRecvRV, c.peer(m.src))
+	o.srcOp, o.key, o.size, o.disp = m.op, transport.Key(m.key), m.size, m.Dispatch
+	c.stats.Deferred++
+	return Deferred{id: o.id()}, nil
+}
+
+// Accept names buf as the destination of a deferred message; done is called
+// inside Advance once the data has landed, or with the reason it could not
+// (ErrTooSmall if buf is shorter than the message, in which case the message
+// stays deferred). It is safe from any goroutine.
+func (c *Context) Accept(d Deferred, buf []byte, done func(error)) error {
+	in, pos, err := c.claim()
+	if err != nil {
+		return err
+	}
+	var tmp inst
+	if in == nil {
+		in = &tmp
+	}
+	in.kind = instAccept
+	in.op = d.id
+	in.data = buf
+	in.done = done
+	c.post(in, pos)
+	return nil
+}
+
+// Reject declines a deferred message: the sender's done callback gets
+// ErrDeclined. It is safe from any goroutine.
+func (c *Context) Reject(d Deferred) error {
+	in, pos, err := c.claim()
+	if err != nil {
+		return err
+	}
+	var tmp inst
+	if in == nil {
+		in = &tmp
+	}
+	in.kind = instReject
+	in.op = d.id
+	c.post(in, pos)
+	return nil
+}
+
+func (c *Context) deferredOp(id uint64) *op {
+	o := c.ops.lookup(id)
+	if o == nil || o.kind != opRecvRV || o.posted != 0 || o.done != nil || o.local != nil {
+		return nil
+	}
+	return o
+}
+
+func (c *Context) accept(in *inst) {
+	o := c.deferredOp(in.op)
+	switch {
+	case o == nil:
+		c.callNow(in.done, ErrStale)
+	case uint64(len(in.data)) < o.size:
+		c.callNow(in.done, fmt.Errorf("amigo: receive buffer of %d bytes for a message of %d: %w", len(in.data), o.size, ErrTooSmall))
+	default:
+		c.startFetch(o, in.data, in.done)
+	}
+}
+
+func (c *Context) reject(in *inst) {
+	o := c.deferredOp(in.op)
+	if o == nil {
+		c.asyncError(fmt.Errorf("amigo: Reject: %w", ErrStale))
+		return
+	}
+	c.sendACK(o.peer.idx, o.srcOp, wire.StatusDeclined)
+	c.stats.Declined++
+	c.ops.release(o)
+}
+
+func (c *Context) callNow(fn func(error), err error) {
+	if fn != nil {
+		fn(err)
+	}
+}
+
+// startFetch GETs the announced data of o from the sender into buf:
+// target-administered rendezvous.
+func (c *Context) startFetch(o *op, buf []byte, done func(error)) {
+	o.done = done
+	o.rk = transport.Get
+	o.local = buf[:o.size:o.size]
+	o.off = 0
+	o.remaining = o.size
+	if o.size == 0 {
+		c.finishRDMA(o)
+		return
+	}
+	p := o.peer
+	if p.failed != nil {
+		o.err = p.failed
+		c.finishRDMA(o)
+		return
+	}
+	if p.q.len() > 0 || !c.pump(o) {
+		c.queueMore(p, o)
+	}
+}
+
+func (c *Context) endpointAt(idx int32) Endpoint {
+	return Endpoint{Rank: int(idx) / c.nctx, Context: int(idx) % c.nctx}
+}
+
+// receive decodes and delivers one packet.
+func (c *Context) receive(from transport.Addr, pkt []byte) {
+	idx := int32(int(from.Rank)*c.nctx + int(from.Context))
+	if from.Rank < 0 || int(from.Rank) >= c.client.size || from.Context < 0 || int(from.Context) >= c.nctx {
+		c.stats.Malformed++
+		c.asyncError(fmt.Errorf("amigo: packet from %v, outside the job", from))
+		return
+	}
+	pk, err := wire.Parse(pkt)
+	if err != nil {
+		c.stats.Malformed++
+		c.asyncError(peerErr(c.endpointAt(idx), err))
+		return
+	}
+	switch pk.Kind {
+	case wire.KindAM, wire.KindRTS:
+		c.deliver(idx, &pk)
+	case wire.KindACK:
+		c.onACK(idx, &pk)
+	}
+}
+
+func (c *Context) deliver(src int32, pk *wire.Packet) {
+	rts := pk.Kind == wire.KindRTS
+	ack := rts || pk.Flags&wire.FlagAck != 0
+	var h *handlerEntry
+	if pk.Dispatch < MaxDispatch {
+		h = c.dispatch[pk.Dispatch].Load()
+	}
+	if h == nil {
+		c.stats.NoDispatch++
+		if ack {
+			c.sendACK(src, pk.Op, wire.StatusNoDispatch)
+		} else {
+			c.asyncError(peerErr(c.endpointAt(src), fmt.Errorf("dispatch %d: %w", pk.Dispatch, ErrNoDispatch)))
+		}
+		return
+	}
+	m := &c.msg
+	m.Source = c.endpointAt(src)
+	m.Dispatch = Dispatch(pk.Dispatch)
+	m.Header = pk.Header
+	m.src = src
+	m.claimed = false
+	m.op = pk.Op
+	if rts {
+		m.Data = nil
+		m.inline = false
+		m.size = pk.Size
+		m.key = pk.Key
+		c.stats.Announced++
+	} else {
+		m.Data = pk.Data
+		m.inline = true
+		m.size = uint64(len(pk.Data))
+		m.key = 0
+		c.stats.ReceivedInline++
+	}
+	h.fn(c, m)
+	m.Header, m.Data = nil, nil
+	switch {
+	case rts && !m.claimed:
+		c.stats.Declined++
+		c.sendACK(src, pk.Op, wire.StatusDeclined)
+	case !rts && ack:
+		c.sendACK(src, pk.Op, wire.StatusOK)
+	}
+}

@@ -1,0 +1,80 @@
+// Package amigo is an active messaging interface for Go: the system messaging
+// layer that moves a parallel program's messages and memory between its
+// ranks, in one process, between processes on one host, or across hosts.
+//
+// A job is N ranks. Each rank holds a Client: its rank, the job's size, the
+// adapters that reach its peers, and its registered memory. A Client opens
+// one or more Contexts; a Context is a progress domain that owns injection
+// FIFOs toward its peers, receives packets, and runs callbacks. An Endpoint
+// (rank, context index) addresses a peer's context.
+//
+// Instructions are Send (header and data, a local done callback, optionally a
+// remote-completion callback), SendImmediate (small, copied at once, no
+// callback), Put and Get on a peer's registered memory, and Rput and Rget
+// between registered regions. Active messages are delivered to the Handler
+// registered for their dispatch id with SetDispatch.
+//
+// # The progress contract
+//
+// amigo never runs a callback behind the program's back. Everything happens in
+// this order:
+//
+//  1. Any goroutine may post an instruction to a context (Send, Put, Do, ...).
+//     Posting copies the instruction into the context's lock-free instruction
+//     queue and returns at once; it never waits for the network. Buffers named
+//     by the instruction belong to amigo until its done callback runs (a
+//     SendImmediate's bytes are copied before it returns).
+//  2. One goroutine at a time owns the context and calls Advance (directly,
+//     through Wait, or through a Driver). Calling Advance from two goroutines
+//     at once, or from inside a callback, is a programming error and panics.
+//  3. Advance first moves posted instructions into the injection FIFO of
+//     their peer. Small sends are written inline, descriptor and data, into
+//     the peer's descriptor buffer; larger sends are announced by an RTS that
+//     carries the key of the registered send buffer; Put and Get become RDMA
+//     descriptors. An instruction's done callback is listed in the FIFO's
+//     pending callback list, in the entry of the slot its descriptor took.
+//     When a FIFO is full the instruction stays queued, in order, behind the
+//     peer's other instructions: Advance does not wait for room.
+//  4. Advance lets adapters whose engine is software run it (the in-process
+//     adapter's GET/PUT engine, by default).
+//  5. Advance runs the completion check of every FIFO with listed callbacks:
+//     it takes a snapshot of the FIFO's transfer counter, which the adapter's
+//     engine increments asynchronously after each descriptor it finished, and
+//     calls, in injection order, the callbacks of the descriptors the snapshot
+//     counts complete. Then it retries the instructions queued in step 3,
+//     since completed slots are free again.
+//  6. Advance polls the adapters for arrived packets and runs each handler.
+//     A handler sees the header and, for an inline message, the data in place
+//     (valid until it returns); for an announced one it names a receive buffer
+//     (Message.Receive), keeps the announcement (Message.Defer), or declines.
+//     A named buffer is fetched by RDMA GET from the sender's registered
+//     buffer; once the byte counter of the fetch reaches zero the receiver
+//     acknowledges to the sender and calls its own done callback; the ACK
+//     makes the sender call its done callback.
+//  7. Advance runs the local completions handlers produced, then injects the
+//     instructions that handlers posted, so a reply leaves in the same
+//     Advance.
+//  8. Advance returns the number of events it handled. Zero means it found
+//     nothing to do.
+//
+// Wait advances until a condition holds or a context.Context ends: it spins
+// on Advance, then yields the processor, then sleeps until the context's
+// doorbell is rung by a peer that delivered a packet, an engine that
+// completed a transfer, or a goroutine that posted an instruction. Every
+// sleep is bounded (Config.SleepMax). A Driver is a goroutine that owns a
+// context and does the same for programs that never call Advance.
+//
+// # Errors
+//
+// Errors that concern an instruction's arguments are returned when it is
+// posted. Everything that happens later comes to its done callback, which
+// always receives an error (nil on success); errors that involve a peer are
+// a *PeerError naming it. A peer that closes or dies fails every operation in
+// flight with it; the rest of the job goes on. Errors that belong to no
+// operation go to Config.OnError and are counted in Stats.
+//
+// # Ordering
+//
+// Messages from one context to another arrive in the order they were posted.
+// Nothing is lost or duplicated; a failure is reported, never silent.
+package amigo

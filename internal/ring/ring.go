@@ -1,0 +1,276 @@
+// Package ring implements amigo's descriptor buffer: a single-producer,
+// single-consumer ring of fixed-size slots in which a descriptor and its inline
+// message data occupy one or more consecutive slots.
+//
+// # Layout
+//
+// The ring lives in one block of memory, either Go memory (in-process links and
+// tests) or a shared-memory segment mapped by two processes. The block starts
+// with a control area of two cache lines, followed by N slots of SlotSize bytes:
+//
+//	offset   0: tail   uint64  written by the producer only
+//	offset  64: head   uint64  written by the consumer only
+//	offset  72: xfer   uint64  written by the consumer only (transfer counter)
+//	offset 128: slot 0, slot 1, ... slot N-1 (SlotSize bytes each)
+//
+// head and tail are monotonic slot positions; position p lives in slot p mod N.
+// Slots in [head, tail) hold descriptors the consumer has not yet released.
+//
+// A descriptor starts at a slot boundary with an 8-byte header, little endian:
+//
+//	[0:2] slots   uint16  number of slots the descriptor and its data occupy (>= 1)
+//	[2:4] flags   uint16  FlagPad marks filler that carries no message
+//	[4:8] length  uint32  payload bytes following the header
+//
+// The payload starts at byte 8 of the first slot and runs on through the
+// following slots. A descriptor never wraps: when the k slots a message needs
+// do not fit before the end of the ring, the producer first writes a pad
+// descriptor covering the slots up to the end, and places the message at slot 0.
+// The producer advances tail by the slot count it recorded; the consumer reads
+// the slot count and advances head by it.
+//
+// # Memory ordering
+//
+// The producer writes a descriptor and its payload with plain stores, then
+// publishes them with an atomic store of tail (release). The consumer loads tail
+// atomically (acquire) before reading any slot below it. After it has finished
+// with a descriptor, the consumer stores head atomically (release) and then
+// increments xfer, so that a producer that loads xfer or head (acquire) and
+// sees the new value may overwrite the released slots. Go's sync/atomic
+// operations are sequentially consistent, which gives both directions.
+//
+// The producer decides whether there is room; package fifo does that for the
+// injection FIFOs of amigo. The ring only lays descriptors out and reads them
+// back, validating everything it reads, because in shared memory the other side
+// is another process.
+package ring
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+const (
+	// SlotSize is the size of one slot: one cache line.
+	SlotSize = 64
+	// HeaderSize is the size of the descriptor header at the start of a
+	// descriptor's first slot.
+	HeaderSize = 8
+	// ControlSize is the size of the control area that precedes the slots.
+	ControlSize = 128
+	// MaxSlots is the largest number of slots a ring may have.
+	MaxSlots = 1 << 15
+	// FlagPad marks a descriptor that only fills slots up to the end of the ring.
+	FlagPad = 1
+)
+
+// ErrCorrupt reports a descriptor that cannot have been written by a correct
+// producer. The ring cannot be read past it.
+var ErrCorrupt = errors.New("ring: corrupt descriptor")
+
+// Control is the control area of a ring. Its fields are accessed atomically only.
+type Control struct {
+	tail atomic.Uint64
+	_    [56]byte
+	head atomic.Uint64
+	xfer atomic.Uint64
+	_    [48]byte
+}
+
+// Ring is a descriptor buffer over caller-provided memory.
+type Ring struct {
+	ctl   *Control
+	slots []byte
+	n     uint64
+	mask  uint64
+}
+
+// MemSize returns the bytes of memory a ring of n slots needs.
+func MemSize(n int) int { return ControlSize + n*SlotSize }
+
+// New lays a ring of n slots over mem, which must be at least MemSize(n) bytes
+// and 8-byte aligned. n must be a power of two between 2 and MaxSlots. New does
+// not clear mem: a fresh ring needs zeroed memory, and attaching to an existing
+// ring (the other side of a shared segment) keeps its state.
+func New(mem []byte, n int) (*Ring, error) {
+	if n < 2 || n > MaxSlots || n&(n-1) != 0 {
+		return nil, fmt.Errorf("ring: %d slots: want a power of two in [2, %d]", n, MaxSlots)
+	}
+	if len(mem) < MemSize(n) {
+		return nil, fmt.Errorf("ring: %d bytes of memory for %d slots, need %d", len(mem), n, MemSize(n))
+	}
+	if uintptr(unsafe.Pointer(&mem[0]))%8 != 0 {
+		return nil, errors.New("ring: memory is not 8-byte aligned")
+	}
+	return &Ring{
+		ctl:   (*Control)(unsafe.Pointer(&mem[0])),
+		slots: mem[ControlSize:MemSize(n):MemSize(n)],
+		n:     uint64(n),
+		mask:  uint64(n - 1),
+	}, nil
+}
+
+// NewHeap returns a ring of n slots in fresh Go memory.
+func NewHeap(n int) (*Ring, error) {
+	if n < 2 || n > MaxSlots {
+		return New(nil, n)
+	}
+	words := make([]uint64, MemSize(n)/8)
+	mem := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)
+	return New(mem, n)
+}
+
+// Slots returns the number of slots of the ring.
+func (r *Ring) Slots() int { return int(r.n) }
+
+// HeadCounter returns the consumer's head position, for the producer's
+// space accounting.
+func (r *Ring) HeadCounter() *atomic.Uint64 { return &r.ctl.head }
+
+// TransferCounter returns the monotonic count of descriptors the consumer has
+// finished with, pads included.
+func (r *Ring) TransferCounter() *atomic.Uint64 { return &r.ctl.xfer }
+
+// Tail returns the published tail position.
+func (r *Ring) Tail() uint64 { return r.ctl.tail.Load() }
+
+// SlotsFor returns the number of slots a descriptor with payload bytes of
+// payload occupies.
+func SlotsFor(payload int) int { return (HeaderSize + payload + SlotSize - 1) / SlotSize }
+
+// MaxPayload returns the largest payload a single descriptor of a ring of n
+// slots may carry, so that it always fits after a pad: half the ring.
+func MaxPayload(n int) int { return n/2*SlotSize - HeaderSize }
+
+// PadFor returns the number of pad slots the producer must write at position
+// tail before it can place a descriptor of k slots without wrapping; 0 when the
+// descriptor fits before the end of the ring.
+func (r *Ring) PadFor(tail uint64, k int) int {
+	off := tail & r.mask
+	if off+uint64(k) > r.n {
+		return int(r.n - off)
+	}
+	return 0
+}
+
+// WritePad writes a pad descriptor of pad slots at position tail.
+func (r *Ring) WritePad(tail uint64, pad int) {
+	s := r.slot(tail)
+	binary.LittleEndian.PutUint16(s[0:], uint16(pad))
+	binary.LittleEndian.PutUint16(s[2:], FlagPad)
+	binary.LittleEndian.PutUint32(s[4:], 0)
+}
+
+// Write writes the header of a descriptor of k slots carrying payload bytes at
+// position tail, and returns the payload area for the caller to fill. The
+// descriptor must not wrap (see PadFor) and must fit in k slots.
+func (r *Ring) Write(tail uint64, k, payload int) []byte {
+	off := (tail & r.mask) * SlotSize
+	s := r.slots[off : off+uint64(k)*SlotSize]
+	binary.LittleEndian.PutUint16(s[0:], uint16(k))
+	binary.LittleEndian.PutUint16(s[2:], 0)
+	binary.LittleEndian.PutUint32(s[4:], uint32(payload))
+	return s[HeaderSize : HeaderSize+payload : HeaderSize+payload]
+}
+
+// Publish makes every descriptor below tail visible to the consumer.
+func (r *Ring) Publish(tail uint64) { r.ctl.tail.Store(tail) }
+
+func (r *Ring) slot(pos uint64) []byte {
+	off := (pos & r.mask) * SlotSize
+	return r.slots[off : off+SlotSize]
+}
+
+// Decode validates the descriptor at slot position head of a ring of n slots
+// (held in slots) whose published tail is tail. It returns the descriptor's
+// slot count, whether it is a pad, and its payload. Decode never reads outside
+// slots, whatever the memory holds.
+func Decode(slots []byte, n, head, tail uint64) (k int, pad bool, payload []byte, err error) {
+	if n == 0 || n&(n-1) != 0 || uint64(len(slots)) < n*SlotSize || tail-head > n || head == tail {
+		return 0, false, nil, ErrCorrupt
+	}
+	off := head & (n - 1)
+	s := slots[off*SlotSize:]
+	k = int(binary.LittleEndian.Uint16(s[0:]))
+	flags := binary.LittleEndian.Uint16(s[2:])
+	length := uint64(binary.LittleEndian.Uint32(s[4:]))
+	if k < 1 || uint64(k) > tail-head || off+uint64(k) > n || flags&^FlagPad != 0 {
+		return 0, false, nil, ErrCorrupt
+	}
+	if flags&FlagPad != 0 {
+		if length != 0 || off+uint64(k) != n {
+			return 0, false, nil, ErrCorrupt
+		}
+		return k, true, nil, nil
+	}
+	if HeaderSize+length > uint64(k)*SlotSize || SlotsFor(int(length)) != k {
+		return 0, false, nil, ErrCorrupt
+	}
+	return k, false, s[HeaderSize : HeaderSize+length : HeaderSize+length], nil
+}
+
+// Reader is the consumer side of a ring. A Reader is used by one goroutine.
+type Reader struct {
+	r    *Ring
+	head uint64 // next position to read
+	tail uint64 // last tail loaded
+	k    uint64 // slots of the descriptor returned by Next, 0 if none
+}
+
+// NewReader returns a reader that starts at the ring's published head.
+func (r *Ring) NewReader() *Reader {
+	h := r.ctl.head.Load()
+	return &Reader{r: r, head: h, tail: h}
+}
+
+// Pending reports whether the producer has published descriptors the reader
+// has not yet released.
+func (c *Reader) Pending() bool {
+	if c.head != c.tail {
+		return true
+	}
+	c.tail = c.r.ctl.tail.Load()
+	return c.head != c.tail
+}
+
+// Next returns the payload of the next descriptor, or nil when the ring is
+// empty. Pads are released on the way. The payload stays valid until Release.
+// A corrupt descriptor returns ErrCorrupt, and the reader must not be used
+// again.
+func (c *Reader) Next() ([]byte, error) {
+	if c.k != 0 {
+		return nil, errors.New("ring: Next before Release")
+	}
+	for {
+		if c.head == c.tail {
+			c.tail = c.r.ctl.tail.Load()
+			if c.head == c.tail {
+				return nil, nil
+			}
+		}
+		k, pad, payload, err := Decode(c.r.slots, c.r.n, c.head, c.tail)
+		if err != nil {
+			return nil, err
+		}
+		c.k = uint64(k)
+		if !pad {
+			return payload, nil
+		}
+		c.Release()
+	}
+}
+
+// Release gives the slots of the descriptor returned by Next back to the
+// producer and counts the transfer complete.
+func (c *Reader) Release() {
+	if c.k == 0 {
+		return
+	}
+	c.head += c.k
+	c.k = 0
+	c.r.ctl.head.Store(c.head)
+	c.r.ctl.xfer.Add(1)
+}

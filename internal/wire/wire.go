@@ -1,0 +1,198 @@
+// Package wire encodes and decodes the packets amigo contexts exchange. A packet
+// is the payload of one descriptor in a descriptor buffer (package ring) or one
+// frame on a stream; its length is known from the container.
+//
+// Every packet starts with an 8-byte base header, little endian:
+//
+//	[0]   kind      Kind
+//	[1]   flags     Flag bits
+//	[2:4] dispatch  uint16  dispatch id (AM, RTS)
+//	[4:6] hlen      uint16  bytes of application header
+//	[6:8] reserved  zero
+//
+// then the fields of its kind, then hlen bytes of application header, then,
+// for an AM, the inline data up to the end of the packet:
+//
+//	AM   [FlagAck: op uint64]                      header data...
+//	RTS  op uint64, size uint64, key uint64        header
+//	ACK  op uint64, status uint32, reserved uint32
+//
+// op names an operation of the sender of the AM or RTS, which it gets back in
+// the ACK; key is the region key of the send buffer the receiver may GET from.
+//
+// Encoders write into a buffer the caller sized with the matching Size
+// function; Parse validates everything and never reads outside its input.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Kind is a packet type.
+type Kind uint8
+
+// Packet kinds.
+const (
+	KindAM  Kind = 1 // active message with inline data
+	KindRTS Kind = 2 // request to send: the receiver GETs the data
+	KindACK Kind = 3 // completion of an AM or RTS at the receiver
+
+	kindMax = KindACK
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindAM:
+		return "AM"
+	case KindRTS:
+		return "RTS"
+	case KindACK:
+		return "ACK"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Flag bits.
+const (
+	// FlagAck asks the receiver of an AM to answer with an ACK carrying op.
+	FlagAck uint8 = 1 << 0
+
+	flagsKnown = FlagAck
+)
+
+// Status codes carried by an ACK.
+const (
+	StatusOK         uint32 = 0
+	StatusNoDispatch uint32 = 1 // no handler registered for the dispatch id
+	StatusDeclined   uint32 = 2 // the handler named no receive buffer
+	StatusTooSmall   uint32 = 3 // the named receive buffer was smaller than the data
+	StatusRemoteIO   uint32 = 4 // the receiver's GET of the send buffer failed
+	StatusClosed     uint32 = 5 // the receiving context closed before completion
+	statusMax               = StatusClosed
+)
+
+// BaseSize is the size of the base header.
+const BaseSize = 8
+
+// ErrMalformed reports a packet that does not decode.
+var ErrMalformed = errors.New("wire: malformed packet")
+
+// Packet is a decoded packet. Header and Data alias the decoded buffer.
+type Packet struct {
+	Kind     Kind
+	Flags    uint8
+	Dispatch uint16
+	Op       uint64 // AM with FlagAck, RTS, ACK
+	Size     uint64 // RTS: bytes of data to GET
+	Key      uint64 // RTS: region key of the send buffer
+	Status   uint32 // ACK
+	Header   []byte
+	Data     []byte // AM: inline data
+}
+
+// AMSize returns the size of an AM packet.
+func AMSize(hlen, dlen int, ack bool) int {
+	n := BaseSize + hlen + dlen
+	if ack {
+		n += 8
+	}
+	return n
+}
+
+// RTSSize returns the size of an RTS packet.
+func RTSSize(hlen int) int { return BaseSize + 24 + hlen }
+
+// ACKSize is the size of an ACK packet.
+const ACKSize = BaseSize + 16
+
+func putBase(b []byte, k Kind, flags uint8, dispatch uint16, hlen int) {
+	b[0] = byte(k)
+	b[1] = flags
+	binary.LittleEndian.PutUint16(b[2:], dispatch)
+	binary.LittleEndian.PutUint16(b[4:], uint16(hlen))
+	binary.LittleEndian.PutUint16(b[6:], 0)
+}
+
+// PutAM encodes an AM into b, which must be AMSize(len(header), len(data), ack)
+// bytes. op is encoded only when ack is set.
+func PutAM(b []byte, dispatch uint16, header, data []byte, ack bool, op uint64) {
+	var flags uint8
+	n := BaseSize
+	if ack {
+		flags = FlagAck
+		binary.LittleEndian.PutUint64(b[n:], op)
+		n += 8
+	}
+	putBase(b, KindAM, flags, dispatch, len(header))
+	n += copy(b[n:], header)
+	copy(b[n:], data)
+}
+
+// PutRTS encodes an RTS into b, which must be RTSSize(len(header)) bytes.
+func PutRTS(b []byte, dispatch uint16, header []byte, op, size, key uint64) {
+	putBase(b, KindRTS, 0, dispatch, len(header))
+	binary.LittleEndian.PutUint64(b[8:], op)
+	binary.LittleEndian.PutUint64(b[16:], size)
+	binary.LittleEndian.PutUint64(b[24:], key)
+	copy(b[32:], header)
+}
+
+// PutACK encodes an ACK into b, which must be ACKSize bytes.
+func PutACK(b []byte, op uint64, status uint32) {
+	putBase(b, KindACK, 0, 0, 0)
+	binary.LittleEndian.PutUint64(b[8:], op)
+	binary.LittleEndian.PutUint32(b[16:], status)
+	binary.LittleEndian.PutUint32(b[20:], 0)
+}
+
+// Parse decodes a packet. It returns ErrMalformed for anything a correct
+// sender cannot have produced.
+func Parse(b []byte) (Packet, error) {
+	var p Packet
+	if len(b) < BaseSize {
+		return p, ErrMalformed
+	}
+	p.Kind = Kind(b[0])
+	p.Flags = b[1]
+	p.Dispatch = binary.LittleEndian.Uint16(b[2:])
+	hlen := int(binary.LittleEndian.Uint16(b[4:]))
+	if p.Kind == 0 || p.Kind > kindMax || p.Flags&^flagsKnown != 0 || binary.LittleEndian.Uint16(b[6:]) != 0 {
+		return p, ErrMalformed
+	}
+	n := BaseSize
+	switch p.Kind {
+	case KindAM:
+		if p.Flags&FlagAck != 0 {
+			if len(b) < n+8 {
+				return p, ErrMalformed
+			}
+			p.Op = binary.LittleEndian.Uint64(b[n:])
+			n += 8
+		}
+		if len(b)-n < hlen {
+			return p, ErrMalformed
+		}
+		p.Header = b[n : n+hlen : n+hlen]
+		p.Data = b[n+hlen:]
+	case KindRTS:
+		if p.Flags != 0 || len(b) != n+24+hlen {
+			return p, ErrMalformed
+		}
+		p.Op = binary.LittleEndian.Uint64(b[n:])
+		p.Size = binary.LittleEndian.Uint64(b[n+8:])
+		p.Key = binary.LittleEndian.Uint64(b[n+16:])
+		p.Header = b[n+24:]
+	case KindACK:
+		if p.Flags != 0 || hlen != 0 || p.Dispatch != 0 || len(b) != ACKSize {
+			return p, ErrMalformed
+		}
+		p.Op = binary.LittleEndian.Uint64(b[n:])
+		p.Status = binary.LittleEndian.Uint32(b[n+8:])
+		if p.Status > statusMax || binary.LittleEndian.Uint32(b[n+12:]) != 0 {
+			return p, ErrMalformed
+		}
+	}
+	return p, nil
+}

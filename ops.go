@@ -1,0 +1,227 @@
+package amigo
+
+import (
+	"errors"
+
+	"github.com/amigo-hpc/amigo/internal/wire"
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+type opKind uint8
+
+const (
+	opSendRV  opKind = iota + 1 // sender of an RTS, waiting for the ACK
+	opSendAck                   // sender of an AM that asked for an ACK
+	opRecvRV                    // receiver of an RTS: announced, or fetching the data
+	opRDMA                      // a Put or Get in pieces, or with remote completion
+)
+
+// op is the state of an operation that outlives one descriptor. Its id (a
+// generation and a table index) is what travels on the wire; a stale or
+// forged id finds no live op.
+type op struct {
+	c    *Context
+	kind opKind
+	idx  uint32
+	gen  uint32
+	live bool
+	next int32 // free list
+
+	peer  *peer
+	done  func(error)
+	rdone func(error)
+	err   error
+
+	// RDMA pieces (opRDMA, opRecvRV): the byte counter remaining starts at
+	// size and goes down as pieces land.
+	rk        transport.RDMAKind
+	local     []byte
+	key       transport.Key
+	off       uint64
+	size      uint64
+	posted    uint64
+	remaining uint64
+	inflight  int
+	remote    bool
+
+	region transport.Key // opSendRV: the registered send buffer
+	srcOp  uint64        // opRecvRV: the sender's op, for the ACK
+	disp   Dispatch      // opRecvRV
+}
+
+func (o *op) id() uint64 { return uint64(o.gen)<<32 | uint64(o.idx) }
+
+// Done is called by the RDMA completion tracker once per piece of the op, in
+// the order the pieces were injected.
+func (o *op) Done(err error) {
+	if err != nil && o.err == nil {
+		o.err = err
+	}
+	piece := uint64(o.peer.chunk)
+	if o.remaining < piece {
+		piece = o.remaining
+	}
+	o.remaining -= piece
+	o.inflight--
+	if o.inflight == 0 && o.posted == o.size {
+		o.c.finishRDMA(o)
+	}
+}
+
+// opTable holds a context's live operations. It grows on demand and reuses
+// entries, so a steady stream of operations allocates nothing.
+type opTable struct {
+	c    *Context
+	ops  []*op
+	free int32 // head of the free list, -1 when empty
+	live int
+}
+
+func (t *opTable) alloc(kind opKind, p *peer) *op {
+	if t.ops == nil {
+		t.free = -1
+	}
+	if t.free < 0 {
+		n := len(t.ops)
+		grow := n
+		if grow < 16 {
+			grow = 16
+		}
+		block := make([]op, grow)
+		for i := range block {
+			o := &block[i]
+			o.c = t.c
+			o.idx = uint32(n + i)
+			o.next = int32(n + i + 1)
+			t.ops = append(t.ops, o)
+		}
+		block[grow-1].next = t.free
+		t.free = int32(n)
+	}
+	o := t.ops[t.free]
+	t.free = o.next
+	o.gen++
+	o.live = true
+	o.kind = kind
+	o.peer = p
+	p.ops++
+	t.live++
+	t.c.activate(p)
+	return o
+}
+
+func (t *opTable) release(o *op) {
+	o.peer.ops--
+	t.live--
+	gen, idx := o.gen, o.idx
+	*o = op{c: t.c, idx: idx, gen: gen, next: t.free}
+	t.free = int32(idx)
+}
+
+// lookup returns the live op with id, or nil.
+func (t *opTable) lookup(id uint64) *op {
+	idx := uint32(id)
+	if int(idx) >= len(t.ops) {
+		return nil
+	}
+	o := t.ops[idx]
+	if !o.live || o.gen != uint32(id>>32) {
+		return nil
+	}
+	return o
+}
+
+// failPeer fails every live op bound to p that no tracker will complete.
+func (t *opTable) failPeer(p *peer, err error) int {
+	n := 0
+	for _, o := range t.ops {
+		if o.live && o.peer == p && o.inflight == 0 {
+			t.c.failOp(o, err)
+			n++
+		}
+	}
+	return n
+}
+
+func (t *opTable) failAll(err error) {
+	for _, o := range t.ops {
+		if o.live {
+			t.c.failOp(o, err)
+		}
+	}
+}
+
+// failOp completes o with err. Pieces in flight, if any, are abandoned.
+func (c *Context) failOp(o *op, err error) {
+	switch o.kind {
+	case opSendRV:
+		_ = c.client.regions.Deregister(o.region)
+		callBoth(o.done, o.rdone, err)
+	case opSendAck:
+		callBoth(nil, o.rdone, err)
+	case opRecvRV, opRDMA:
+		callBoth(o.done, o.rdone, err)
+	}
+	c.ops.release(o)
+}
+
+func callBoth(done, rdone func(error), err error) {
+	if done != nil {
+		done(err)
+	}
+	if rdone != nil {
+		rdone(err)
+	}
+}
+
+// finishRDMA completes an op whose pieces have all landed.
+func (c *Context) finishRDMA(o *op) {
+	switch o.kind {
+	case opRDMA:
+		callBoth(o.done, o.rdone, o.err)
+	case opRecvRV:
+		// The byte counter is at zero: acknowledge to the origin, then
+		// complete the receive.
+		if o.err != nil {
+			c.sendACK(o.peer.idx, o.srcOp, wire.StatusRemoteIO)
+		} else {
+			c.sendACK(o.peer.idx, o.srcOp, wire.StatusOK)
+			c.stats.ReceivedRendezvous++
+		}
+		if o.done != nil {
+			o.done(asPeerErr(o.peer.ep, o.err))
+		}
+	}
+	c.ops.release(o)
+}
+
+// onACK completes the sender's side of an AM or RTS.
+func (c *Context) onACK(from int32, pk *wire.Packet) {
+	o := c.ops.lookup(pk.Op)
+	if o == nil || o.peer.idx != from || (o.kind != opSendRV && o.kind != opSendAck) {
+		c.stats.StaleAcks++
+		c.asyncError(peerErr(c.endpointAt(from), errors.New("acknowledgement of an unknown operation")))
+		return
+	}
+	c.stats.AcksReceived++
+	err := statusErr(o.peer.ep, pk.Status)
+	if o.kind == opSendRV {
+		_ = c.client.regions.Deregister(o.region)
+		callBoth(o.done, o.rdone, err)
+	} else {
+		callBoth(nil, o.rdone, err)
+	}
+	c.ops.release(o)
+}
+
+// asPeerErr wraps err in a PeerError naming ep unless it already names a peer.
+func asPeerErr(ep Endpoint, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *PeerError
+	if errors.As(err, &pe) {
+		return err
+	}
+	return peerErr(ep, err)
+}

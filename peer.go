@@ -1,0 +1,393 @@
+package amigo
+
+import (
+	"github.com/amigo-hpc/amigo/internal/fifo"
+	"github.com/amigo-hpc/amigo/internal/ring"
+	"github.com/amigo-hpc/amigo/internal/wire"
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// peer is a context's state toward one remote context: the link's two
+// injection FIFOs with their completion trackers, and the instructions that
+// wait for room in them. It belongs to the owner goroutine.
+type peer struct {
+	idx  int32
+	ep   Endpoint
+	link *transport.Link
+
+	ring *ring.Ring
+	bell *transport.Doorbell
+	msg  *fifo.Tracker
+	k    int // slots of the descriptor reserved and not yet committed
+
+	rq    *transport.RDMAQueue
+	rdma  *fifo.Tracker
+	chunk int
+
+	q        instRing // instructions waiting for FIFO space, in order
+	ops      int      // live operations bound to this peer
+	isActive bool
+	failed   error
+}
+
+func (p *peer) idle() bool {
+	return p.q.len() == 0 && p.ops == 0 && (p.failed != nil || p.msg.Pending() == 0 && p.rdma.Pending() == 0)
+}
+
+// peerIndex validates ep and returns its index.
+func (c *Context) peerIndex(ep Endpoint) (int32, error) {
+	if ep.Rank < 0 || ep.Rank >= c.client.size || ep.Context < 0 || ep.Context >= c.nctx {
+		return 0, peerErr(ep, ErrUnknownEndpoint)
+	}
+	return int32(ep.Rank*c.nctx + ep.Context), nil
+}
+
+// peer returns the peer at idx, connecting on first use. A peer that cannot
+// be connected comes back failed.
+func (c *Context) peer(idx int32) *peer {
+	if p := c.peers[idx]; p != nil {
+		return p
+	}
+	return c.connect(idx)
+}
+
+func (c *Context) connect(idx int32) *peer {
+	ep := Endpoint{Rank: int(idx) / c.nctx, Context: int(idx) % c.nctx}
+	port := c.ports[c.client.route[ep.Rank]]
+	link, err := port.Link(ep.addr())
+	if err != nil {
+		// A stand-in with a failed link, so that every instruction for the
+		// peer completes with the error.
+		link = &transport.Link{To: ep.addr(), RDMA: transport.NewRDMAQueue(1)}
+		link.Msg, _ = ring.NewHeap(2)
+		link.Fail(err)
+	}
+	p := &peer{idx: idx, ep: ep, link: link, ring: link.Msg, bell: link.MsgBell, rq: link.RDMA}
+	p.msg = fifo.New(link.Msg.Slots(), link.Msg.HeadCounter(), link.Msg.TransferCounter(), nil)
+	p.rdma = fifo.New(link.RDMA.Slots(), link.RDMA.HeadCounter(), link.RDMA.TransferCounter(), link.RDMA.Status)
+	p.chunk = c.cfg.RDMAChunk
+	if link.MaxRDMA > 0 && link.MaxRDMA < p.chunk {
+		p.chunk = link.MaxRDMA
+	}
+	if err != nil {
+		p.failed = err
+	}
+	c.peers[idx] = p
+	return p
+}
+
+// reserve returns the payload area of a descriptor of size bytes in the
+// peer's message FIFO, writing a pad first if the descriptor would wrap. It
+// returns nil when the FIFO has no room: the caller keeps its instruction.
+func (p *peer) reserve(size int) []byte {
+	k := ring.SlotsFor(size)
+	tail := p.msg.Tail()
+	pad := p.ring.PadFor(tail, k)
+	if !p.msg.Space(pad + k) {
+		return nil
+	}
+	if pad > 0 {
+		p.ring.WritePad(tail, pad)
+		p.msg.Inject(pad, nil)
+		tail += uint64(pad)
+	}
+	p.k = k
+	return p.ring.Write(tail, k, size)
+}
+
+// commit injects the descriptor filled in after reserve, listing cb.
+func (p *peer) commit(cb fifo.Done) {
+	p.msg.Inject(p.k, cb)
+	p.k = 0
+	p.ring.Publish(p.msg.Tail())
+	if p.bell != nil {
+		p.bell.Ring()
+	}
+}
+
+// execute carries out a posted instruction, or queues it at its peer when the
+// peer's FIFO has no room.
+func (c *Context) execute(in *inst) {
+	switch in.kind {
+	case instCall:
+		in.fn(c)
+		return
+	case instAccept:
+		c.accept(in)
+		return
+	case instReject:
+		c.reject(in)
+		return
+	}
+	p := c.peer(in.dest)
+	if p.failed != nil {
+		c.failInst(in, p.failed)
+		return
+	}
+	if p.q.len() > 0 || !c.inject(p, in) {
+		p.q.push(in)
+		c.stats.Queued++
+		c.activate(p)
+	}
+}
+
+// flush injects the instructions queued at p while there is room.
+func (c *Context) flush(p *peer) int {
+	n := 0
+	for p.q.len() > 0 && p.failed == nil {
+		if !c.inject(p, p.q.front()) {
+			break
+		}
+		p.q.popFront()
+		n++
+	}
+	return n
+}
+
+// inject tries to inject in into p's FIFOs and reports whether it did. An
+// instruction that fails for good completes with its error and counts as
+// injected.
+func (c *Context) inject(p *peer, in *inst) bool {
+	switch in.kind {
+	case instImm:
+		size := wire.AMSize(int(in.hlen), int(in.dlen), false)
+		b := p.reserve(size)
+		if b == nil {
+			return false
+		}
+		wire.PutAM(b, in.disp, in.imm[:in.hlen], in.imm[in.hlen:in.hlen+in.dlen], false, 0)
+		p.commit(nil)
+		c.stats.SentInline++
+		return true
+	case instSend:
+		if len(in.hdr)+len(in.data) <= c.cfg.InlineMax {
+			return c.injectAM(p, in)
+		}
+		return c.injectRTS(p, in)
+	case instRDMA:
+		return c.injectRDMA(p, in)
+	case instACK:
+		b := p.reserve(wire.ACKSize)
+		if b == nil {
+			return false
+		}
+		wire.PutACK(b, in.op, in.status)
+		p.commit(nil)
+		c.stats.AcksSent++
+		return true
+	case instMore:
+		o := c.ops.lookup(in.op)
+		if o == nil {
+			return true
+		}
+		return c.pump(o)
+	}
+	return true
+}
+
+func (c *Context) injectAM(p *peer, in *inst) bool {
+	ack := in.rdone != nil
+	size := wire.AMSize(len(in.hdr), len(in.data), ack)
+	b := p.reserve(size)
+	if b == nil {
+		return false
+	}
+	var id uint64
+	if ack {
+		o := c.ops.alloc(opSendAck, p)
+		o.rdone = in.rdone
+		id = o.id()
+	}
+	wire.PutAM(b, in.disp, in.hdr, in.data, ack, id)
+	var cb fifo.Done
+	if in.done != nil {
+		cb = fifo.Func(in.done)
+		c.activate(p)
+	}
+	p.commit(cb)
+	c.stats.SentInline++
+	return true
+}
+
+// injectRTS announces a send by rendezvous: the send buffer is registered
+// for the receiver to GET, and the RTS carries its key; the receiver's ACK
+// completes the send.
+func (c *Context) injectRTS(p *peer, in *inst) bool {
+	key, err := c.client.regions.Register(in.data)
+	if err != nil {
+		c.failInst(in, err)
+		return true
+	}
+	b := p.reserve(wire.RTSSize(len(in.hdr)))
+	if b == nil {
+		_ = c.client.regions.Deregister(key)
+		return false
+	}
+	o := c.ops.alloc(opSendRV, p)
+	o.done, o.rdone = in.done, in.rdone
+	o.region = key
+	o.size = uint64(len(in.data))
+	wire.PutRTS(b, in.disp, in.hdr, o.id(), o.size, uint64(key))
+	p.commit(nil)
+	c.stats.SentRendezvous++
+	return true
+}
+
+// injectRDMA starts a Put or Get. One piece with no remote completion
+// requested lists the user's callback directly; anything else runs as an
+// operation whose pieces each count down its byte counter.
+func (c *Context) injectRDMA(p *peer, in *inst) bool {
+	n := len(in.data)
+	if n <= p.chunk && in.rdone == nil {
+		if !p.rdma.Space(1) {
+			return false
+		}
+		pos := p.rdma.Tail()
+		op := p.rq.Slot(pos)
+		op.Kind, op.Local, op.Key, op.Off, op.Remote = in.rdma, in.data, transport.Key(in.key), in.off, false
+		var cb fifo.Done
+		if in.done != nil {
+			cb = fifo.Func(in.done)
+			c.activate(p)
+		}
+		p.rdma.Inject(1, cb)
+		p.rq.Publish(p.rdma.Tail())
+		if p.rq.Bell != nil {
+			p.rq.Bell.Ring()
+		}
+		c.countRDMA(in.rdma)
+		return true
+	}
+	if !p.rdma.Space(1) {
+		return false
+	}
+	o := c.ops.alloc(opRDMA, p)
+	o.rk = in.rdma
+	o.local = in.data
+	o.key = transport.Key(in.key)
+	o.off = in.off
+	o.size = uint64(n)
+	o.remaining = o.size
+	o.remote = in.rdone != nil
+	o.done, o.rdone = in.done, in.rdone
+	c.countRDMA(in.rdma)
+	if !c.pump(o) {
+		c.queueMore(p, o)
+	}
+	return true
+}
+
+func (c *Context) countRDMA(k transport.RDMAKind) {
+	if k == transport.Get {
+		c.stats.Gets++
+	} else {
+		c.stats.Puts++
+	}
+}
+
+// queueMore queues the injection of o's remaining pieces behind p's other
+// instructions.
+func (c *Context) queueMore(p *peer, o *op) {
+	var in inst
+	in.kind = instMore
+	in.dest = p.idx
+	in.op = o.id()
+	p.q.push(&in)
+	c.activate(p)
+}
+
+// pump injects o's pieces while the RDMA FIFO has room, and reports whether
+// all of them are injected.
+func (c *Context) pump(o *op) bool {
+	p := o.peer
+	for o.posted < o.size {
+		if o.err != nil {
+			// Stop fetching after a failure; what is not injected counts as
+			// done.
+			o.remaining -= o.size - o.posted
+			o.posted = o.size
+			break
+		}
+		if !p.rdma.Space(1) {
+			return false
+		}
+		n := o.size - o.posted
+		if n > uint64(p.chunk) {
+			n = uint64(p.chunk)
+		}
+		pos := p.rdma.Tail()
+		d := p.rq.Slot(pos)
+		d.Kind = o.rk
+		d.Local = o.local[o.posted : o.posted+n : o.posted+n]
+		d.Key = o.key
+		d.Off = o.off + o.posted
+		d.Remote = o.remote
+		p.rdma.Inject(1, o)
+		o.posted += n
+		o.inflight++
+		p.rq.Publish(p.rdma.Tail())
+		if p.rq.Bell != nil {
+			p.rq.Bell.Ring()
+		}
+	}
+	if o.inflight == 0 {
+		c.finishRDMA(o)
+	}
+	return true
+}
+
+// sendACK answers op of the peer at idx with status.
+func (c *Context) sendACK(idx int32, op uint64, status uint32) {
+	p := c.peer(idx)
+	if p.failed != nil {
+		return
+	}
+	in := inst{kind: instACK, dest: idx, op: op, status: status}
+	if p.q.len() > 0 || !c.inject(p, &in) {
+		p.q.push(&in)
+		c.activate(p)
+	}
+}
+
+// failInst completes an instruction that will never be injected.
+func (c *Context) failInst(in *inst, err error) {
+	switch in.kind {
+	case instSend, instRDMA, instAccept:
+		if in.done != nil {
+			in.done(err)
+		}
+		if in.rdone != nil {
+			in.rdone(err)
+		}
+	case instImm:
+		c.asyncError(err)
+	case instMore:
+		if o := c.ops.lookup(in.op); o != nil {
+			if o.err == nil {
+				o.err = err
+			}
+			o.remaining -= o.size - o.posted
+			o.posted = o.size
+			if o.inflight == 0 {
+				c.finishRDMA(o)
+			}
+		}
+	}
+}
+
+// failPeer completes everything outstanding with p with err: listed
+// callbacks, queued instructions and operations.
+func (c *Context) failPeer(p *peer, err error) int {
+	p.failed = err
+	n := p.msg.Fail(err)
+	n += p.rdma.Fail(err)
+	for p.q.len() > 0 {
+		in := *p.q.front()
+		p.q.popFront()
+		c.failInst(&in, err)
+		n++
+	}
+	n += c.ops.failPeer(p, err)
+	c.activate(p)
+	return n
+}

@@ -1,0 +1,23 @@
+package amigo
+
+// Stats counts what a context did. Read it with Context.Stats from the
+// goroutine that owns the context.
+type Stats struct {
+	SentInline         uint64 // active messages injected with their data inline
+	SentRendezvous     uint64 // sends announced by RTS for the receiver to fetch
+	ReceivedInline     uint64 // inline active messages delivered to handlers
+	Announced          uint64 // RTS announcements delivered to handlers
+	ReceivedRendezvous uint64 // announced messages fetched completely
+	Deferred           uint64 // announcements kept by Defer
+	Declined           uint64 // announcements declined (no buffer named, or Reject)
+	Puts               uint64 // Put and Rput operations started
+	Gets               uint64 // Get and Rget operations started
+	AcksSent           uint64
+	AcksReceived       uint64
+	Queued             uint64 // instructions that waited for room in a FIFO
+	NoDispatch         uint64 // messages for an unregistered dispatch id
+	Malformed          uint64 // packets that did not decode
+	StaleAcks          uint64 // acknowledgements of no live operation
+	Errors             uint64 // errors reported to Config.OnError
+	Sleeps             uint64 // times a waiting goroutine slept
+}

@@ -1,0 +1,118 @@
+package transport
+
+import (
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Doorbell lets a consumer that found no work sleep until a producer has
+// made some, without a producer paying more than one atomic load per
+// notification while the consumer is awake.
+//
+// The consumer arms the doorbell, checks once more for work, and only then
+// sleeps; a producer publishes its work and then rings. Because the store that
+// arms and the producer's store that publishes are both followed by a load of
+// the other side's word (Go's atomics are sequentially consistent), either the
+// consumer's check sees the work or the producer's ring sees the armed word.
+//
+// A doorbell either parks goroutines (in-process consumers) or, when its word
+// lives in memory shared between processes, sleeps on a futex in that word and
+// is woken by a futex wake from any process.
+type Doorbell struct {
+	word   *atomic.Uint32 // 1 while the consumer is armed or asleep
+	own    atomic.Uint32
+	ch     chan struct{}
+	shared bool
+	rings  atomic.Uint64
+}
+
+// NewDoorbell returns a doorbell for consumers in this process.
+func NewDoorbell() *Doorbell {
+	d := &Doorbell{ch: make(chan struct{}, 1)}
+	d.word = &d.own
+	return d
+}
+
+// NewSharedDoorbell returns a doorbell whose word lives at word, typically in
+// a shared-memory segment, so that other processes can ring it with
+// RingShared.
+func NewSharedDoorbell(word *atomic.Uint32) *Doorbell {
+	return &Doorbell{word: word, shared: true}
+}
+
+// Ring wakes the consumer if it is armed or asleep.
+func (d *Doorbell) Ring() {
+	if d.word.Load() == 0 {
+		return
+	}
+	if d.word.CompareAndSwap(1, 0) {
+		d.rings.Add(1)
+		if d.shared {
+			futexWake(d.word)
+			return
+		}
+		select {
+		case d.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// RingShared wakes a consumer in another process sleeping on word.
+func RingShared(word *atomic.Uint32) {
+	if word.Load() != 0 && word.CompareAndSwap(1, 0) {
+		futexWake(word)
+	}
+}
+
+// Rings returns how many times a ring woke (or pre-empted the sleep of) the
+// consumer.
+func (d *Doorbell) Rings() uint64 { return d.rings.Load() }
+
+// Arm announces that the consumer is about to check for work one last time
+// and sleep.
+func (d *Doorbell) Arm() { d.word.Store(1) }
+
+// Disarm withdraws Arm: the consumer found work.
+func (d *Doorbell) Disarm() { d.word.Store(0) }
+
+// Sleep waits until the doorbell is rung, done is closed, or timeout elapses;
+// t is a stopped or expired timer the caller owns and reuses. The consumer must
+// have armed the doorbell and checked for work since.
+func (d *Doorbell) Sleep(done <-chan struct{}, t *time.Timer, timeout time.Duration) {
+	if d.shared {
+		// A futex sleep cannot watch done; keep it short so the caller looks
+		// at done often.
+		if timeout > time.Millisecond {
+			timeout = time.Millisecond
+		}
+		futexWait(d.word, 1, timeout)
+		d.word.Store(0)
+		return
+	}
+	t.Reset(timeout)
+	select {
+	case <-d.ch:
+	case <-done:
+	case <-t.C:
+	}
+	t.Stop()
+	// A ring that raced with the timeout may leave a token in ch; the next
+	// Sleep then returns at once and its caller re-checks for work, which is
+	// harmless.
+	d.word.Store(0)
+}
+
+func futexWait(addr *atomic.Uint32, val uint32, timeout time.Duration) {
+	ts := unix.NsecToTimespec(int64(timeout))
+	// FUTEX_WAIT without FUTEX_PRIVATE_FLAG, so that wakers in other
+	// processes mapping the same memory reach us.
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), 0 /* FUTEX_WAIT */, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+func futexWake(addr *atomic.Uint32) {
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), 1 /* FUTEX_WAKE */, 1<<30, 0, 0, 0)
+}

@@ -1,0 +1,201 @@
+package transport
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Key names a registered memory region of one rank. The low 24 bits index the
+// rank's region table; the high 40 bits are a generation that changes with
+// every registration, so a key stays invalid once its region was
+// deregistered, even after the table entry is reused. Zero is never a key.
+type Key uint64
+
+const (
+	keyIndexBits = 24
+	keyIndexMask = 1<<keyIndexBits - 1
+	maxRegions   = 1 << keyIndexBits
+)
+
+func (k Key) index() uint32 { return uint32(k & keyIndexMask) }
+
+// Errors of region access.
+var (
+	// ErrBadKey reports a key that names no registered region.
+	ErrBadKey = errors.New("no such memory region")
+	// ErrBounds reports an access outside a region.
+	ErrBounds = errors.New("access outside memory region")
+	// ErrNilBuffer reports a registration of no memory.
+	ErrNilBuffer = errors.New("nil or empty buffer")
+)
+
+// AccessError describes a refused access to registered memory.
+type AccessError struct {
+	Key       Key
+	Off, Len  uint64
+	RegionLen uint64 // length of the region when Err is ErrBounds
+	Err       error
+}
+
+func (e *AccessError) Error() string {
+	if errors.Is(e.Err, ErrBounds) {
+		return fmt.Sprintf("key %#x: [%d, %d) outside region of %d bytes", uint64(e.Key), e.Off, e.Off+e.Len, e.RegionLen)
+	}
+	return fmt.Sprintf("key %#x: %v", uint64(e.Key), e.Err)
+}
+
+func (e *AccessError) Unwrap() error { return e.Err }
+
+// Regions is the table of memory regions a rank registered for one-sided
+// access by its peers. Register and Deregister are slow paths and take a
+// lock; Acquire and Release, used by engines serving GET and PUT, are
+// lock-free.
+//
+// Memory ordering: an entry's mem is written only while its state is zero and
+// no access is in flight, and is then published by the atomic store of state.
+// An accessor increments inflight, then loads state and compares it with the
+// key; only on a match does it read mem. Deregister stores zero to state, then
+// waits until inflight is zero; an accessor that increments inflight after that
+// sees state zero and never reads mem, and the decrement of every accessor that
+// did read it happens before Deregister returns.
+type Regions struct {
+	mu     sync.Mutex
+	tab    atomic.Pointer[[]*region]
+	free   []uint32
+	gen    uint64
+	closed atomic.Bool
+}
+
+type region struct {
+	state    atomic.Uint64 // the key of the live registration, or 0
+	inflight atomic.Int64
+	mem      []byte
+}
+
+// NewRegions returns an empty table.
+func NewRegions() *Regions {
+	r := &Regions{}
+	var seed [8]byte
+	_, _ = rand.Read(seed[:])
+	r.gen = binary.LittleEndian.Uint64(seed[:]) >> keyIndexBits
+	tab := make([]*region, 0, 16)
+	r.tab.Store(&tab)
+	return r
+}
+
+// Register makes mem accessible to peers holding the returned key, until
+// Deregister.
+func (r *Regions) Register(mem []byte) (Key, error) {
+	if len(mem) == 0 {
+		return 0, ErrNilBuffer
+	}
+	if r.closed.Load() {
+		return 0, ErrClosed
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tab := *r.tab.Load()
+	var idx uint32
+	if n := len(r.free); n > 0 {
+		idx = r.free[n-1]
+		r.free = r.free[:n-1]
+	} else {
+		if len(tab) >= maxRegions {
+			return 0, fmt.Errorf("amigo: more than %d registered regions", maxRegions)
+		}
+		idx = uint32(len(tab))
+		grown := append(tab[:len(tab):len(tab)], &region{})
+		r.tab.Store(&grown)
+		tab = grown
+	}
+	r.gen++
+	if r.gen&(1<<(64-keyIndexBits)-1) == 0 {
+		r.gen++
+	}
+	key := Key(r.gen<<keyIndexBits | uint64(idx))
+	e := tab[idx]
+	e.mem = mem
+	e.state.Store(uint64(key))
+	return key, nil
+}
+
+// Deregister revokes access through key. It waits for accesses in progress
+// to finish, so that once it returns no peer touches the memory.
+func (r *Regions) Deregister(key Key) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tab := *r.tab.Load()
+	idx := key.index()
+	if key == 0 || int(idx) >= len(tab) || !tab[idx].state.CompareAndSwap(uint64(key), 0) {
+		return &AccessError{Key: key, Err: ErrBadKey}
+	}
+	e := tab[idx]
+	for spins := 0; e.inflight.Load() != 0; spins++ {
+		if spins < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	e.mem = nil
+	r.free = append(r.free, idx)
+	return nil
+}
+
+// Len returns the length of the region named by key, or an error.
+func (r *Regions) Len(key Key) (int, error) {
+	b, a, err := r.Acquire(key, 0, 0)
+	if err != nil {
+		return 0, err
+	}
+	n := cap(b)
+	a.Release()
+	return n, nil
+}
+
+// Access is an access to a region in progress; Release ends it.
+type Access struct{ e *region }
+
+// Release ends the access.
+func (a Access) Release() {
+	if a.e != nil {
+		a.e.inflight.Add(-1)
+	}
+}
+
+// Acquire returns the n bytes at off of the region named by key, checked
+// against the region's bounds. The bytes stay accessible until Release, even
+// if the region is deregistered meanwhile. The returned slice's capacity ends
+// at the end of the region.
+func (r *Regions) Acquire(key Key, off, n uint64) ([]byte, Access, error) {
+	if r.closed.Load() {
+		return nil, Access{}, &AccessError{Key: key, Off: off, Len: n, Err: ErrClosed}
+	}
+	tab := *r.tab.Load()
+	idx := key.index()
+	if key == 0 || int(idx) >= len(tab) {
+		return nil, Access{}, &AccessError{Key: key, Off: off, Len: n, Err: ErrBadKey}
+	}
+	e := tab[idx]
+	e.inflight.Add(1)
+	if e.state.Load() != uint64(key) {
+		e.inflight.Add(-1)
+		return nil, Access{}, &AccessError{Key: key, Off: off, Len: n, Err: ErrBadKey}
+	}
+	size := uint64(len(e.mem))
+	if off > size || n > size-off {
+		e.inflight.Add(-1)
+		return nil, Access{}, &AccessError{Key: key, Off: off, Len: n, RegionLen: size, Err: ErrBounds}
+	}
+	return e.mem[off : off+n : size], Access{e}, nil
+}
+
+// Close refuses every later access. It does not wait for accesses in
+// progress.
+func (r *Regions) Close() { r.closed.Store(true) }

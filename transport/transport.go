@@ -1,0 +1,126 @@
+// Package transport is the contract between amigo's messaging interface and
+// the adapters that move bytes: in-process (loop), shared memory between
+// processes (shm) and sockets between hosts (tcp).
+//
+// Every adapter offers the same shape, after the communications adapters of a
+// parallel computer:
+//
+//   - For each remote context it reaches, a Link carrying two injection FIFOs.
+//     Msg is a descriptor buffer (package internal/ring) in which the AMI writes
+//     packets with their data inline; the adapter's engine on the far side
+//     consumes it in order, asynchronously, and increments the ring's transfer
+//     counter per descriptor. RDMA is a FIFO of one-sided GET and PUT
+//     descriptors that the adapter's engine performs in order, incrementing its
+//     own transfer counter. The AMI keeps the completion bookkeeping of both
+//     (package internal/fifo); the adapter never calls back into the AMI.
+//   - A reception path: Port.Poll hands every arrived packet to a Receiver, on
+//     the goroutine that polls, in the order each link delivered them.
+//   - One-sided access to registered memory (Regions), addressed by (key,
+//     offset, length) and checked by the side that owns the memory.
+//
+// Nothing under transport imports the AMI.
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/amigo-hpc/amigo/internal/ring"
+)
+
+// Addr names a context of a job: a rank and a context index within it.
+type Addr struct {
+	Rank    int32
+	Context int32
+}
+
+func (a Addr) String() string { return fmt.Sprintf("rank %d context %d", a.Rank, a.Context) }
+
+// Receiver takes arrived packets. pkt is valid only until Receive returns.
+type Receiver interface {
+	Receive(from Addr, pkt []byte)
+}
+
+// Adapter attaches one client (one rank's membership in a job) to a fabric.
+type Adapter interface {
+	// Name is the adapter's short name: "loop", "shm", "tcp".
+	Name() string
+	// Reaches reports whether the adapter can carry traffic to rank.
+	Reaches(rank int) bool
+	// Open opens the port of local context ctx. bell is the context's
+	// doorbell: the adapter rings it whenever it has made work available to
+	// the context (a packet arrived, a transfer the context injected
+	// completed).
+	Open(ctx int, bell *Doorbell) (Port, error)
+	// Close closes every port and releases the adapter's resources.
+	Close() error
+}
+
+// Port is one local context's attachment to an adapter. Its methods are
+// called by the goroutine that owns the context.
+type Port interface {
+	// Link returns the link to the remote context to, creating it on first
+	// use. It is a slow path.
+	Link(to Addr) (*Link, error)
+	// Poll hands up to budget arrived packets to r and returns how many.
+	Poll(r Receiver, budget int) int
+	// Progress lets an adapter whose engine is software run it on the
+	// caller's goroutine. It returns the number of descriptors processed.
+	Progress() int
+	// Close detaches the context. Links to it fail; packets not yet polled
+	// are dropped.
+	Close() error
+}
+
+// Link is the injection side of the path from a local context to a remote
+// context. The adapter fills it in once; the AMI uses its FIFOs directly.
+type Link struct {
+	To Addr
+	// Msg is the descriptor buffer for packets to To. The AMI is its only
+	// producer.
+	Msg *ring.Ring
+	// MsgBell is the doorbell of Msg's consumer; the AMI rings it after it
+	// published descriptors.
+	MsgBell *Doorbell
+	// RDMA is the FIFO of one-sided operations on To's registered memory.
+	RDMA *RDMAQueue
+	// MaxRDMA is the largest Get or Put the engine takes in one descriptor;
+	// the AMI splits larger ones. Zero means no limit.
+	MaxRDMA int
+
+	err atomic.Pointer[error]
+}
+
+// Err returns the error that failed the link, or nil while it works.
+func (l *Link) Err() error {
+	if p := l.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Fail marks the link broken with err, once. Every operation on it from now
+// on completes with that error.
+func (l *Link) Fail(err error) {
+	l.err.CompareAndSwap(nil, &err)
+}
+
+// PeerError reports an operation that failed because of the peer at Addr.
+type PeerError struct {
+	Addr Addr
+	Err  error
+}
+
+func (e *PeerError) Error() string { return fmt.Sprintf("amigo: %v: %v", e.Addr, e.Err) }
+func (e *PeerError) Unwrap() error { return e.Err }
+
+// Errors adapters report.
+var (
+	// ErrClosed reports a port, context or adapter that has been closed.
+	ErrClosed = errors.New("closed")
+	// ErrUnreachable reports a peer the adapter cannot reach.
+	ErrUnreachable = errors.New("unreachable")
+	// ErrCorrupt reports a peer that wrote something no correct peer writes.
+	ErrCorrupt = errors.New("corrupt data from peer")
+)
