@@ -19,6 +19,7 @@ type peer struct {
 	bell *transport.Doorbell
 	msg  *fifo.Tracker
 	k    int // slots of the descriptor reserved and not yet committed
+	size int // its payload bytes
 
 	rq    *transport.RDMAQueue
 	rdma  *fifo.Tracker
@@ -92,11 +93,13 @@ func (p *peer) reserve(size int) []byte {
 		tail += uint64(pad)
 	}
 	p.k = k
-	return p.ring.Write(tail, k, size)
+	p.size = size
+	return p.ring.Payload(tail, size)
 }
 
 // commit injects the descriptor filled in after reserve, listing cb.
 func (p *peer) commit(cb fifo.Done) {
+	p.ring.Seal(p.msg.Tail(), p.size)
 	p.msg.Inject(p.k, cb)
 	p.k = 0
 	p.ring.Publish(p.msg.Tail())

@@ -61,6 +61,10 @@ type RDMAQueue struct {
 	// Bell, if not nil, is the engine's doorbell: the AMI rings it after it
 	// published descriptors.
 	Bell *Doorbell
+	// Work, if not nil, is set to 1 by every Publish, so that an engine that
+	// serves many queues can tell at a glance whether any has work: it stores
+	// 0 and then looks at every queue.
+	Work *atomic.Uint32
 }
 
 // NewRDMAQueue returns an RDMA FIFO of n descriptors (a power of two).
@@ -88,7 +92,12 @@ func (q *RDMAQueue) Slot(pos uint64) *RDMAOp {
 }
 
 // Publish makes every descriptor below tail visible to the engine.
-func (q *RDMAQueue) Publish(tail uint64) { q.tail.Store(tail) }
+func (q *RDMAQueue) Publish(tail uint64) {
+	q.tail.Store(tail)
+	if q.Work != nil {
+		q.Work.Store(1)
+	}
+}
 
 // Status returns the outcome the engine recorded for the descriptor at slot
 // index i, and drops the descriptor's reference to its local buffer. The

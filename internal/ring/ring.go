@@ -16,11 +16,12 @@
 // head and tail are monotonic slot positions; position p lives in slot p mod N.
 // Slots in [head, tail) hold descriptors the consumer has not yet released.
 //
-// A descriptor starts at a slot boundary with an 8-byte header, little endian:
+// A descriptor starts at a slot boundary with an 8-byte header word, little
+// endian:
 //
-//	[0:2] slots   uint16  number of slots the descriptor and its data occupy (>= 1)
-//	[2:4] flags   uint16  FlagPad marks filler that carries no message
-//	[4:8] length  uint32  payload bytes following the header
+//	bits  0-15  slots   number of slots the descriptor and its data occupy (>= 1)
+//	bits 16-31  flags   FlagPad marks filler that carries no message
+//	bits 32-63  length  payload bytes following the header
 //
 // The payload starts at byte 8 of the first slot and runs on through the
 // following slots. A descriptor never wraps: when the k slots a message needs
@@ -31,13 +32,17 @@
 //
 // # Memory ordering
 //
-// The producer writes a descriptor and its payload with plain stores, then
-// publishes them with an atomic store of tail (release). The consumer loads tail
-// atomically (acquire) before reading any slot below it. After it has finished
-// with a descriptor, the consumer stores head atomically (release) and then
+// The producer writes a descriptor's payload with plain stores, then stores
+// its header word atomically (release), then stores tail atomically. A header
+// word is never zero, and the consumer zeroes the header word position of
+// every slot it releases, so a consumer waiting at head learns that a
+// descriptor has arrived by loading the header word at head atomically
+// (acquire) and finding it non-zero: one cache line, the one that also holds
+// the first bytes of the data. After it has finished with a descriptor, the
+// consumer zeroes those words, stores head atomically (release) and then
 // increments xfer, so that a producer that loads xfer or head (acquire) and
 // sees the new value may overwrite the released slots. Go's sync/atomic
-// operations are sequentially consistent, which gives both directions.
+// operations are sequentially consistent, which gives every direction needed.
 //
 // The producer decides whether there is room; package fifo does that for the
 // injection FIFOs of amigo. The ring only lays descriptors out and reads them
@@ -46,7 +51,6 @@
 package ring
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -156,48 +160,49 @@ func (r *Ring) PadFor(tail uint64, k int) int {
 	return 0
 }
 
+func header(k, flags, length int) uint64 {
+	return uint64(uint16(k)) | uint64(uint16(flags))<<16 | uint64(uint32(length))<<32
+}
+
+func (r *Ring) word(pos uint64) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&r.slots[(pos&r.mask)*SlotSize]))
+}
+
 // WritePad writes a pad descriptor of pad slots at position tail.
 func (r *Ring) WritePad(tail uint64, pad int) {
-	s := r.slot(tail)
-	binary.LittleEndian.PutUint16(s[0:], uint16(pad))
-	binary.LittleEndian.PutUint16(s[2:], FlagPad)
-	binary.LittleEndian.PutUint32(s[4:], 0)
+	r.word(tail).Store(header(pad, FlagPad, 0))
 }
 
-// Write writes the header of a descriptor of k slots carrying payload bytes at
-// position tail, and returns the payload area for the caller to fill. The
-// descriptor must not wrap (see PadFor) and must fit in k slots.
-func (r *Ring) Write(tail uint64, k, payload int) []byte {
-	off := (tail & r.mask) * SlotSize
-	s := r.slots[off : off+uint64(k)*SlotSize]
-	binary.LittleEndian.PutUint16(s[0:], uint16(k))
-	binary.LittleEndian.PutUint16(s[2:], 0)
-	binary.LittleEndian.PutUint32(s[4:], uint32(payload))
-	return s[HeaderSize : HeaderSize+payload : HeaderSize+payload]
+// Payload returns the payload area of a descriptor carrying payload bytes at
+// position tail, for the caller to fill before Seal. The descriptor must not
+// wrap (see PadFor).
+func (r *Ring) Payload(tail uint64, payload int) []byte {
+	off := (tail&r.mask)*SlotSize + HeaderSize
+	return r.slots[off : off+uint64(payload) : off+uint64(payload)]
 }
 
-// Publish makes every descriptor below tail visible to the consumer.
+// Seal stores the header of the descriptor at position tail, whose payload
+// the caller has written: from now on the consumer may read it.
+func (r *Ring) Seal(tail uint64, payload int) {
+	r.word(tail).Store(header(SlotsFor(payload), 0, payload))
+}
+
+// Publish stores the producer's tail.
 func (r *Ring) Publish(tail uint64) { r.ctl.tail.Store(tail) }
 
-func (r *Ring) slot(pos uint64) []byte {
-	off := (pos & r.mask) * SlotSize
-	return r.slots[off : off+SlotSize]
-}
-
-// Decode validates the descriptor at slot position head of a ring of n slots
-// (held in slots) whose published tail is tail. It returns the descriptor's
-// slot count, whether it is a pad, and its payload. Decode never reads outside
-// slots, whatever the memory holds.
-func Decode(slots []byte, n, head, tail uint64) (k int, pad bool, payload []byte, err error) {
-	if n == 0 || n&(n-1) != 0 || uint64(len(slots)) < n*SlotSize || tail-head > n || head == tail {
+// Decode validates the descriptor whose header word is word at slot position
+// head of a ring of n slots held in slots. It returns the descriptor's slot
+// count, whether it is a pad, and its payload. Decode never reads outside
+// slots, whatever word and the memory hold.
+func Decode(word uint64, slots []byte, n, head uint64) (k int, pad bool, payload []byte, err error) {
+	if n == 0 || n&(n-1) != 0 || uint64(len(slots)) < n*SlotSize {
 		return 0, false, nil, ErrCorrupt
 	}
 	off := head & (n - 1)
-	s := slots[off*SlotSize:]
-	k = int(binary.LittleEndian.Uint16(s[0:]))
-	flags := binary.LittleEndian.Uint16(s[2:])
-	length := uint64(binary.LittleEndian.Uint32(s[4:]))
-	if k < 1 || uint64(k) > tail-head || off+uint64(k) > n || flags&^FlagPad != 0 {
+	k = int(uint16(word))
+	flags := uint16(word >> 16)
+	length := word >> 32
+	if k < 1 || off+uint64(k) > n || uint64(k) > n/2 && flags&FlagPad == 0 || flags&^FlagPad != 0 {
 		return 0, false, nil, ErrCorrupt
 	}
 	if flags&FlagPad != 0 {
@@ -206,34 +211,28 @@ func Decode(slots []byte, n, head, tail uint64) (k int, pad bool, payload []byte
 		}
 		return k, true, nil, nil
 	}
-	if HeaderSize+length > uint64(k)*SlotSize || SlotsFor(int(length)) != k {
+	if SlotsFor(int(length)) != k {
 		return 0, false, nil, ErrCorrupt
 	}
-	return k, false, s[HeaderSize : HeaderSize+length : HeaderSize+length], nil
+	s := slots[off*SlotSize+HeaderSize:]
+	return k, false, s[:length:length], nil
 }
 
 // Reader is the consumer side of a ring. A Reader is used by one goroutine.
 type Reader struct {
 	r    *Ring
 	head uint64 // next position to read
-	tail uint64 // last tail loaded
 	k    uint64 // slots of the descriptor returned by Next, 0 if none
 }
 
 // NewReader returns a reader that starts at the ring's published head.
 func (r *Ring) NewReader() *Reader {
-	h := r.ctl.head.Load()
-	return &Reader{r: r, head: h, tail: h}
+	return &Reader{r: r, head: r.ctl.head.Load()}
 }
 
-// Pending reports whether the producer has published descriptors the reader
-// has not yet released.
+// Pending reports whether a descriptor waits at the head.
 func (c *Reader) Pending() bool {
-	if c.head != c.tail {
-		return true
-	}
-	c.tail = c.r.ctl.tail.Load()
-	return c.head != c.tail
+	return c.k != 0 || c.r.word(c.head).Load() != 0
 }
 
 // Next returns the payload of the next descriptor, or nil when the ring is
@@ -245,13 +244,11 @@ func (c *Reader) Next() ([]byte, error) {
 		return nil, errors.New("ring: Next before Release")
 	}
 	for {
-		if c.head == c.tail {
-			c.tail = c.r.ctl.tail.Load()
-			if c.head == c.tail {
-				return nil, nil
-			}
+		w := c.r.word(c.head).Load()
+		if w == 0 {
+			return nil, nil
 		}
-		k, pad, payload, err := Decode(c.r.slots, c.r.n, c.head, c.tail)
+		k, pad, payload, err := Decode(w, c.r.slots, c.r.n, c.head)
 		if err != nil {
 			return nil, err
 		}
@@ -268,6 +265,9 @@ func (c *Reader) Next() ([]byte, error) {
 func (c *Reader) Release() {
 	if c.k == 0 {
 		return
+	}
+	for i := uint64(0); i < c.k; i++ {
+		*(*uint64)(unsafe.Pointer(&c.r.slots[((c.head+i)&c.r.mask)*SlotSize])) = 0
 	}
 	c.head += c.k
 	c.k = 0

@@ -198,6 +198,7 @@ type port struct {
 	out   atomic.Pointer[[]*transport.Link]  // read by the engine
 
 	closed atomic.Bool
+	work   atomic.Uint32 // set when an RDMA FIFO of the port got descriptors
 
 	// EngineAsync
 	ebell *transport.Doorbell
@@ -231,6 +232,7 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 		MaxRDMA: f.opts.MaxRDMA,
 	}
 	l.RDMA.Bell = p.ebell
+	l.RDMA.Work = &p.work
 	in := &inbound{from: p.addr, rd: r.NewReader(), link: l, bell: p.bell}
 	old := *dst.inbound.Load()
 	grown := append(old[:len(old):len(old)], in)
@@ -285,7 +287,7 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 }
 
 func (p *port) Progress() int {
-	if p.ebell != nil {
+	if p.ebell != nil || p.work.Load() == 0 {
 		return 0
 	}
 	return p.runRDMA()
@@ -294,6 +296,7 @@ func (p *port) Progress() int {
 // runRDMA performs the descriptors waiting in the RDMA FIFOs of the port's
 // links.
 func (p *port) runRDMA() int {
+	p.work.Store(0)
 	o := p.out.Load()
 	if o == nil {
 		return 0

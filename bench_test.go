@@ -1,0 +1,201 @@
+package amigo_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/amigo-hpc/amigo"
+)
+
+// pair is a two-rank in-process job whose rank 1 runs on its own goroutine,
+// advancing until stopped.
+type pair struct {
+	c0, c1 *amigo.Context
+	cl     []*amigo.Client
+	stop   atomic.Bool
+	wg     sync.WaitGroup
+}
+
+func newPair(tb testing.TB, cfg amigo.Config, setup1 func(c *amigo.Context)) *pair {
+	tb.Helper()
+	cl, err := amigo.NewLocal(2, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := &pair{c0: cl[0].Context(0), c1: cl[1].Context(0), cl: cl}
+	setup1(p.c1)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		_ = p.c1.Wait(context.Background(), p.stop.Load)
+	}()
+	return p
+}
+
+func (p *pair) close(tb testing.TB) {
+	p.stop.Store(true)
+	// Ring rank 1's doorbell so a sleeping Wait sees stop at once.
+	_ = p.c1.Do(func(*amigo.Context) {})
+	p.wg.Wait()
+	for _, c := range p.cl {
+		if err := c.Close(); err != nil {
+			tb.Error(err)
+		}
+	}
+}
+
+var sizes8 = []byte("01234567")
+
+// BenchmarkPingPong measures one-way latency of an 8-byte message between two
+// goroutines: amigo's SendImmediate ping-pong next to a Go channel ping-pong.
+// ns/op is one round trip; the one-way metric is half of it.
+func BenchmarkPingPong(b *testing.B) {
+	b.Run("amigo/8B", func(b *testing.B) {
+		p := newPair(b, amigo.Config{}, func(c *amigo.Context) {
+			c.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+				_ = c.SendImmediate(m.Source, 1, nil, m.Data)
+			})
+		})
+		defer p.close(b)
+		got := 0
+		p.c0.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) { got++ })
+		peer := amigo.EndpointOf(1)
+		want := 0
+		cond := func() bool { return got == want }
+		ctx := context.Background()
+		b.ReportAllocs()
+		b.SetBytes(8)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			want++
+			if err := p.c0.SendImmediate(peer, 1, nil, sizes8); err != nil {
+				b.Fatal(err)
+			}
+			if err := p.c0.Wait(ctx, cond); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/one-way")
+	})
+	b.Run("chan/8B", func(b *testing.B) {
+		ping := make(chan [8]byte)
+		pong := make(chan [8]byte)
+		go func() {
+			for v := range ping {
+				pong <- v
+			}
+		}()
+		var v [8]byte
+		copy(v[:], sizes8)
+		b.ReportAllocs()
+		b.SetBytes(8)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			ping <- v
+			v = <-pong
+		}
+		b.StopTimer()
+		close(ping)
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/one-way")
+	})
+}
+
+var bwSizes = []int{64 << 10, 1 << 20, 4 << 20}
+
+// BenchmarkBandwidth measures streaming bandwidth from one goroutine rank to
+// another: windows of 64 Sends, each received into the same buffer, then an
+// acknowledgement, as osu_bw does. Next to it, copy() of the same sizes
+// between two buffers, the bound for moving bytes in one address space.
+func BenchmarkBandwidth(b *testing.B) {
+	const window = 64
+	for _, size := range bwSizes {
+		b.Run(fmt.Sprintf("amigo/%s", sizeName(size)), func(b *testing.B) {
+			dst := make([]byte, size)
+			recvd := 0
+			p := newPair(b, amigo.Config{}, func(c *amigo.Context) {
+				done := func(err error) {
+					if err != nil {
+						panic(err)
+					}
+					recvd++
+					if recvd%window == 0 {
+						_ = c.SendImmediate(amigo.EndpointOf(0), 2, nil, nil)
+					}
+				}
+				c.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+					if err := m.Receive(dst, done); err != nil {
+						panic(err)
+					}
+				})
+			})
+			defer p.close(b)
+			acks := 0
+			p.c0.SetDispatch(2, func(c *amigo.Context, m *amigo.Message) { acks++ })
+			src := make([]byte, size)
+			for i := range src {
+				src[i] = byte(i)
+			}
+			k := amigo.NewCounter()
+			peer := amigo.EndpointOf(1)
+			ctx := context.Background()
+			wantAcks := 0
+			ackCond := func() bool { return acks == wantAcks }
+			b.ReportAllocs()
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			for sent := 0; sent < b.N; {
+				n := min(window, b.N-sent)
+				if n < window {
+					n = window // whole windows only; the extra is counted below
+				}
+				for j := 0; j < n; j++ {
+					k.Add(1)
+					if err := p.c0.Send(peer, 1, nil, src, k.Done()); err != nil {
+						b.Fatal(err)
+					}
+				}
+				sent += n
+				wantAcks++
+				if err := p.c0.WaitCounter(ctx, k); err != nil {
+					b.Fatal(err)
+				}
+				if err := p.c0.Wait(ctx, ackCond); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			// Report bytes actually moved (whole windows).
+			moved := float64(wantAcks*window) * float64(size)
+			b.ReportMetric(moved/b.Elapsed().Seconds()/1e6, "MB/s-moved")
+		})
+		b.Run(fmt.Sprintf("copy/%s", sizeName(size)), func(b *testing.B) {
+			src := make([]byte, size)
+			dst := make([]byte, size)
+			for i := range src {
+				src[i] = byte(i)
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				copy(dst, src)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(size)*float64(b.N)/b.Elapsed().Seconds()/1e6, "MB/s-moved")
+		})
+	}
+}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}

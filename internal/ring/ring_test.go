@@ -1,0 +1,291 @@
+package ring
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"unsafe"
+)
+
+func unsafeBytes(w []uint64) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), len(w)*8)
+}
+
+// producer is a minimal producer for tests: it keeps the free-space
+// accounting that package fifo does for amigo.
+type producer struct {
+	r    *Ring
+	tail uint64
+}
+
+func (p *producer) free() uint64 { return uint64(p.r.Slots()) - (p.tail - p.r.HeadCounter().Load()) }
+
+// put writes msg, padding to the end of the ring first when needed, and
+// reports false when there is no room.
+func (p *producer) put(msg []byte) bool {
+	k := SlotsFor(len(msg))
+	pad := p.r.PadFor(p.tail, k)
+	if uint64(pad+k) > p.free() {
+		return false
+	}
+	if pad > 0 {
+		p.r.WritePad(p.tail, pad)
+		p.tail += uint64(pad)
+	}
+	copy(p.r.Payload(p.tail, len(msg)), msg)
+	p.r.Seal(p.tail, len(msg))
+	p.tail += uint64(k)
+	p.r.Publish(p.tail)
+	return true
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i*7)
+	}
+	return b
+}
+
+func TestSlotsFor(t *testing.T) {
+	for _, c := range []struct{ payload, slots int }{
+		{0, 1}, {1, 1}, {SlotSize - HeaderSize, 1}, {SlotSize - HeaderSize + 1, 2},
+		{2*SlotSize - HeaderSize, 2}, {1000, 16},
+	} {
+		if got := SlotsFor(c.payload); got != c.slots {
+			t.Errorf("SlotsFor(%d) = %d, want %d", c.payload, got, c.slots)
+		}
+	}
+}
+
+// Messages from 0 bytes to half the ring, each written and read back.
+func TestSizes(t *testing.T) {
+	r, err := NewHeap(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &producer{r: r}
+	rd := r.NewReader()
+	for size := 0; size <= MaxPayload(64); size++ {
+		msg := pattern(size, byte(size))
+		if !p.put(msg) {
+			t.Fatalf("size %d: no room in an empty ring", size)
+		}
+		got, err := rd.Next()
+		if err != nil {
+			t.Fatalf("size %d: %v", size, err)
+		}
+		if !bytes.Equal(got, msg) {
+			t.Fatalf("size %d: read back %d different bytes", size, len(got))
+		}
+		rd.Release()
+		if x, _ := rd.Next(); x != nil {
+			t.Fatalf("size %d: a second message appeared", size)
+		}
+	}
+	if got, want := r.TransferCounter().Load(), r.HeadCounter().Load(); got == 0 || want != p.tail {
+		t.Fatalf("transfer counter %d, head %d, tail %d", got, want, p.tail)
+	}
+}
+
+// Every message size in slots, placed at every offset of the ring, so that
+// wrap-around is exercised at every position.
+func TestWrapAtEveryOffset(t *testing.T) {
+	const n = 16
+	for k := 1; k <= n/2; k++ {
+		for start := 0; start < n; start++ {
+			r, _ := NewHeap(n)
+			p := &producer{r: r}
+			rd := r.NewReader()
+			// Move head and tail to start with one-slot messages.
+			for i := 0; i < start; i++ {
+				if !p.put(nil) {
+					t.Fatal("no room")
+				}
+				if b, err := rd.Next(); err != nil || b == nil {
+					t.Fatalf("filler: %v", err)
+				}
+				rd.Release()
+			}
+			size := k*SlotSize - HeaderSize
+			for rep := 0; rep < 3; rep++ {
+				msg := pattern(size, byte(k+start+rep))
+				if !p.put(msg) {
+					t.Fatalf("k=%d start=%d rep=%d: no room in a drained ring", k, start, rep)
+				}
+				got, err := rd.Next()
+				if err != nil || !bytes.Equal(got, msg) {
+					t.Fatalf("k=%d start=%d rep=%d: %v, equal=%v", k, start, rep, err, bytes.Equal(got, msg))
+				}
+				rd.Release()
+			}
+			if h := r.HeadCounter().Load(); h != p.tail {
+				t.Fatalf("k=%d start=%d: head %d, tail %d", k, start, h, p.tail)
+			}
+		}
+	}
+}
+
+// A full ring refuses more and accepts again once the consumer released.
+func TestFull(t *testing.T) {
+	r, _ := NewHeap(8)
+	p := &producer{r: r}
+	for i := 0; i < 8; i++ {
+		if !p.put([]byte{byte(i)}) {
+			t.Fatalf("message %d refused", i)
+		}
+	}
+	if p.put(nil) {
+		t.Fatal("a full ring took a ninth message")
+	}
+	rd := r.NewReader()
+	b, _ := rd.Next()
+	if len(b) != 1 || b[0] != 0 {
+		t.Fatalf("first message %v", b)
+	}
+	rd.Release()
+	if !p.put([]byte{8}) {
+		t.Fatal("no room after a release")
+	}
+}
+
+// One producer and one consumer goroutine, random sizes: every message
+// arrives intact and in order, and the transfer counter counts them (pads
+// included).
+func TestConcurrent(t *testing.T) {
+	r, _ := NewHeap(128)
+	const total = 20000
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p := &producer{r: r}
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := 0; i < total; i++ {
+			size := rng.IntN(MaxPayload(128) + 1)
+			msg := pattern(size, byte(i))
+			if size >= 4 {
+				binary.LittleEndian.PutUint32(msg, uint32(i))
+			}
+			for !p.put(msg) {
+			}
+		}
+	}()
+	rd := r.NewReader()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < total; {
+		b, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b == nil {
+			continue
+		}
+		size := rng.IntN(MaxPayload(128) + 1)
+		want := pattern(size, byte(i))
+		if size >= 4 {
+			binary.LittleEndian.PutUint32(want, uint32(i))
+		}
+		if !bytes.Equal(b, want) {
+			t.Fatalf("message %d: %d bytes, want %d, equal=false", i, len(b), size)
+		}
+		rd.Release()
+		i++
+	}
+	wg.Wait()
+	if x := r.TransferCounter().Load(); x < total {
+		t.Fatalf("transfer counter %d < %d messages", x, total)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	const n = 16
+	slots := make([]byte, n*SlotSize)
+	for _, c := range []struct {
+		name string
+		word uint64
+		head uint64
+	}{
+		{"zero slots", header(0, 0, 0), 0},
+		{"wraps", header(4, 0, 100), 14},
+		{"more than half", header(9, 0, 9*SlotSize-HeaderSize), 0},
+		{"length beyond slots", header(1, 0, SlotSize), 0},
+		{"length short of slots", header(2, 0, 10), 0},
+		{"unknown flag", header(1, 2, 0), 0},
+		{"pad not to end", header(2, FlagPad, 0), 3},
+		{"pad with length", header(2, FlagPad, 5), 14},
+	} {
+		if _, _, _, err := Decode(c.word, slots, n, c.head); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: err %v", c.name, err)
+		}
+	}
+	if k, pad, _, err := Decode(header(2, FlagPad, 0), slots, n, 14); err != nil || !pad || k != 2 {
+		t.Errorf("valid pad: k=%d pad=%v err=%v", k, pad, err)
+	}
+}
+
+// FuzzDecode feeds arbitrary header words and ring memory to the decoder:
+// it must never panic or return bytes outside the ring, and whatever it
+// accepts must be consistent.
+func FuzzDecode(f *testing.F) {
+	f.Add(header(1, 0, 10), uint16(0), uint8(4))
+	f.Add(header(3, 0, 150), uint16(5), uint8(4))
+	f.Add(header(2, FlagPad, 0), uint16(14), uint8(4))
+	f.Add(uint64(0xffffffffffffffff), uint16(7), uint8(3))
+	f.Fuzz(func(t *testing.T, word uint64, head uint16, logn uint8) {
+		n := uint64(1) << (logn % 10)
+		slots := make([]byte, n*SlotSize)
+		k, pad, payload, err := Decode(word, slots, n, uint64(head))
+		if err != nil {
+			return
+		}
+		off := uint64(head) & (n - 1)
+		if k < 1 || off+uint64(k) > n {
+			t.Fatalf("accepted k=%d at offset %d of %d", k, off, n)
+		}
+		if pad {
+			if payload != nil || off+uint64(k) != n {
+				t.Fatal("accepted a bad pad")
+			}
+			return
+		}
+		if HeaderSize+len(payload) > k*SlotSize || SlotsFor(len(payload)) != k {
+			t.Fatalf("payload of %d bytes in %d slots", len(payload), k)
+		}
+		if len(payload) > 0 && &payload[len(payload)-1] != &slots[off*SlotSize+HeaderSize+uint64(len(payload))-1] {
+			t.Fatal("payload outside the descriptor")
+		}
+	})
+}
+
+// FuzzReader lets arbitrary bytes stand for ring memory written by a broken
+// or hostile producer: the reader returns descriptors inside the ring or
+// ErrCorrupt, and never panics.
+func FuzzReader(f *testing.F) {
+	seed := make([]byte, MemSize(8))
+	r, _ := New(seed, 8)
+	p := &producer{r: r}
+	p.put([]byte("hello"))
+	p.put(make([]byte, 150))
+	f.Add(seed)
+	f.Fuzz(func(t *testing.T, mem []byte) {
+		buf := make([]uint64, MemSize(8)/8)
+		raw := unsafeBytes(buf)
+		copy(raw, mem)
+		r, err := New(raw, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd := r.NewReader()
+		for i := 0; i < 20; i++ {
+			b, err := rd.Next()
+			if err != nil || b == nil {
+				return
+			}
+			rd.Release()
+		}
+	})
+}

@@ -1,0 +1,101 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestRoundTrip(t *testing.T) {
+	hdr, data := []byte("header"), []byte("some data")
+	for _, ack := range []bool{false, true} {
+		b := make([]byte, AMSize(len(hdr), len(data), ack))
+		PutAM(b, 7, hdr, data, ack, 0xdeadbeef)
+		p, err := Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Kind != KindAM || p.Dispatch != 7 || !bytes.Equal(p.Header, hdr) || !bytes.Equal(p.Data, data) {
+			t.Fatalf("AM ack=%v: %+v", ack, p)
+		}
+		if ack != (p.Flags&FlagAck != 0) || ack && p.Op != 0xdeadbeef {
+			t.Fatalf("AM ack=%v: flags %x op %x", ack, p.Flags, p.Op)
+		}
+	}
+	b := make([]byte, RTSSize(len(hdr)))
+	PutRTS(b, 9, hdr, 1, 1<<40, 77)
+	p, err := Parse(b)
+	if err != nil || p.Kind != KindRTS || p.Dispatch != 9 || p.Op != 1 || p.Size != 1<<40 || p.Key != 77 || !bytes.Equal(p.Header, hdr) {
+		t.Fatalf("RTS: %+v %v", p, err)
+	}
+	b = make([]byte, ACKSize)
+	PutACK(b, 5, StatusDeclined)
+	p, err = Parse(b)
+	if err != nil || p.Kind != KindACK || p.Op != 5 || p.Status != StatusDeclined {
+		t.Fatalf("ACK: %+v %v", p, err)
+	}
+	// Empty AM.
+	b = make([]byte, AMSize(0, 0, false))
+	PutAM(b, 0, nil, nil, false, 0)
+	if p, err := Parse(b); err != nil || len(p.Header) != 0 || len(p.Data) != 0 {
+		t.Fatalf("empty AM: %+v %v", p, err)
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	good := make([]byte, ACKSize)
+	PutACK(good, 1, StatusOK)
+	cases := map[string][]byte{
+		"short":           {1, 0, 0},
+		"kind 0":          {0, 0, 0, 0, 0, 0, 0, 0},
+		"kind 200":        {200, 0, 0, 0, 0, 0, 0, 0},
+		"unknown flag":    {1, 0x80, 0, 0, 0, 0, 0, 0},
+		"reserved":        {1, 0, 0, 0, 0, 0, 1, 0},
+		"header past end": {1, 0, 0, 0, 9, 0, 0, 0, 1},
+		"ack no op":       {1, 1, 0, 0, 0, 0, 0, 0, 1, 2},
+		"rts short":       {2, 0, 0, 0, 0, 0, 0, 0, 1},
+		"ack long":        append(append([]byte{}, good...), 0),
+		"ack status":      func() []byte { b := make([]byte, ACKSize); PutACK(b, 1, 99); return b }(),
+	}
+	for name, b := range cases {
+		if _, err := Parse(b); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: err %v", name, err)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	b := make([]byte, AMSize(3, 5, true))
+	PutAM(b, 1, []byte("abc"), []byte("12345"), true, 42)
+	f.Add(b)
+	b = make([]byte, RTSSize(4))
+	PutRTS(b, 2, []byte("wxyz"), 1, 2, 3)
+	f.Add(b)
+	b = make([]byte, ACKSize)
+	PutACK(b, 9, StatusTooSmall)
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := Parse(b)
+		if err != nil {
+			return
+		}
+		// What decodes must encode back to the same bytes.
+		var out []byte
+		switch p.Kind {
+		case KindAM:
+			out = make([]byte, AMSize(len(p.Header), len(p.Data), p.Flags&FlagAck != 0))
+			PutAM(out, p.Dispatch, p.Header, p.Data, p.Flags&FlagAck != 0, p.Op)
+		case KindRTS:
+			out = make([]byte, RTSSize(len(p.Header)))
+			PutRTS(out, p.Dispatch, p.Header, p.Op, p.Size, p.Key)
+		case KindACK:
+			out = make([]byte, ACKSize)
+			PutACK(out, p.Op, p.Status)
+		default:
+			t.Fatalf("accepted kind %v", p.Kind)
+		}
+		if !bytes.Equal(out, b) {
+			t.Fatalf("re-encoding differs:\n in %x\nout %x", b, out)
+		}
+	})
+}
