@@ -237,10 +237,10 @@ func (s *Server) fence() error {
 
 func (s *Server) put(key, value string) string {
 	if len(key) == 0 || len(key) > s.cfg.KeyMax {
-		return fmt.Sprintf("key of %d bytes; keylen_max is %d", len(key), s.cfg.KeyMax)
+		return fmt.Sprintf("key of %d bytes exceeds keylen_max %d", len(key), s.cfg.KeyMax)
 	}
 	if len(value) > s.cfg.ValMax {
-		return fmt.Sprintf("value of %d bytes; vallen_max is %d", len(value), s.cfg.ValMax)
+		return fmt.Sprintf("value of %d bytes exceeds vallen_max %d", len(value), s.cfg.ValMax)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
