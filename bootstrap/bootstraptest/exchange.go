@@ -12,6 +12,7 @@ package bootstraptest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -100,6 +101,11 @@ func Exchange(ctx context.Context, j bootstrap.Job, ep Endpoint) error {
 	if err := j.Put("addr", ep.Address()); err != nil {
 		return err
 	}
+	// A value several times the launchers' 1024-byte limit, which the
+	// KVS layer splits across keys.
+	if err := j.Put("blob", Blob(j.Rank())); err != nil {
+		return err
+	}
 	if err := j.Fence(ctx); err != nil {
 		return err
 	}
@@ -127,6 +133,9 @@ func Exchange(ctx context.Context, j bootstrap.Job, ep Endpoint) error {
 			errs = append(errs, err)
 			continue
 		}
+		if b, err := j.Get(ctx, p, "blob"); err != nil || !bytes.Equal(b, Blob(p)) {
+			errs = append(errs, fmt.Errorf("blob of rank %d: %d bytes, %v", p, len(b), err))
+		}
 		reply, err := ep.Call(ctx, addr, fmt.Appendf(nil, "hello from %d to %d %s", me, p, proof))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("call rank %d at %s: %w", p, FormatAddr(addr), err))
@@ -144,6 +153,18 @@ func Exchange(ctx context.Context, j bootstrap.Job, ep Endpoint) error {
 	}
 	// Nobody leaves before everyone has been served.
 	return j.Fence(ctx)
+}
+
+// BlobLen is the size of the large value each rank publishes.
+const BlobLen = 5000
+
+// Blob is the large binary value that rank r publishes.
+func Blob(r int) []byte {
+	b := make([]byte, BlobLen)
+	for i := range b {
+		b[i] = byte(i*131 + r*17 + i>>8)
+	}
+	return b
 }
 
 func secretProof(secret []byte) string {
