@@ -77,6 +77,10 @@ const (
 // secret to every rank, hex-encoded.
 const SecretEnv = "AMIGO_JOB_SECRET"
 
+// MaxSize is the largest job this package accepts from a launcher: a
+// bound on what a broken launcher can make it allocate.
+const MaxSize = 1 << 20
+
 // SecretLen is the length of a secret that rank 0 generates.
 const SecretLen = 32
 

@@ -74,7 +74,7 @@ func openPMI1(ctx context.Context, w *wireConn, cfg *Config, env func(string) st
 			return nil, err
 		}
 	}
-	if p.size < 1 || p.rank < 0 || p.rank >= p.size {
+	if p.size < 1 || p.size > MaxSize || p.rank < 0 || p.rank >= p.size {
 		return nil, fmt.Errorf("%w: rank %d of size %d", ErrEnv, p.rank, p.size)
 	}
 	if _, err := p.call(ctx, pmiwire.Msg{Cmd: "init", Args: []pmiwire.KV{{Key: "pmi_version", Value: "1"}, {Key: "pmi_subversion", Value: "1"}}}, "response_to_init"); err != nil {

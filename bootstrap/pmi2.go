@@ -78,7 +78,7 @@ func openPMI2(ctx context.Context, w *wireConn, cfg *Config, env func(string) st
 	if p.size, err = p.intField(m, "size"); err != nil {
 		return nil, err
 	}
-	if p.size < 1 || p.rank < 0 || p.rank >= p.size {
+	if p.size < 1 || p.size > MaxSize || p.rank < 0 || p.rank >= p.size {
 		return nil, p.protocol("fullinit", "rank %d of size %d", p.rank, p.size)
 	}
 	m, err = p.call(ctx, pmiwire.Msg{Cmd: "job-getid"}, cfg.RequestTimeout)

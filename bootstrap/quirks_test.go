@@ -298,6 +298,7 @@ func TestMalformedReplies(t *testing.T) {
 		{"pmi2-truncated", true, pmi2(map[string]string{"cmd=fullinit": "100   cmd=fullinit-response;rc=0;"}), ErrTimeout},
 		{"pmi2-wrong-response", true, pmi2(map[string]string{"cmd=fullinit": slurm2("cmd=kvs-fence-response;rc=0;")}), ErrProtocol},
 		{"pmi2-no-rank", true, pmi2(map[string]string{"cmd=fullinit": slurm2("cmd=fullinit-response;rc=0;size=4;")}), ErrProtocol},
+		{"pmi2-size-absurd", true, pmi2(map[string]string{"cmd=fullinit": slurm2("cmd=fullinit-response;rc=0;rank=0;size=1000000000;")}), ErrProtocol},
 		{"pmi2-rank-out-of-range", true, pmi2(map[string]string{"cmd=fullinit": slurm2("cmd=fullinit-response;rc=0;rank=4;size=4;")}), ErrProtocol},
 		{"pmi2-rc", true, pmi2(map[string]string{"cmd=fullinit": slurm2("cmd=fullinit-response;rc=-1;errmsg=bad;")}), ErrProtocol},
 		{"pmi2-empty-field", true, pmi2(map[string]string{"cmd=job-getid": slurm2("cmd=job-getid-response;;rc=0;")}), ErrProtocol},
