@@ -135,7 +135,12 @@ func amirun(t *testing.T, wrap []string, args []string, mode string, signal sysc
 		t.Fatal(err)
 	}
 	if signal != 0 {
-		time.Sleep(700 * time.Millisecond)
+		// Signal once amirun and all ranks and their children are up
+		// (4 ranks of "hang" start 2 sleepers each), so the signal
+		// reaches amirun's handler, not its default action.
+		for deadline := time.Now().Add(30 * time.Second); len(withMarker(marker)) < 1+4*3 && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+		}
 		cmd.Process.Signal(signal)
 	}
 	err = cmd.Wait()
