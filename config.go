@@ -135,7 +135,9 @@ func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
 	def(&c.Contexts, 1)
 	def(&c.RingSlots, 1024)
 	def(&c.RDMASlots, 256)
-	def(&c.InlineMax, 8192)
+	if c.InlineMax == 0 {
+		c.InlineMax = min(8192, ring.MaxPayload(c.RingSlots)-wire.AMSize(0, 0, true))
+	}
 	def(&c.RDMAChunk, 1<<20)
 	def(&c.InstructionSlots, 256)
 	def(&c.PollBudget, 64)

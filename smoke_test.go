@@ -4,14 +4,13 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/amigo-hpc/amigo"
 	"github.com/amigo-hpc/amigo/amigotest"
 )
 
 func TestSmoke(t *testing.T) {
-	amigotest.Run(t, 2, amigotest.Options{Timeout: 5 * time.Second}, func(r *amigotest.Rank) error {
+	amigotest.Run(t, 2, amigotest.Options{}, func(r *amigotest.Rank) error {
 		c := r.Ctx
 		peer := amigo.EndpointOf(1 - r.Rank())
 		got := 0

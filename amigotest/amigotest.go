@@ -29,7 +29,7 @@ type Rank struct {
 	*amigo.Client
 	// Ctx is context 0 of the rank.
 	Ctx *amigo.Context
-	// Deadline ends when the job's time is up.
+	// Deadline ends when the job's time is up, or when another rank failed.
 	Deadline context.Context
 
 	barrier *barrier
@@ -60,6 +60,13 @@ func RunErr(n int, opts Options, fn func(r *Rank) error) error {
 	defer cancel()
 	errs := make([]error, n)
 	finished := make([]bool, n)
+	// A rank that returned keeps advancing its context 0 until every rank
+	// returned, as a finalize would: its last messages may not have left yet,
+	// and peers may still need its answers.
+	var left sync.WaitGroup
+	left.Add(n)
+	allLeft := make(chan struct{})
+	go func() { left.Wait(); close(allLeft) }()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for r := 0; r < n; r++ {
@@ -68,13 +75,17 @@ func RunErr(n int, opts Options, fn func(r *Rank) error) error {
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
+			var once sync.Once
+			leave := func() { once.Do(left.Done) }
 			defer func() {
 				if p := recover(); p != nil {
+					leave()
 					buf := make([]byte, 8<<10)
 					buf = buf[:runtime.Stack(buf, false)]
 					mu.Lock()
 					errs[r] = fmt.Errorf("panic: %v\n%s", p, buf)
 					mu.Unlock()
+					cancel()
 				}
 				mu.Lock()
 				finished[r] = true
@@ -84,6 +95,19 @@ func RunErr(n int, opts Options, fn func(r *Rank) error) error {
 			mu.Lock()
 			errs[r] = err
 			mu.Unlock()
+			if err != nil {
+				// Stop the other ranks: they may wait for this one.
+				cancel()
+			}
+			leave()
+			_ = rk.Ctx.Wait(deadline, func() bool {
+				select {
+				case <-allLeft:
+					return true
+				default:
+					return false
+				}
+			})
 		}(r)
 	}
 	all := make(chan struct{})
