@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/amigo-hpc/amigo/bootstrap"
 	"github.com/amigo-hpc/amigo/transport"
 	"github.com/amigo-hpc/amigo/transport/loop"
 )
@@ -20,6 +21,7 @@ type Client struct {
 	adapters   []transport.Adapter
 	route      []uint8 // adapter index per rank
 	contexts   []*Context
+	job        bootstrap.Job // the job Open joined, closed by Close
 
 	mu     sync.Mutex
 	closed atomic.Bool
@@ -125,6 +127,9 @@ func (c *Client) Close() error {
 		if err := a.Close(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := c.closeJob(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

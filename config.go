@@ -53,6 +53,11 @@ type Config struct {
 	// "inline", in Advance on the initiator's goroutine, or "async", on an
 	// engine goroutine per context (AMIGO_LOOP_ENGINE, default "inline").
 	LoopEngine string
+	// Transport forces the adapter used between processes: "auto" picks
+	// shared memory for ranks on the same host and TCP for the others;
+	// "shm" or "tcp" uses only that one (AMIGO_TRANSPORT, default "auto").
+	// A rank always reaches itself through the in-process adapter.
+	Transport string
 	// OnError, if set, receives errors that belong to no operation: a packet
 	// for an unregistered dispatch id that asked for no acknowledgement, a
 	// malformed packet, an acknowledgement of an unknown operation. It runs
@@ -112,6 +117,11 @@ var settings = []setting{
 		},
 	},
 	{
+		name: "AMIGO_TRANSPORT", doc: "adapter between processes: auto, shm or tcp",
+		get: func(c *Config) string { return c.Transport },
+		set: func(c *Config, v string) error { c.Transport = strings.TrimSpace(v); return nil },
+	},
+	{
 		name: "AMIGO_LOOP_ENGINE", doc: "in-process GET/PUT engine: inline or async",
 		get: func(c *Config) string { return c.LoopEngine },
 		set: func(c *Config, v string) error { c.LoopEngine = strings.TrimSpace(v); return nil },
@@ -149,6 +159,9 @@ func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
 	if c.LoopEngine == "" {
 		c.LoopEngine = "inline"
 	}
+	if c.Transport == "" {
+		c.Transport = "auto"
+	}
 	return c, c.validate()
 }
 
@@ -176,6 +189,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("amigo: SleepMax %v: want at least 1µs", c.SleepMax)
 	case c.LoopEngine != "inline" && c.LoopEngine != "async":
 		return fmt.Errorf("amigo: LoopEngine %q: want inline or async", c.LoopEngine)
+	case c.Transport != "auto" && c.Transport != "shm" && c.Transport != "tcp":
+		return fmt.Errorf("amigo: Transport %q: want auto, shm or tcp", c.Transport)
 	}
 	return nil
 }

@@ -22,6 +22,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -124,3 +125,25 @@ var (
 	// ErrCorrupt reports a peer that wrote something no correct peer writes.
 	ErrCorrupt = errors.New("corrupt data from peer")
 )
+
+// Bootstrap is what adapters need from the launcher of a job: a key-value
+// space in which to publish addresses, which ranks share a host, and the job's
+// secret. The bootstrap package's Job satisfies it.
+type Bootstrap interface {
+	Rank() int
+	Size() int
+	// Put publishes a value; peers see it after the job's next fence.
+	Put(key string, value []byte) error
+	// Get returns a value rank published before the last fence.
+	Get(ctx context.Context, rank int, key string) ([]byte, error)
+	// Node returns the host index of rank: equal values share a host.
+	Node(rank int) int
+	// Secret is the job's shared secret.
+	Secret() []byte
+}
+
+// Starter is implemented by adapters that finish setting up once every rank
+// has published its address (after the fence that follows their creation).
+type Starter interface {
+	Start(ctx context.Context) error
+}

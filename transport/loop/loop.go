@@ -126,7 +126,11 @@ type adapter struct {
 
 func (a *adapter) Name() string { return "loop" }
 
-func (a *adapter) Reaches(rank int) bool { return rank >= 0 && rank < len(a.f.ranks) }
+func (a *adapter) Reaches(rank int) bool {
+	a.f.mu.Lock()
+	defer a.f.mu.Unlock()
+	return rank >= 0 && rank < len(a.f.ranks) && a.f.ranks[rank] != nil
+}
 
 func (a *adapter) Open(ctx int, bell *transport.Doorbell) (transport.Port, error) {
 	a.f.mu.Lock()

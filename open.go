@@ -1,0 +1,134 @@
+package amigo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/amigo-hpc/amigo/bootstrap"
+	"github.com/amigo-hpc/amigo/transport"
+	"github.com/amigo-hpc/amigo/transport/loop"
+)
+
+// processAdapter is an adapter that reaches ranks in other processes.
+type processAdapter struct {
+	name string
+	// open makes the adapter of this rank and publishes what peers need to
+	// reach it with job.Put. It returns nil, nil when it does not apply
+	// here.
+	open func(ctx context.Context, job transport.Bootstrap, regions *transport.Regions, cfg *Config) (transport.Adapter, error)
+}
+
+// processAdapters lists the adapters between processes in order of
+// preference: a peer is reached by the first one that reaches it.
+var processAdapters []processAdapter
+
+// Open joins the job this process was started in: under a launcher that
+// speaks PMI (mpiexec, srun, amirun) it learns its rank and its peers from
+// the launcher; started alone it is a job of one rank. The job ends with
+// Close.
+func Open(ctx context.Context, cfg Config) (*Client, error) {
+	job, err := bootstrap.Open(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("amigo: bootstrap: %w", err)
+	}
+	c, err := OpenJob(ctx, job, cfg)
+	if err != nil {
+		_ = job.Close()
+		return nil, err
+	}
+	c.job = job
+	return c, nil
+}
+
+// OpenJob joins job, which the caller keeps and closes. Every rank of the job
+// must call it at the same point: it publishes this rank's addresses and
+// waits in a fence for the others'.
+func OpenJob(ctx context.Context, job bootstrap.Job, cfg Config) (*Client, error) {
+	eff, err := cfg.resolve(os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	rank, size := job.Rank(), job.Size()
+	regions := transport.NewRegions()
+	engine := loop.EngineInline
+	if eff.LoopEngine == "async" {
+		engine = loop.EngineAsync
+	}
+	fab, err := loop.NewFabric(size, loop.Options{RingSlots: eff.RingSlots, RDMASlots: eff.RDMASlots, Engine: engine})
+	if err != nil {
+		return nil, err
+	}
+	self, err := fab.Attach(rank, regions)
+	if err != nil {
+		return nil, err
+	}
+	adapters := []transport.Adapter{self}
+	fail := func(err error) (*Client, error) {
+		for _, a := range adapters {
+			_ = a.Close()
+		}
+		return nil, err
+	}
+	for _, pa := range processAdapters {
+		if eff.Transport != "auto" && eff.Transport != pa.name {
+			continue
+		}
+		a, err := pa.open(ctx, job, regions, &eff)
+		if err != nil {
+			return fail(fmt.Errorf("amigo: %s: %w", pa.name, err))
+		}
+		if a != nil {
+			adapters = append(adapters, a)
+		}
+	}
+	if err := job.Fence(ctx); err != nil {
+		return fail(fmt.Errorf("amigo: bootstrap fence: %w", err))
+	}
+	for _, a := range adapters {
+		if s, ok := a.(transport.Starter); ok {
+			if err := s.Start(ctx); err != nil {
+				return fail(fmt.Errorf("amigo: %s: start: %w", a.Name(), err))
+			}
+		}
+	}
+	route := make([]uint8, size)
+	var unreachable []int
+	for r := 0; r < size; r++ {
+		if r == rank {
+			continue
+		}
+		found := false
+		for i, a := range adapters[1:] {
+			if a.Reaches(r) {
+				route[r] = uint8(i + 1)
+				found = true
+				break
+			}
+		}
+		if !found {
+			unreachable = append(unreachable, r)
+		}
+	}
+	if len(unreachable) > 0 {
+		return fail(fmt.Errorf("amigo: rank %d: no adapter (transport %q) reaches ranks %v", rank, eff.Transport, unreachable))
+	}
+	c, err := newClient(rank, size, eff, regions, adapters, route)
+	if err != nil {
+		return fail(err)
+	}
+	return c, nil
+}
+
+// closeJob finalizes the job the client opened itself.
+func (c *Client) closeJob() error {
+	if c.job == nil {
+		return nil
+	}
+	err := c.job.Close()
+	if errors.Is(err, bootstrap.ErrClosed) {
+		return nil
+	}
+	return err
+}
