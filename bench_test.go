@@ -81,6 +81,32 @@ func BenchmarkPingPong(b *testing.B) {
 		b.StopTimer()
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/one-way")
 	})
+	// The floor of any cross-core exchange: two goroutines spinning on
+	// atomic words, one cache line each way.
+	b.Run("atomic/8B", func(b *testing.B) {
+		var ping, pong struct {
+			v atomic.Uint64
+			_ [56]byte
+		}
+		n := uint64(b.N)
+		go func() {
+			for i := uint64(1); i <= n; i++ {
+				for ping.v.Load() != i {
+				}
+				pong.v.Store(i)
+			}
+		}()
+		b.ReportAllocs()
+		b.SetBytes(8)
+		b.ResetTimer()
+		for i := uint64(1); i <= n; i++ {
+			ping.v.Store(i)
+			for pong.v.Load() != i {
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/one-way")
+	})
 	b.Run("chan/8B", func(b *testing.B) {
 		ping := make(chan [8]byte)
 		pong := make(chan [8]byte)

@@ -69,6 +69,20 @@ func newContext(cl *Client, index int) (*Context, error) {
 	c.ops.c = c
 	c.timer = time.NewTimer(time.Hour)
 	c.timer.Stop()
+	// A context sleeps on a doorbell every adapter can ring: one in shared
+	// memory if an adapter between processes provides it.
+	for _, a := range cl.adapters {
+		if dp, ok := a.(transport.DoorbellProvider); ok {
+			b, err := dp.Doorbell(index)
+			if err != nil {
+				return nil, fmt.Errorf("amigo: %s: doorbell of context %d: %w", a.Name(), index, err)
+			}
+			if b != nil {
+				c.bell = b
+				break
+			}
+		}
+	}
 	for _, a := range cl.adapters {
 		p, err := a.Open(index, c.bell)
 		if err != nil {

@@ -147,3 +147,11 @@ type Bootstrap interface {
 type Starter interface {
 	Start(ctx context.Context) error
 }
+
+// DoorbellProvider is implemented by adapters whose peers in other processes
+// must be able to wake a local context: the doorbell it returns for a
+// context lives in memory those peers share, and the context sleeps on it
+// whichever adapter delivers the work.
+type DoorbellProvider interface {
+	Doorbell(ctx int) (*Doorbell, error)
+}
