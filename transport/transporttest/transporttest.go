@@ -157,7 +157,9 @@ func open(t *testing.T, a transport.Adapter, ctx int) (transport.Port, *transpor
 	return p, bell
 }
 
-func addr(rank, ctx int) transport.Addr { return transport.Addr{Rank: int32(rank), Context: int32(ctx)} }
+func addr(rank, ctx int) transport.Addr {
+	return transport.Addr{Rank: int32(rank), Context: int32(ctx)}
+}
 
 func packet(src, seq, size int) []byte {
 	b := make([]byte, size)
