@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 
 	"github.com/amigo-hpc/amigo/bootstrap"
 	"github.com/amigo-hpc/amigo/transport"
@@ -14,15 +15,23 @@ import (
 // processAdapter is an adapter that reaches ranks in other processes.
 type processAdapter struct {
 	name string
+	// prefer orders adapters: a peer is reached by the reaching adapter
+	// with the smallest prefer (shared memory before TCP).
+	prefer int
 	// open makes the adapter of this rank and publishes what peers need to
 	// reach it with job.Put. It returns nil, nil when it does not apply
 	// here.
 	open func(ctx context.Context, job transport.Bootstrap, regions *transport.Regions, cfg *Config) (transport.Adapter, error)
 }
 
-// processAdapters lists the adapters between processes in order of
-// preference: a peer is reached by the first one that reaches it.
+// processAdapters lists the adapters between processes. Each adapter's
+// file registers itself with registerProcessAdapter.
 var processAdapters []processAdapter
+
+func registerProcessAdapter(pa processAdapter) {
+	processAdapters = append(processAdapters, pa)
+	sort.SliceStable(processAdapters, func(i, j int) bool { return processAdapters[i].prefer < processAdapters[j].prefer })
+}
 
 // Open joins the job this process was started in: under a launcher that
 // speaks PMI (mpiexec, srun, amirun) it learns its rank and its peers from
