@@ -53,6 +53,31 @@ type Config struct {
 	// "inline", in Advance on the initiator's goroutine, or "async", on an
 	// engine goroutine per context (AMIGO_LOOP_ENGINE, default "inline").
 	LoopEngine string
+	// Protocol selects how a Send above InlineMax travels: "stop" announces
+	// it and streams its data eagerly, and the receiver may answer STOP;
+	// "eager" is the same but a receiver that named a buffer never stops
+	// the stream; "rendezvous" announces it by RTS and the receiver GETs
+	// everything (AMIGO_PROTOCOL, default "stop").
+	Protocol string
+	// StopVariant is what a receiver's STOP asks: "keep" (keep the eager
+	// data, GET the rest from both ends), "discard" (drop it, GET it all) or
+	// "put" (name the receive buffer; the sender PUTs the rest)
+	// (AMIGO_STOP_VARIANT, default "keep").
+	StopVariant string
+	// StopAbove: a receiver that names a buffer for a message with more
+	// than this many bytes still to come stops the stream and fetches the
+	// rest by RDMA (AMIGO_STOP_ABOVE, default 65536).
+	StopAbove int
+	// UnexpectedBudget bounds the eager data a context holds for messages
+	// whose handler named no buffer yet, in bytes; beyond it the receiver
+	// stops streams (AMIGO_UNEXPECTED_BUDGET, default 16 MiB).
+	UnexpectedBudget int
+	// EagerPacket and EagerPacketMax are the sizes of the first and the
+	// largest eager packet of a stream, which grow by doubling
+	// (AMIGO_EAGER_PACKET, default 4096; AMIGO_EAGER_PACKET_MAX, default
+	// 16384, and at most a quarter of the descriptor buffer).
+	EagerPacket    int
+	EagerPacketMax int
 	// Transport forces the adapter used between processes: "auto" picks
 	// shared memory for ranks on the same host and TCP for the others;
 	// "shm" or "tcp" uses only that one (AMIGO_TRANSPORT, default "auto").
@@ -116,6 +141,20 @@ var settings = []setting{
 			return nil
 		},
 	},
+	intSetting("AMIGO_STOP_ABOVE", "bytes still to come above which a receiver stops an eager stream", func(c *Config) *int { return &c.StopAbove }),
+	intSetting("AMIGO_UNEXPECTED_BUDGET", "eager bytes held for messages with no buffer yet, per context", func(c *Config) *int { return &c.UnexpectedBudget }),
+	intSetting("AMIGO_EAGER_PACKET", "first eager packet of a stream, bytes", func(c *Config) *int { return &c.EagerPacket }),
+	intSetting("AMIGO_EAGER_PACKET_MAX", "largest eager packet, bytes", func(c *Config) *int { return &c.EagerPacketMax }),
+	{
+		name: "AMIGO_PROTOCOL", doc: "large sends: stop, eager or rendezvous",
+		get: func(c *Config) string { return c.Protocol },
+		set: func(c *Config, v string) error { c.Protocol = strings.TrimSpace(v); return nil },
+	},
+	{
+		name: "AMIGO_STOP_VARIANT", doc: "what STOP asks: keep, discard or put",
+		get: func(c *Config) string { return c.StopVariant },
+		set: func(c *Config, v string) error { c.StopVariant = strings.TrimSpace(v); return nil },
+	},
 	{
 		name: "AMIGO_TRANSPORT", doc: "adapter between processes: auto, shm or tcp",
 		get: func(c *Config) string { return c.Transport },
@@ -162,6 +201,16 @@ func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
 	if c.Transport == "" {
 		c.Transport = "auto"
 	}
+	if c.Protocol == "" {
+		c.Protocol = "stop"
+	}
+	if c.StopVariant == "" {
+		c.StopVariant = "keep"
+	}
+	def(&c.StopAbove, 64<<10)
+	def(&c.UnexpectedBudget, 16<<20)
+	def(&c.EagerPacket, 4096)
+	def(&c.EagerPacketMax, 16384)
 	return c, c.validate()
 }
 
@@ -189,6 +238,14 @@ func (c *Config) validate() error {
 		return fmt.Errorf("amigo: SleepMax %v: want at least 1µs", c.SleepMax)
 	case c.LoopEngine != "inline" && c.LoopEngine != "async":
 		return fmt.Errorf("amigo: LoopEngine %q: want inline or async", c.LoopEngine)
+	case c.Protocol != "stop" && c.Protocol != "eager" && c.Protocol != "rendezvous":
+		return fmt.Errorf("amigo: Protocol %q: want stop, eager or rendezvous", c.Protocol)
+	case c.StopVariant != "keep" && c.StopVariant != "discard" && c.StopVariant != "put":
+		return fmt.Errorf("amigo: StopVariant %q: want keep, discard or put", c.StopVariant)
+	case c.StopAbove < 0 || c.UnexpectedBudget < 0:
+		return fmt.Errorf("amigo: negative StopAbove or UnexpectedBudget")
+	case c.EagerPacket < 64 || c.EagerPacketMax < c.EagerPacket:
+		return fmt.Errorf("amigo: EagerPacket %d, EagerPacketMax %d: want 64 <= first <= largest", c.EagerPacket, c.EagerPacketMax)
 	case c.Transport != "auto" && c.Transport != "shm" && c.Transport != "tcp":
 		return fmt.Errorf("amigo: Transport %q: want auto, shm or tcp", c.Transport)
 	}

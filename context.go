@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/amigo-hpc/amigo/internal/wire"
 	"github.com/amigo-hpc/amigo/transport"
 )
 
@@ -41,6 +42,10 @@ type Context struct {
 
 	timer *time.Timer
 	stats Stats
+
+	unexpected  int      // bytes of unexpected eager data held
+	chunks      [][]byte // free chunks for unexpected data
+	stopVariant uint32
 }
 
 type laterDone struct {
@@ -66,6 +71,14 @@ func newContext(cl *Client, index int) (*Context, error) {
 	}
 	c.rcv.c = c
 	c.msg.c = c
+	switch cl.cfg.StopVariant {
+	case "discard":
+		c.stopVariant = wire.StopDiscard
+	case "put":
+		c.stopVariant = wire.StopPut
+	default:
+		c.stopVariant = wire.StopKeep
+	}
 	c.ops.c = c
 	c.timer = time.NewTimer(time.Hour)
 	c.timer.Stop()

@@ -55,6 +55,7 @@ type Message struct {
 	inline  bool
 	claimed bool
 	op, key uint64
+	stream  *op // the receiver's state of a SEND
 }
 
 // Size returns the length of the message's data.
@@ -82,6 +83,10 @@ func (m *Message) Receive(buf []byte, done func(error)) error {
 		c.doLater(done, nil)
 		return nil
 	}
+	if m.stream != nil {
+		c.nameBuffer(m.stream, buf, done)
+		return nil
+	}
 	o := c.ops.alloc(opRecvRV, c.peer(m.src))
 	o.srcOp, o.key, o.size, o.disp = m.op, transport.Key(m.key), m.size, m.Dispatch
 	c.startFetch(o, buf, done)
@@ -104,9 +109,12 @@ func (m *Message) Defer() (Deferred, error) {
 	}
 	m.claimed = true
 	c := m.c
+	c.stats.Deferred++
+	if m.stream != nil {
+		return Deferred{id: m.stream.id()}, nil
+	}
 	o := c.ops.alloc(opRecvRV, c.peer(m.src))
 	o.srcOp, o.key, o.size, o.disp = m.op, transport.Key(m.key), m.size, m.Dispatch
-	c.stats.Deferred++
 	return Deferred{id: o.id()}, nil
 }
 
@@ -150,7 +158,15 @@ func (c *Context) Reject(d Deferred) error {
 
 func (c *Context) deferredOp(id uint64) *op {
 	o := c.ops.lookup(id)
-	if o == nil || o.kind != opRecvRV || o.posted != 0 || o.done != nil || o.local != nil {
+	switch {
+	case o == nil:
+		return nil
+	case o.kind == opRecvStream:
+		if o.buf != nil {
+			return nil
+		}
+		return o
+	case o.kind != opRecvRV || o.posted != 0 || o.done != nil || o.local != nil:
 		return nil
 	}
 	return o
@@ -163,6 +179,8 @@ func (c *Context) accept(in *inst) {
 		c.callNow(in.done, ErrStale)
 	case uint64(len(in.data)) < o.size:
 		c.callNow(in.done, fmt.Errorf("amigo: receive buffer of %d bytes for a message of %d: %w", len(in.data), o.size, ErrTooSmall))
+	case o.kind == opRecvStream:
+		c.nameBuffer(o, in.data, in.done)
 	default:
 		c.startFetch(o, in.data, in.done)
 	}
@@ -176,6 +194,10 @@ func (c *Context) reject(in *inst) {
 	}
 	c.sendACK(o.peer.idx, o.srcOp, wire.StatusDeclined)
 	c.stats.Declined++
+	if o.kind == opRecvStream {
+		c.releaseStream(o)
+		return
+	}
 	c.ops.release(o)
 }
 
@@ -227,15 +249,23 @@ func (c *Context) receive(from transport.Addr, pkt []byte) {
 		return
 	}
 	switch pk.Kind {
-	case wire.KindAM, wire.KindRTS:
+	case wire.KindAM, wire.KindRTS, wire.KindSEND:
 		c.deliver(idx, &pk)
+	case wire.KindEAGER:
+		c.onEager(idx, &pk)
 	case wire.KindACK:
 		c.onACK(idx, &pk)
+	case wire.KindSTOP:
+		c.onSTOP(idx, &pk)
+	case wire.KindCTS:
+		c.onCTS(idx, &pk)
+	case wire.KindFIN:
+		c.onFIN(idx, &pk)
 	}
 }
 
 func (c *Context) deliver(src int32, pk *wire.Packet) {
-	rts := pk.Kind == wire.KindRTS
+	rts := pk.Kind == wire.KindRTS || pk.Kind == wire.KindSEND
 	ack := rts || pk.Flags&wire.FlagAck != 0
 	var h *handlerEntry
 	if pk.Dispatch < MaxDispatch {
@@ -257,6 +287,10 @@ func (c *Context) deliver(src int32, pk *wire.Packet) {
 	m.src = src
 	m.claimed = false
 	m.op = pk.Op
+	m.stream = nil
+	if pk.Kind == wire.KindSEND {
+		m.stream = c.announce(src, pk)
+	}
 	if rts {
 		m.Data = nil
 		m.inline = false
@@ -276,6 +310,9 @@ func (c *Context) deliver(src int32, pk *wire.Packet) {
 	case rts && !m.claimed:
 		c.stats.Declined++
 		c.sendACK(src, pk.Op, wire.StatusDeclined)
+		if m.stream != nil {
+			c.releaseStream(m.stream)
+		}
 	case !rts && ack:
 		c.sendACK(src, pk.Op, wire.StatusOK)
 	}

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/amigo-hpc/amigo/internal/wire"
 	"github.com/amigo-hpc/amigo/transport"
 )
 
@@ -19,7 +20,7 @@ const (
 	instAccept                     // name a buffer for a deferred message
 	instReject                     // decline a deferred message
 	instCall                       // run fn on the owner goroutine
-	instACK                        // internal: acknowledge op with status
+	instCtl                        // internal: a control packet (ACK, STOP, CTS, FIN)
 	instMore                       // internal: inject more pieces of op
 )
 
@@ -27,6 +28,7 @@ const (
 // Advance takes it out and injects it, or keeps it queued at its peer.
 type inst struct {
 	kind   instKind
+	ctl    wire.Kind
 	rdma   transport.RDMAKind
 	disp   uint16
 	hlen   uint16 // instImm: header bytes in imm

@@ -14,6 +14,8 @@ const (
 	opSendAck                   // sender of an AM that asked for an ACK
 	opRecvRV                    // receiver of an RTS: announced, or fetching the data
 	opRDMA                      // a Put or Get in pieces, or with remote completion
+	opSendStream                // sender of a SEND streamed as eager packets
+	opRecvStream                // receiver of a SEND
 )
 
 // op is the state of an operation that outlives one descriptor. Its id (a
@@ -44,9 +46,30 @@ type op struct {
 	inflight  int
 	remote    bool
 
-	region transport.Key // opSendRV: the registered send buffer
-	srcOp  uint64        // opRecvRV: the sender's op, for the ACK
-	disp   Dispatch      // opRecvRV
+	region transport.Key // opSendRV, opSendStream: the registered send buffer
+	srcOp  uint64        // opRecvRV, opRecvStream: the sender's op, for the ACK
+	disp   Dispatch      // opRecvRV, opRecvStream
+
+	parent *op // opRDMA: the stream this GET or PUT serves
+
+	// opSendStream
+	sent    uint64 // bytes streamed eagerly
+	pkt     uint64 // size of the next eager packet
+	putting bool   // PUTting the rest after a STOP that named a buffer
+
+	// opRecvStream
+	buf          []byte
+	tmp          [][]byte // unexpected eager data, in the budget
+	contig       uint64   // bytes [0, contig) arrived in order
+	bottom       uint64   // bytes from bottom up are fetched by GET
+	frozen       bool     // an eager packet was dropped: contig stays
+	stopped      bool     // STOP sent (receiver) or received (sender)
+	variant      uint32
+	ctsSeen      bool
+	finSeen      bool
+	putRequested bool
+	children     int           // GETs in flight
+	rkey         transport.Key // the receive buffer, registered for the sender's PUT
 }
 
 func (o *op) id() uint64 { return uint64(o.gen)<<32 | uint64(o.idx) }
@@ -159,8 +182,27 @@ func (c *Context) failOp(o *op, err error) {
 		callBoth(o.done, o.rdone, err)
 	case opSendAck:
 		callBoth(nil, o.rdone, err)
-	case opRecvRV, opRDMA:
+	case opRecvRV:
 		callBoth(o.done, o.rdone, err)
+	case opRDMA:
+		if p := o.parent; p != nil {
+			c.ops.release(o)
+			if p.live {
+				c.childDone(p, 0, err)
+			}
+			return
+		}
+		callBoth(o.done, o.rdone, err)
+	case opSendStream:
+		c.finishSend(o, err)
+		return
+	case opRecvStream:
+		done := o.done
+		c.releaseStream(o)
+		if done != nil {
+			done(err)
+		}
+		return
 	}
 	c.ops.release(o)
 }
@@ -178,6 +220,12 @@ func callBoth(done, rdone func(error), err error) {
 func (c *Context) finishRDMA(o *op) {
 	switch o.kind {
 	case opRDMA:
+		if p := o.parent; p != nil {
+			n, err := o.size, o.err
+			c.ops.release(o)
+			c.childDone(p, n, err)
+			return
+		}
 		callBoth(o.done, o.rdone, o.err)
 	case opRecvRV:
 		// The byte counter is at zero: acknowledge to the origin, then
@@ -198,13 +246,20 @@ func (c *Context) finishRDMA(o *op) {
 // onACK completes the sender's side of an AM or RTS.
 func (c *Context) onACK(from int32, pk *wire.Packet) {
 	o := c.ops.lookup(pk.Op)
-	if o == nil || o.peer.idx != from || (o.kind != opSendRV && o.kind != opSendAck) {
+	if o == nil || o.peer.idx != from || (o.kind != opSendRV && o.kind != opSendAck && o.kind != opSendStream) {
 		c.stats.StaleAcks++
 		c.asyncError(peerErr(c.endpointAt(from), errors.New("acknowledgement of an unknown operation")))
 		return
 	}
 	c.stats.AcksReceived++
 	err := statusErr(o.peer.ep, pk.Status)
+	if o.kind == opSendStream {
+		if o.putting {
+			return // the PUT's completion finishes the send
+		}
+		c.finishSend(o, err)
+		return
+	}
 	if o.kind == opSendRV {
 		_ = c.client.regions.Deregister(o.region)
 		callBoth(o.done, o.rdone, err)

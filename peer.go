@@ -26,6 +26,7 @@ type peer struct {
 	chunk int
 
 	q        instRing // instructions waiting for FIFO space, in order
+	streams  []*op    // messages this peer is streaming to us
 	ops      int      // live operations bound to this peer
 	isActive bool
 	failed   error
@@ -166,22 +167,21 @@ func (c *Context) inject(p *peer, in *inst) bool {
 		if len(in.hdr)+len(in.data) <= c.cfg.InlineMax {
 			return c.injectAM(p, in)
 		}
-		return c.injectRTS(p, in)
+		if c.cfg.Protocol == "rendezvous" {
+			return c.injectRTS(p, in)
+		}
+		return c.injectSend(p, in)
 	case instRDMA:
 		return c.injectRDMA(p, in)
-	case instACK:
-		b := p.reserve(wire.ACKSize)
-		if b == nil {
-			return false
-		}
-		wire.PutACK(b, in.op, in.status)
-		p.commit(nil)
-		c.stats.AcksSent++
-		return true
+	case instCtl:
+		return c.injectCtl(p, in)
 	case instMore:
 		o := c.ops.lookup(in.op)
 		if o == nil {
 			return true
+		}
+		if o.kind == opSendStream {
+			return c.pumpEager(o)
 		}
 		return c.pump(o)
 	}
@@ -341,15 +341,7 @@ func (c *Context) pump(o *op) bool {
 
 // sendACK answers op of the peer at idx with status.
 func (c *Context) sendACK(idx int32, op uint64, status uint32) {
-	p := c.peer(idx)
-	if p.failed != nil {
-		return
-	}
-	in := inst{kind: instACK, dest: idx, op: op, status: status}
-	if p.q.len() > 0 || !c.inject(p, &in) {
-		p.q.push(&in)
-		c.activate(p)
-	}
+	c.sendCtl(idx, wire.KindACK, op, status, 0, 0)
 }
 
 // failInst completes an instruction that will never be injected.
@@ -365,7 +357,9 @@ func (c *Context) failInst(in *inst, err error) {
 	case instImm:
 		c.asyncError(err)
 	case instMore:
-		if o := c.ops.lookup(in.op); o != nil {
+		if o := c.ops.lookup(in.op); o != nil && o.kind == opSendStream {
+			c.failOp(o, err)
+		} else if o != nil {
 			if o.err == nil {
 				o.err = err
 			}

@@ -20,4 +20,15 @@ type Stats struct {
 	StaleAcks          uint64 // acknowledgements of no live operation
 	Errors             uint64 // errors reported to Config.OnError
 	Sleeps             uint64 // times a waiting goroutine slept
+
+	// Eager SEND with receiver-driven STOP.
+	SentEager         uint64 // sends announced by SEND and streamed
+	ReceivedEager     uint64 // streamed messages received completely
+	EagerBytesSent    uint64 // bytes streamed in eager packets
+	EagerBytesKept    uint64 // eager bytes the receiver kept
+	EagerBytesDropped uint64 // eager bytes the receiver dropped (discarded, over budget, after STOP)
+	Stops             uint64 // STOP packets sent
+	FetchedBytes      uint64 // bytes the receiver fetched by GET
+	PutBytes          uint64 // bytes the sender PUT after a STOP that named a buffer
+	UnexpectedPeak    int    // most bytes held for messages with no buffer yet
 }

@@ -13,12 +13,21 @@
 // then the fields of its kind, then hlen bytes of application header, then,
 // for an AM, the inline data up to the end of the packet:
 //
-//	AM   [FlagAck: op uint64]                      header data...
-//	RTS  op uint64, size uint64, key uint64        header
-//	ACK  op uint64, status uint32, reserved uint32
+//	AM    [FlagAck: op uint64]                      header data...
+//	RTS   op uint64, size uint64, key uint64        header
+//	ACK   op uint64, status uint32, reserved uint32
+//	SEND  op uint64, size uint64, key uint64        header
+//	EAGER op uint64, offset uint64                  data...
+//	STOP  op uint64, variant uint32, reserved uint32, key uint64, from uint64
+//	CTS   op uint64, sent uint64
+//	FIN   op uint64, status uint32, reserved uint32
 //
-// op names an operation of the sender of the AM or RTS, which it gets back in
-// the ACK; key is the region key of the send buffer the receiver may GET from.
+// op names an operation of the sender of the AM, RTS or SEND, which every
+// packet about that message carries in both directions; key is the region key
+// of the send buffer the receiver may GET from, or (STOP) of the receive
+// buffer the sender may PUT into. A SEND announces a message whose data
+// follows as EAGER packets; the receiver may answer STOP, the sender then CTS
+// (how many bytes it sent eagerly) or, having PUT the rest, FIN.
 //
 // Encoders write into a buffer the caller sized with the matching Size
 // function; Parse validates everything and never reads outside its input.
@@ -35,11 +44,16 @@ type Kind uint8
 
 // Packet kinds.
 const (
-	KindAM  Kind = 1 // active message with inline data
-	KindRTS Kind = 2 // request to send: the receiver GETs the data
-	KindACK Kind = 3 // completion of an AM or RTS at the receiver
+	KindAM    Kind = 1 // active message with inline data
+	KindRTS   Kind = 2 // request to send: the receiver GETs the data
+	KindACK   Kind = 3 // completion of an AM, RTS or SEND at the receiver
+	KindSEND  Kind = 4 // announcement of a message streamed as EAGER packets
+	KindEAGER Kind = 5 // a piece of a SEND's data
+	KindSTOP  Kind = 6 // the receiver orders the sender to stop streaming
+	KindCTS   Kind = 7 // the sender's answer to STOP: bytes it streamed
+	KindFIN   Kind = 8 // the sender PUT the rest of the data
 
-	kindMax = KindACK
+	kindMax = KindFIN
 )
 
 func (k Kind) String() string {
@@ -50,6 +64,16 @@ func (k Kind) String() string {
 		return "RTS"
 	case KindACK:
 		return "ACK"
+	case KindSEND:
+		return "SEND"
+	case KindEAGER:
+		return "EAGER"
+	case KindSTOP:
+		return "STOP"
+	case KindCTS:
+		return "CTS"
+	case KindFIN:
+		return "FIN"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -70,7 +94,24 @@ const (
 	StatusTooSmall   uint32 = 3 // the named receive buffer was smaller than the data
 	StatusRemoteIO   uint32 = 4 // the receiver's GET of the send buffer failed
 	StatusClosed     uint32 = 5 // the receiving context closed before completion
-	statusMax               = StatusClosed
+	StatusRemoteIO2  uint32 = 6 // the sender's PUT into the receive buffer failed
+	statusMax               = StatusRemoteIO2
+)
+
+// STOP variants.
+const (
+	// StopDiscard: the receiver drops the eager data and GETs everything.
+	StopDiscard uint32 = 1
+	// StopKeep: the receiver keeps the eager data, GETs from the bottom at
+	// once, and the rest once the sender's CTS says what it streamed.
+	StopKeep uint32 = 2
+	// StopPut: the STOP carries the receive buffer's key (or a later STOP
+	// does); the sender PUTs what it did not stream, then sends FIN.
+	StopPut uint32 = 3
+
+	// FromSent in a STOP's from field asks the sender to PUT from the end
+	// of what it streamed.
+	FromSent = ^uint64(0)
 )
 
 // BaseSize is the size of the base header.
@@ -87,7 +128,8 @@ type Packet struct {
 	Op       uint64 // AM with FlagAck, RTS, ACK
 	Size     uint64 // RTS: bytes of data to GET
 	Key      uint64 // RTS: region key of the send buffer
-	Status   uint32 // ACK
+	Status   uint32 // ACK, FIN; STOP: the variant
+	Off      uint64 // EAGER: offset; CTS: bytes sent; STOP: from
 	Header   []byte
 	Data     []byte // AM: inline data
 }
@@ -106,6 +148,19 @@ func RTSSize(hlen int) int { return BaseSize + 24 + hlen }
 
 // ACKSize is the size of an ACK packet.
 const ACKSize = BaseSize + 16
+
+// Sizes of the STOP protocol's control packets.
+const (
+	STOPSize = BaseSize + 32
+	CTSSize  = BaseSize + 16
+	FINSize  = BaseSize + 16
+)
+
+// EagerSize returns the size of an EAGER packet carrying n bytes.
+func EagerSize(n int) int { return BaseSize + 16 + n }
+
+// SENDSize returns the size of a SEND packet.
+func SENDSize(hlen int) int { return BaseSize + 24 + hlen }
 
 func putBase(b []byte, k Kind, flags uint8, dispatch uint16, hlen int) {
 	b[0] = byte(k)
@@ -147,6 +202,44 @@ func PutACK(b []byte, op uint64, status uint32) {
 	binary.LittleEndian.PutUint32(b[20:], 0)
 }
 
+// PutSEND encodes a SEND into b, which must be SENDSize(len(header)) bytes.
+func PutSEND(b []byte, dispatch uint16, header []byte, op, size, key uint64) {
+	PutRTS(b, dispatch, header, op, size, key)
+	b[0] = byte(KindSEND)
+}
+
+// PutEager encodes the header of an EAGER packet into b and returns the area
+// for its data, which the caller fills.
+func PutEager(b []byte, op, off uint64) []byte {
+	putBase(b, KindEAGER, 0, 0, 0)
+	binary.LittleEndian.PutUint64(b[8:], op)
+	binary.LittleEndian.PutUint64(b[16:], off)
+	return b[24:]
+}
+
+// PutSTOP encodes a STOP into b, which must be STOPSize bytes.
+func PutSTOP(b []byte, op uint64, variant uint32, key, from uint64) {
+	putBase(b, KindSTOP, 0, 0, 0)
+	binary.LittleEndian.PutUint64(b[8:], op)
+	binary.LittleEndian.PutUint32(b[16:], variant)
+	binary.LittleEndian.PutUint32(b[20:], 0)
+	binary.LittleEndian.PutUint64(b[24:], key)
+	binary.LittleEndian.PutUint64(b[32:], from)
+}
+
+// PutCTS encodes a CTS into b, which must be CTSSize bytes.
+func PutCTS(b []byte, op, sent uint64) {
+	putBase(b, KindCTS, 0, 0, 0)
+	binary.LittleEndian.PutUint64(b[8:], op)
+	binary.LittleEndian.PutUint64(b[16:], sent)
+}
+
+// PutFIN encodes a FIN into b, which must be FINSize bytes.
+func PutFIN(b []byte, op uint64, status uint32) {
+	PutACK(b, op, status)
+	b[0] = byte(KindFIN)
+}
+
 // Parse decodes a packet. It returns ErrMalformed for anything a correct
 // sender cannot have produced.
 func Parse(b []byte) (Packet, error) {
@@ -176,7 +269,7 @@ func Parse(b []byte) (Packet, error) {
 		}
 		p.Header = b[n : n+hlen : n+hlen]
 		p.Data = b[n+hlen:]
-	case KindRTS:
+	case KindRTS, KindSEND:
 		if p.Flags != 0 || len(b) != n+24+hlen {
 			return p, ErrMalformed
 		}
@@ -184,14 +277,42 @@ func Parse(b []byte) (Packet, error) {
 		p.Size = binary.LittleEndian.Uint64(b[n+8:])
 		p.Key = binary.LittleEndian.Uint64(b[n+16:])
 		p.Header = b[n+24:]
-	case KindACK:
-		if p.Flags != 0 || hlen != 0 || p.Dispatch != 0 || len(b) != ACKSize {
+	default:
+		// Control packets carry no dispatch id, flags or header.
+		if p.Flags != 0 || hlen != 0 || p.Dispatch != 0 || len(b) < n+8 {
 			return p, ErrMalformed
 		}
 		p.Op = binary.LittleEndian.Uint64(b[n:])
-		p.Status = binary.LittleEndian.Uint32(b[n+8:])
-		if p.Status > statusMax || binary.LittleEndian.Uint32(b[n+12:]) != 0 {
-			return p, ErrMalformed
+		switch p.Kind {
+		case KindACK, KindFIN:
+			if len(b) != ACKSize {
+				return p, ErrMalformed
+			}
+			p.Status = binary.LittleEndian.Uint32(b[n+8:])
+			if p.Status > statusMax || binary.LittleEndian.Uint32(b[n+12:]) != 0 {
+				return p, ErrMalformed
+			}
+		case KindEAGER:
+			if len(b) < n+16 {
+				return p, ErrMalformed
+			}
+			p.Off = binary.LittleEndian.Uint64(b[n+8:])
+			p.Data = b[n+16:]
+		case KindSTOP:
+			if len(b) != STOPSize {
+				return p, ErrMalformed
+			}
+			p.Status = binary.LittleEndian.Uint32(b[n+8:])
+			if p.Status < StopDiscard || p.Status > StopPut || binary.LittleEndian.Uint32(b[n+12:]) != 0 {
+				return p, ErrMalformed
+			}
+			p.Key = binary.LittleEndian.Uint64(b[n+16:])
+			p.Off = binary.LittleEndian.Uint64(b[n+24:])
+		case KindCTS:
+			if len(b) != CTSSize {
+				return p, ErrMalformed
+			}
+			p.Off = binary.LittleEndian.Uint64(b[n+8:])
 		}
 	}
 	return p, nil

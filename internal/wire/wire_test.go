@@ -34,6 +34,31 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil || p.Kind != KindACK || p.Op != 5 || p.Status != StatusDeclined {
 		t.Fatalf("ACK: %+v %v", p, err)
 	}
+	b = make([]byte, SENDSize(len(hdr)))
+	PutSEND(b, 4, hdr, 8, 1<<30, 99)
+	if p, err = Parse(b); err != nil || p.Kind != KindSEND || p.Size != 1<<30 || p.Key != 99 || p.Op != 8 || !bytes.Equal(p.Header, hdr) {
+		t.Fatalf("SEND: %+v %v", p, err)
+	}
+	b = make([]byte, EagerSize(len(data)))
+	copy(PutEager(b, 8, 4096), data)
+	if p, err = Parse(b); err != nil || p.Kind != KindEAGER || p.Op != 8 || p.Off != 4096 || !bytes.Equal(p.Data, data) {
+		t.Fatalf("EAGER: %+v %v", p, err)
+	}
+	b = make([]byte, STOPSize)
+	PutSTOP(b, 8, StopPut, 1234, FromSent)
+	if p, err = Parse(b); err != nil || p.Kind != KindSTOP || p.Op != 8 || p.Status != StopPut || p.Key != 1234 || p.Off != FromSent {
+		t.Fatalf("STOP: %+v %v", p, err)
+	}
+	b = make([]byte, CTSSize)
+	PutCTS(b, 8, 777)
+	if p, err = Parse(b); err != nil || p.Kind != KindCTS || p.Off != 777 {
+		t.Fatalf("CTS: %+v %v", p, err)
+	}
+	b = make([]byte, FINSize)
+	PutFIN(b, 8, StatusRemoteIO2)
+	if p, err = Parse(b); err != nil || p.Kind != KindFIN || p.Status != StatusRemoteIO2 {
+		t.Fatalf("FIN: %+v %v", p, err)
+	}
 	// Empty AM.
 	b = make([]byte, AMSize(0, 0, false))
 	PutAM(b, 0, nil, nil, false, 0)
@@ -74,6 +99,15 @@ func FuzzParse(f *testing.F) {
 	b = make([]byte, ACKSize)
 	PutACK(b, 9, StatusTooSmall)
 	f.Add(b)
+	b = make([]byte, EagerSize(5))
+	copy(PutEager(b, 3, 4096), "hello")
+	f.Add(b)
+	b = make([]byte, STOPSize)
+	PutSTOP(b, 3, StopPut, 77, FromSent)
+	f.Add(b)
+	b = make([]byte, CTSSize)
+	PutCTS(b, 3, 12345)
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := Parse(b)
 		if err != nil {
@@ -88,9 +122,24 @@ func FuzzParse(f *testing.F) {
 		case KindRTS:
 			out = make([]byte, RTSSize(len(p.Header)))
 			PutRTS(out, p.Dispatch, p.Header, p.Op, p.Size, p.Key)
+		case KindSEND:
+			out = make([]byte, SENDSize(len(p.Header)))
+			PutSEND(out, p.Dispatch, p.Header, p.Op, p.Size, p.Key)
 		case KindACK:
 			out = make([]byte, ACKSize)
 			PutACK(out, p.Op, p.Status)
+		case KindFIN:
+			out = make([]byte, FINSize)
+			PutFIN(out, p.Op, p.Status)
+		case KindEAGER:
+			out = make([]byte, EagerSize(len(p.Data)))
+			copy(PutEager(out, p.Op, p.Off), p.Data)
+		case KindSTOP:
+			out = make([]byte, STOPSize)
+			PutSTOP(out, p.Op, p.Status, p.Key, p.Off)
+		case KindCTS:
+			out = make([]byte, CTSSize)
+			PutCTS(out, p.Op, p.Off)
 		default:
 			t.Fatalf("accepted kind %v", p.Kind)
 		}

@@ -1,0 +1,547 @@
+package amigo
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/amigo-hpc/amigo/internal/wire"
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// Eager SEND with receiver-driven STOP.
+//
+// A Send too large to travel inline is announced by a SEND packet (message
+// id, total size, key of the registered send buffer) and its data streamed
+// at once as EAGER packets of increasing size, from the top (offset 0) of the
+// send buffer down. The sender keeps no eager limit and no credits; a full
+// injection FIFO only pauses the stream until there is room.
+//
+// The receiver decides from data-flow conditions. If its handler named a
+// buffer and the data still to come is small (Config.StopAbove), the eager
+// packets land in it and the receiver acknowledges once the byte counter
+// reaches zero. If no buffer is named yet (the handler deferred the message),
+// eager packets are kept in the context's unexpected-data budget
+// (Config.UnexpectedBudget) as long as it has room. Otherwise, or when a
+// buffer is named for a large remainder, the receiver answers STOP, in one of
+// three variants (Config.StopVariant):
+//
+//   - discard: the receiver drops the eager data and, once it has a buffer,
+//     GETs the whole send buffer; ACK.
+//   - keep: the receiver keeps the eager data (from the top) and at once GETs
+//     from the bottom; the sender answers STOP with a CTS giving the bytes it
+//     streamed; the receiver GETs the untransferred middle; ACK.
+//   - put: the STOP carries the key of the registered receive buffer (a
+//     second STOP does, if the first went out before there was a buffer); the
+//     sender PUTs what it did not stream and sends FIN.
+//
+// Every packet about the message carries the sender's message id; the
+// receiver finds its own state by (peer, id). EAGER, CTS and FIN travel on the
+// same FIFO as the SEND, so they arrive in order: when a CTS or FIN arrives,
+// every eager packet sent before it has arrived. An eager packet that finds the
+// receiver unable to keep it in order (it dropped one before) is dropped; the
+// receiver's contiguous count then says where RDMA must start.
+
+// unexpectedChunk is the unit in which unexpected eager data is held.
+const unexpectedChunk = 64 << 10
+
+// injectSend announces a large send and starts streaming it.
+func (c *Context) injectSend(p *peer, in *inst) bool {
+	key, err := c.client.regions.Register(in.data)
+	if err != nil {
+		c.failInst(in, err)
+		return true
+	}
+	b := p.reserve(wire.SENDSize(len(in.hdr)))
+	if b == nil {
+		_ = c.client.regions.Deregister(key)
+		return false
+	}
+	o := c.ops.alloc(opSendStream, p)
+	o.done, o.rdone = in.done, in.rdone
+	o.region = key
+	o.local = in.data
+	o.size = uint64(len(in.data))
+	o.pkt = uint64(min(c.cfg.EagerPacket, c.eagerMax(p)))
+	wire.PutSEND(b, in.disp, in.hdr, o.id(), o.size, uint64(key))
+	p.commit(nil)
+	c.stats.SentEager++
+	if !c.pumpEager(o) {
+		c.queueMore(p, o)
+	}
+	return true
+}
+
+// pumpEager streams o's data as eager packets while the FIFO has room, and
+// reports whether the stream is over (all sent, or stopped).
+func (c *Context) pumpEager(o *op) bool {
+	p := o.peer
+	max := uint64(c.eagerMax(p))
+	for !o.stopped && o.sent < o.size {
+		n := o.size - o.sent
+		if n > o.pkt {
+			n = o.pkt
+		}
+		b := p.reserve(wire.EagerSize(int(n)))
+		if b == nil {
+			return false
+		}
+		copy(wire.PutEager(b, o.id(), o.sent), o.local[o.sent:o.sent+n])
+		p.commit(nil)
+		o.sent += n
+		c.stats.EagerBytesSent += n
+		if o.pkt < max {
+			o.pkt = min(2*o.pkt, max)
+		}
+	}
+	return true
+}
+
+// eagerMax is the largest eager packet payload for p's FIFO.
+func (c *Context) eagerMax(p *peer) int {
+	m := c.cfg.EagerPacketMax
+	if lim := p.ring.Slots() * 64 / 4; m > lim {
+		m = lim
+	}
+	return max(m-wire.EagerSize(0), 64)
+}
+
+// sendCtl sends a control packet of the STOP protocol to the peer at idx,
+// queueing it behind the peer's instructions if need be.
+func (c *Context) sendCtl(idx int32, k wire.Kind, op uint64, status uint32, key, off uint64) {
+	p := c.peer(idx)
+	if p.failed != nil {
+		return
+	}
+	in := inst{kind: instCtl, ctl: k, dest: idx, op: op, status: status, key: Key(key), off: off}
+	if p.q.len() > 0 || !c.inject(p, &in) {
+		p.q.push(&in)
+		c.activate(p)
+	}
+}
+
+func (c *Context) injectCtl(p *peer, in *inst) bool {
+	var size int
+	switch in.ctl {
+	case wire.KindSTOP:
+		size = wire.STOPSize
+	case wire.KindCTS:
+		size = wire.CTSSize
+	case wire.KindFIN:
+		size = wire.FINSize
+	default:
+		size = wire.ACKSize
+	}
+	b := p.reserve(size)
+	if b == nil {
+		return false
+	}
+	switch in.ctl {
+	case wire.KindSTOP:
+		wire.PutSTOP(b, in.op, in.status, uint64(in.key), in.off)
+		c.stats.Stops++
+	case wire.KindCTS:
+		wire.PutCTS(b, in.op, in.off)
+	case wire.KindFIN:
+		wire.PutFIN(b, in.op, in.status)
+	default:
+		wire.PutACK(b, in.op, in.status)
+		c.stats.AcksSent++
+	}
+	p.commit(nil)
+	return true
+}
+
+// findStream returns the receiver's state of the message the peer at idx
+// sends as op, or nil.
+func (c *Context) findStream(idx int32, op uint64) *op {
+	p := c.peers[idx]
+	if p == nil {
+		return nil
+	}
+	for _, o := range p.streams {
+		if o.srcOp == op {
+			return o
+		}
+	}
+	return nil
+}
+
+// announce creates the receiver's state of a SEND before its handler runs.
+func (c *Context) announce(src int32, pk *wire.Packet) *op {
+	p := c.peer(src)
+	o := c.ops.alloc(opRecvStream, p)
+	o.srcOp, o.key, o.size = pk.Op, transport.Key(pk.Key), pk.Size
+	o.remaining = o.size
+	o.bottom = o.size
+	o.disp = Dispatch(pk.Dispatch)
+	p.streams = append(p.streams, o)
+	return o
+}
+
+// onEager lands one eager packet.
+func (c *Context) onEager(src int32, pk *wire.Packet) {
+	o := c.findStream(src, pk.Op)
+	n := uint64(len(pk.Data))
+	if o == nil || o.frozen || pk.Off != o.contig || o.stopped && o.variant == wire.StopDiscard {
+		c.stats.EagerBytesDropped += n
+		if o != nil && pk.Off != o.contig {
+			o.frozen = true
+		}
+		return
+	}
+	// Bytes at and below the bottom are being fetched by GET; keep only
+	// what lies above it.
+	keep := n
+	if o.contig >= o.bottom {
+		keep = 0
+	} else if o.contig+keep > o.bottom {
+		keep = o.bottom - o.contig
+	}
+	if o.buf != nil {
+		copy(o.buf[o.contig:], pk.Data[:keep])
+	} else if !c.holdUnexpected(o, pk.Data[:keep]) {
+		// No room in the budget: drop it, and stop the stream.
+		c.stats.EagerBytesDropped += n
+		o.frozen = true
+		if !o.stopped {
+			c.stop(o)
+		}
+		return
+	}
+	o.contig += n
+	o.remaining -= keep
+	c.stats.EagerBytesKept += keep
+	c.maybeCompleteStream(o)
+}
+
+// holdUnexpected appends data to o's unexpected store, within the budget.
+func (c *Context) holdUnexpected(o *op, data []byte) bool {
+	end := o.contig + uint64(len(data))
+	need := int((end + unexpectedChunk - 1) / unexpectedChunk)
+	if more := need - len(o.tmp); more > 0 {
+		if c.unexpected+more*unexpectedChunk > c.cfg.UnexpectedBudget {
+			return false
+		}
+		for i := 0; i < more; i++ {
+			var ch []byte
+			if n := len(c.chunks); n > 0 {
+				ch = c.chunks[n-1]
+				c.chunks = c.chunks[:n-1]
+			} else {
+				ch = make([]byte, unexpectedChunk)
+			}
+			o.tmp = append(o.tmp, ch)
+		}
+		c.unexpected += more * unexpectedChunk
+		if c.unexpected > c.stats.UnexpectedPeak {
+			c.stats.UnexpectedPeak = c.unexpected
+		}
+	}
+	for off := o.contig; len(data) > 0; {
+		ch := o.tmp[off/unexpectedChunk][off%unexpectedChunk:]
+		k := copy(ch, data)
+		data = data[k:]
+		off += uint64(k)
+	}
+	return true
+}
+
+// releaseUnexpected gives o's unexpected store back to the budget, copying
+// it into o.buf first when there is one.
+func (c *Context) releaseUnexpected(o *op) {
+	if len(o.tmp) == 0 {
+		return
+	}
+	if o.buf != nil {
+		held := min(o.contig, o.bottom)
+		for i, ch := range o.tmp {
+			start := uint64(i) * unexpectedChunk
+			if start >= held {
+				break
+			}
+			copy(o.buf[start:held], ch)
+		}
+	}
+	for i, ch := range o.tmp {
+		c.chunks = append(c.chunks, ch)
+		o.tmp[i] = nil
+	}
+	c.unexpected -= len(o.tmp) * unexpectedChunk
+	o.tmp = o.tmp[:0]
+}
+
+// stop sends STOP for o in the configured variant, and starts what the
+// variant does on the receiver's side if it has a buffer.
+func (c *Context) stop(o *op) {
+	o.stopped = true
+	o.variant = c.stopVariant
+	switch o.variant {
+	case wire.StopDiscard:
+		o.frozen = true
+		c.stats.EagerBytesDropped += min(o.contig, o.bottom)
+		c.sendCtl(o.peer.idx, wire.KindSTOP, o.srcOp, wire.StopDiscard, 0, 0)
+		o.contig = 0
+		o.remaining = o.size
+		c.releaseUnexpected(o) // with no buffer: dropped
+		if o.buf != nil {
+			c.fetch(o, 0, o.size)
+		}
+	case wire.StopKeep:
+		c.sendCtl(o.peer.idx, wire.KindSTOP, o.srcOp, wire.StopKeep, 0, 0)
+		if o.buf != nil {
+			c.fetchBottom(o)
+		}
+	case wire.StopPut:
+		if o.buf != nil {
+			c.requestPut(o)
+		} else {
+			// No buffer to name yet: stop the stream now, name the buffer
+			// in a second STOP once there is one.
+			c.sendCtl(o.peer.idx, wire.KindSTOP, o.srcOp, wire.StopPut, 0, 0)
+		}
+	}
+}
+
+// fetchBottom GETs the bottom half of what may still come, at once, while
+// eager packets keep landing from the top.
+func (c *Context) fetchBottom(o *op) {
+	if o.ctsSeen {
+		c.fetchMiddle(o)
+		return
+	}
+	top := min(o.contig, o.bottom)
+	mid := top + (o.bottom-top)/2
+	mid &^= 4095
+	if mid < top {
+		mid = top
+	}
+	if mid < o.bottom {
+		c.fetch(o, mid, o.bottom)
+		o.bottom = mid
+	}
+}
+
+// fetchMiddle GETs what neither the eager packets nor the bottom GETs
+// brought, once the CTS said the stream is over.
+func (c *Context) fetchMiddle(o *op) {
+	top := min(o.contig, o.bottom)
+	if top < o.bottom {
+		c.fetch(o, top, o.bottom)
+		o.bottom = top
+	}
+}
+
+// requestPut registers o's buffer and sends the STOP that names it.
+func (c *Context) requestPut(o *op) {
+	key, err := c.client.regions.Register(o.buf)
+	if err != nil {
+		// Fall back to fetching the rest.
+		o.variant = wire.StopKeep
+		c.sendCtl(o.peer.idx, wire.KindSTOP, o.srcOp, wire.StopKeep, 0, 0)
+		c.fetchBottom(o)
+		return
+	}
+	o.rkey = key
+	from := wire.FromSent
+	if o.frozen {
+		from = o.contig
+	}
+	o.putRequested = true
+	c.sendCtl(o.peer.idx, wire.KindSTOP, o.srcOp, wire.StopPut, uint64(key), from)
+}
+
+// fetch GETs [from, to) of the send buffer into o.buf as a child operation.
+func (c *Context) fetch(o *op, from, to uint64) {
+	if from >= to {
+		return
+	}
+	ch := c.ops.alloc(opRDMA, o.peer)
+	ch.parent = o
+	ch.rk = transport.Get
+	ch.local = o.buf[from:to:to]
+	ch.key = o.key
+	ch.off = from
+	ch.size = to - from
+	ch.remaining = ch.size
+	o.children++
+	c.stats.FetchedBytes += ch.size
+	p := o.peer
+	if p.failed != nil {
+		ch.err = p.failed
+		c.finishRDMA(ch)
+		return
+	}
+	if p.q.len() > 0 || !c.pump(ch) {
+		c.queueMore(p, ch)
+	}
+}
+
+// childDone accounts a finished child GET or PUT of parent.
+func (c *Context) childDone(parent *op, n uint64, err error) {
+	if err != nil && parent.err == nil {
+		parent.err = err
+	}
+	switch parent.kind {
+	case opRecvStream:
+		parent.children--
+		if err == nil {
+			parent.remaining -= n
+		} else {
+			parent.remaining = 0
+		}
+		c.maybeCompleteStream(parent)
+	case opSendStream:
+		// The PUT of what the stream did not carry has landed.
+		status := wire.StatusOK
+		if err != nil {
+			status = wire.StatusRemoteIO2
+		}
+		c.sendCtl(parent.peer.idx, wire.KindFIN, parent.id(), status, 0, 0)
+		c.finishSend(parent, asPeerErr(parent.peer.ep, err))
+	}
+}
+
+// maybeCompleteStream completes the receive of o once its byte counter is
+// at zero and nothing is in flight.
+func (c *Context) maybeCompleteStream(o *op) {
+	if o.buf == nil || o.children > 0 || o.remaining > 0 && o.err == nil {
+		return
+	}
+	if o.err == nil && o.variant != wire.StopPut {
+		c.sendCtl(o.peer.idx, wire.KindACK, o.srcOp, wire.StatusOK, 0, 0)
+	} else if o.err != nil && !o.finSeen {
+		c.sendCtl(o.peer.idx, wire.KindACK, o.srcOp, wire.StatusRemoteIO, 0, 0)
+	}
+	if o.err == nil {
+		c.stats.ReceivedEager++
+	}
+	done, err := o.done, asPeerErr(o.peer.ep, o.err)
+	c.releaseStream(o)
+	if done != nil {
+		done(err)
+	}
+}
+
+// releaseStream frees the receiver's state of a message.
+func (c *Context) releaseStream(o *op) {
+	c.releaseUnexpected(o)
+	if o.rkey != 0 {
+		_ = c.client.regions.Deregister(o.rkey)
+	}
+	p := o.peer
+	for i, s := range p.streams {
+		if s == o {
+			last := len(p.streams) - 1
+			p.streams[i] = p.streams[last]
+			p.streams[last] = nil
+			p.streams = p.streams[:last]
+			break
+		}
+	}
+	c.ops.release(o)
+}
+
+// nameBuffer gives a stream its receive buffer (from the handler or Accept)
+// and decides, from what is still to come, whether to stop the stream.
+func (c *Context) nameBuffer(o *op, buf []byte, done func(error)) {
+	o.buf = buf[:o.size:o.size]
+	o.done = done
+	c.releaseUnexpected(o)
+	switch {
+	case o.stopped && o.variant == wire.StopDiscard:
+		c.fetch(o, 0, o.size)
+	case o.stopped && o.variant == wire.StopKeep:
+		c.fetchBottom(o)
+	case o.stopped && o.variant == wire.StopPut:
+		if !o.putRequested {
+			c.requestPut(o)
+		}
+	case o.frozen:
+		// Eager data was dropped: the stream cannot complete by itself.
+		c.stop(o)
+	case c.cfg.Protocol == "stop" && o.size-min(o.contig, o.size) > uint64(c.cfg.StopAbove):
+		c.stop(o)
+	}
+	c.maybeCompleteStream(o)
+}
+
+// onSTOP is the sender's side of a STOP.
+func (c *Context) onSTOP(src int32, pk *wire.Packet) {
+	o := c.ops.lookup(pk.Op)
+	if o == nil || o.kind != opSendStream || o.peer.idx != src {
+		c.stats.StaleAcks++
+		return
+	}
+	o.stopped = true
+	switch pk.Status {
+	case wire.StopKeep:
+		c.sendCtl(src, wire.KindCTS, o.id(), 0, 0, o.sent)
+	case wire.StopPut:
+		if pk.Key == 0 || o.putting {
+			return // paused until the receiver names its buffer
+		}
+		from := pk.Off
+		if from == wire.FromSent {
+			from = o.sent
+		}
+		if from > o.size {
+			c.sendCtl(src, wire.KindFIN, o.id(), wire.StatusRemoteIO2, 0, 0)
+			c.finishSend(o, peerErr(o.peer.ep, fmt.Errorf("STOP asks for data from byte %d of %d", from, o.size)))
+			return
+		}
+		o.putting = true
+		if from == o.size {
+			c.sendCtl(src, wire.KindFIN, o.id(), wire.StatusOK, 0, 0)
+			c.finishSend(o, nil)
+			return
+		}
+		ch := c.ops.alloc(opRDMA, o.peer)
+		ch.parent = o
+		ch.rk = transport.Put
+		ch.local = o.local[from:o.size:o.size]
+		ch.key = transport.Key(pk.Key)
+		ch.off = from
+		ch.size = o.size - from
+		ch.remaining = ch.size
+		ch.remote = true
+		c.stats.PutBytes += ch.size
+		p := o.peer
+		if p.q.len() > 0 || !c.pump(ch) {
+			c.queueMore(p, ch)
+		}
+	}
+}
+
+// onCTS is the receiver's side of a CTS: the stream is over.
+func (c *Context) onCTS(src int32, pk *wire.Packet) {
+	o := c.findStream(src, pk.Op)
+	if o == nil {
+		return // completed already from what the eager packets and GETs brought
+	}
+	o.ctsSeen = true
+	if o.buf != nil {
+		c.fetchMiddle(o)
+		c.maybeCompleteStream(o)
+	}
+}
+
+// onFIN is the receiver's side of a FIN: the sender PUT the rest.
+func (c *Context) onFIN(src int32, pk *wire.Packet) {
+	o := c.findStream(src, pk.Op)
+	if o == nil {
+		return
+	}
+	o.finSeen = true
+	if pk.Status != wire.StatusOK {
+		o.err = errors.New("the sender could not PUT into the receive buffer")
+	}
+	o.remaining = 0
+	c.maybeCompleteStream(o)
+}
+
+// finishSend completes the sender's side of a streamed send.
+func (c *Context) finishSend(o *op, err error) {
+	_ = c.client.regions.Deregister(o.region)
+	callBoth(o.done, o.rdone, err)
+	c.ops.release(o)
+}

@@ -1,0 +1,322 @@
+package amigo_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/amigo-hpc/amigo"
+)
+
+var variants = []string{"keep", "discard", "put"}
+
+// stopRig is a sender (rank 0) and a receiver (rank 1) that the test
+// goroutine advances itself, in the order each scenario needs.
+type stopRig struct {
+	t      *testing.T
+	c0, c1 *amigo.Context
+	data   []byte
+	buf    []byte
+	sent   error
+	sendOK bool
+	recvd  error
+	recvOK bool
+	defd   []amigo.Deferred
+	mode   string // "early": name the buffer in the handler; "late": Defer
+}
+
+func newStopRig(t *testing.T, cfg amigo.Config, mode string) *stopRig {
+	t.Helper()
+	c0, c1 := twoRanks(t, cfg)
+	r := &stopRig{t: t, c0: c0, c1: c1, mode: mode}
+	c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+		if m.Inline() {
+			r.buf = append([]byte(nil), m.Data...)
+			r.recvOK = true
+			return
+		}
+		switch r.mode {
+		case "early":
+			r.buf = make([]byte, m.Size())
+			if err := m.Receive(r.buf, r.onRecv); err != nil {
+				t.Error(err)
+			}
+		case "late":
+			d, err := m.Defer()
+			if err != nil {
+				t.Error(err)
+			}
+			r.buf = make([]byte, m.Size())
+			r.defd = append(r.defd, d)
+		}
+	})
+	return r
+}
+
+func (r *stopRig) onRecv(err error) { r.recvd, r.recvOK = err, true }
+
+func (r *stopRig) send(size int) {
+	r.data = fill(make([]byte, size), size)
+	if err := r.c0.Send(amigo.EndpointOf(1), 1, []byte("h"), r.data, func(err error) { r.sent, r.sendOK = err, true }); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *stopRig) accept() {
+	if len(r.defd) != 1 {
+		r.t.Fatalf("%d deferred messages, want 1", len(r.defd))
+	}
+	if err := r.c1.Accept(r.defd[0], r.buf, r.onRecv); err != nil {
+		r.t.Fatal(err)
+	}
+	r.defd = nil
+}
+
+// finish advances both sides until both completed, and checks every byte.
+func (r *stopRig) finish() {
+	r.t.Helper()
+	advanceUntil(r.t, func() bool { return r.sendOK && r.recvOK }, r.c0, r.c1)
+	if r.sent != nil || r.recvd != nil {
+		r.t.Fatalf("send: %v; receive: %v", r.sent, r.recvd)
+	}
+	if !bytes.Equal(r.buf, r.data) {
+		i := 0
+		for i < len(r.buf) && r.buf[i] == r.data[i] {
+			i++
+		}
+		r.t.Fatalf("received data differs from byte %d of %d", i, len(r.data))
+	}
+	// Nothing stays held.
+	if s := r.c1.Stats(); s.UnexpectedPeak > r.c1.Client().Config().UnexpectedBudget {
+		r.t.Fatalf("unexpected data peaked at %d, budget %d", s.UnexpectedPeak, r.c1.Client().Config().UnexpectedBudget)
+	}
+}
+
+// checkVariant asserts that a stopped stream moved its bytes the way its
+// variant says: discard fetches everything, keep splits between eager data
+// and GETs, put between eager data and the sender's PUT.
+func (r *stopRig) checkVariant(v string) {
+	r.t.Helper()
+	s0, s1 := r.c0.Stats(), r.c1.Stats()
+	size := uint64(len(r.data))
+	switch v {
+	case "discard":
+		if s1.FetchedBytes != size || s1.EagerBytesDropped == 0 {
+			r.t.Fatalf("discard: fetched %d of %d, dropped %d eager bytes", s1.FetchedBytes, size, s1.EagerBytesDropped)
+		}
+	case "keep":
+		if s1.FetchedBytes+s1.EagerBytesKept != size || s0.PutBytes != 0 {
+			r.t.Fatalf("keep: fetched %d + kept %d != %d", s1.FetchedBytes, s1.EagerBytesKept, size)
+		}
+	case "put":
+		if s0.PutBytes+s1.EagerBytesKept != size || s1.FetchedBytes != 0 {
+			r.t.Fatalf("put: PUT %d + kept %d != %d (fetched %d)", s0.PutBytes, s1.EagerBytesKept, size, s1.FetchedBytes)
+		}
+	}
+}
+
+// A receiver that names its buffer at once lets a small remainder stream in
+// and stops a large one; every variant delivers every byte.
+func TestStopEarlyReceiver(t *testing.T) {
+	for _, v := range variants {
+		for _, size := range []int{8193, 60 << 10, 64 << 10, 64<<10 + 1, 300 << 10, 1 << 20} {
+			t.Run(fmt.Sprintf("%s/%d", v, size), func(t *testing.T) {
+				r := newStopRig(t, amigo.Config{StopVariant: v}, "early")
+				r.send(size)
+				r.finish()
+				s0, s1 := r.c0.Stats(), r.c1.Stats()
+				stopped := size > 64<<10
+				if stopped != (s1.Stops > 0) {
+					t.Fatalf("size %d: %d STOPs", size, s1.Stops)
+				}
+				if !stopped && s0.EagerBytesSent != uint64(size) {
+					t.Fatalf("unstopped stream sent %d eager bytes of %d", s0.EagerBytesSent, size)
+				}
+				if stopped {
+					switch v {
+					case "put":
+						if s0.PutBytes == 0 && s0.EagerBytesSent != uint64(size) {
+							t.Fatalf("put variant: sender PUT nothing: %+v", s0)
+						}
+					default:
+						if s1.FetchedBytes == 0 {
+							t.Fatalf("%s variant: receiver fetched nothing: %+v", v, s1)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// A receiver that defers keeps eager data within its budget; over the
+// budget it stops the stream, and fetches the rest once the buffer comes.
+func TestStopLateReceiver(t *testing.T) {
+	for _, v := range variants {
+		for _, budget := range []int{0, 64 << 10, 1 << 20} {
+			t.Run(fmt.Sprintf("%s/budget%d", v, budget), func(t *testing.T) {
+				cfg := amigo.Config{StopVariant: v, UnexpectedBudget: budget}
+				if budget == 0 {
+					cfg.UnexpectedBudget = 1 // the zero value means the default
+				}
+				r := newStopRig(t, cfg, "late")
+				const size = 700 << 10
+				r.send(size)
+				// Let the stream run until the sender has nothing more to do.
+				for i := 0; i < 2000; i++ {
+					r.c0.Advance()
+					r.c1.Advance()
+				}
+				s1 := r.c1.Stats()
+				if s1.UnexpectedPeak > cfg.UnexpectedBudget {
+					t.Fatalf("held %d unexpected bytes, budget %d", s1.UnexpectedPeak, cfg.UnexpectedBudget)
+				}
+				if budget < size && s1.Stops == 0 {
+					t.Fatal("budget exceeded but no STOP")
+				}
+				r.accept()
+				r.finish()
+			})
+		}
+	}
+}
+
+// The STOP crosses the last eager packet: the sender injects it after the
+// receiver sent STOP and before it sees the STOP.
+func TestStopCrossesLastEagerPacket(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v, func(t *testing.T) {
+			// 128 slots of 64 bytes: an 8 KiB FIFO, eager packets of 1 KiB
+			// and then 2 KiB (a quarter of it, less the packet header).
+			cfg := amigo.Config{StopVariant: v, RingSlots: 128, EagerPacket: 1024, EagerPacketMax: 4096, StopAbove: 1}
+			r := newStopRig(t, cfg, "early")
+			const size = 1024 + 2024*3 + 1000 // 5 packets, one more than fits
+			r.send(size)
+			r.c0.Advance() // SEND and the packets that fit; the last one waits
+			if s := r.c0.Stats(); s.EagerBytesSent == size {
+				t.Fatalf("all %d bytes fit at once; the scenario needs the last packet held back", size)
+			}
+			r.c1.Advance() // handler names the buffer: STOP; packets consumed
+			if s := r.c1.Stats(); s.Stops != 1 {
+				t.Fatalf("receiver sent %d STOPs", s.Stops)
+			}
+			r.c0.Advance() // room again: the last packet goes out, then the STOP is read
+			if s := r.c0.Stats(); s.EagerBytesSent != size {
+				t.Fatalf("sender streamed %d of %d bytes before reading the STOP", s.EagerBytesSent, size)
+			}
+			r.finish()
+			r.checkVariant(v)
+		})
+	}
+}
+
+// The STOP comes after the sender streamed everything.
+func TestStopAfterAllSent(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v, func(t *testing.T) {
+			cfg := amigo.Config{StopVariant: v, StopAbove: 1}
+			r := newStopRig(t, cfg, "early")
+			const size = 40000
+			r.send(size)
+			r.c0.Advance()
+			if s := r.c0.Stats(); s.EagerBytesSent != size {
+				t.Fatalf("sender streamed %d of %d bytes at once", s.EagerBytesSent, size)
+			}
+			r.finish()
+			if s := r.c1.Stats(); s.Stops != 1 {
+				t.Fatalf("%d STOPs", s.Stops)
+			}
+			r.checkVariant(v)
+		})
+	}
+}
+
+// The receive is posted between the STOP (sent for want of budget) and the
+// sender's answer to it.
+func TestStopReceivePostedBeforeCTS(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v, func(t *testing.T) {
+			cfg := amigo.Config{StopVariant: v, UnexpectedBudget: 64 << 10}
+			r := newStopRig(t, cfg, "late")
+			const size = 500 << 10
+			r.send(size)
+			for i := 0; i < 50 && r.c1.Stats().Stops == 0; i++ {
+				r.c0.Advance()
+				r.c1.Advance()
+			}
+			if r.c1.Stats().Stops == 0 {
+				t.Fatal("no STOP")
+			}
+			// The sender has not read the STOP yet; the receive comes now.
+			r.accept()
+			r.c1.Advance()
+			r.finish()
+			if v != "keep" {
+				// keep also counts bytes the budget dropped before the
+				// buffer came, which it then fetched.
+				r.checkVariant(v)
+			}
+		})
+	}
+}
+
+// Messages whose sizes fall on eager packet boundaries, and zero-length
+// messages, under every variant and protocol.
+func TestStopPacketBoundaries(t *testing.T) {
+	for _, proto := range []string{"stop", "eager", "rendezvous"} {
+		for _, v := range variants {
+			t.Run(proto+"/"+v, func(t *testing.T) {
+				cfg := amigo.Config{Protocol: proto, StopVariant: v, InlineMax: 512, EagerPacket: 1024, EagerPacketMax: 4096, StopAbove: 6000}
+				var sizes []int
+				for _, b := range []int{0, 1024, 1024 + 2048, 1024 + 2048 + 4096, 1024 + 2048 + 4096*3} {
+					for _, d := range []int{-1, 0, 1} {
+						if b+d >= 0 {
+							sizes = append(sizes, b+d)
+						}
+					}
+				}
+				sizes = append(sizes, 512, 513)
+				for _, mode := range []string{"early", "late"} {
+					for _, size := range sizes {
+						r := newStopRig(t, cfg, mode)
+						r.send(size)
+						if mode == "late" && size > 511 {
+							advanceUntil(t, func() bool { return len(r.defd) == 1 }, r.c0, r.c1)
+							r.accept()
+						}
+						r.finish()
+					}
+				}
+			})
+		}
+	}
+}
+
+// A handler that neither names a buffer nor defers declines a streamed
+// message: the sender gets ErrDeclined and the eager packets still in flight
+// are dropped without harm.
+func TestStopDeclined(t *testing.T) {
+	c0, c1 := twoRanks(t, amigo.Config{})
+	c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {})
+	var sent error
+	done := false
+	c0.Send(amigo.EndpointOf(1), 1, nil, make([]byte, 1<<20), func(err error) { sent, done = err, true })
+	advanceUntil(t, func() bool { return done }, c0, c1)
+	if !errors.Is(sent, amigo.ErrDeclined) {
+		t.Fatalf("declined send: %v", sent)
+	}
+	for i := 0; i < 100; i++ {
+		c0.Advance()
+		c1.Advance()
+	}
+	// The context still works.
+	r := &stopRig{t: t, c0: c0, c1: c1, mode: "early"}
+	c1.SetDispatch(2, func(c *amigo.Context, m *amigo.Message) {
+		r.buf = make([]byte, m.Size())
+		m.Receive(r.buf, r.onRecv)
+	})
+	r.data = fill(make([]byte, 300000), 3)
+	c0.Send(amigo.EndpointOf(1), 2, nil, r.data, func(err error) { r.sent, r.sendOK = err, true })
+	r.finish()
+}
