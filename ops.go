@@ -10,12 +10,12 @@ import (
 type opKind uint8
 
 const (
-	opSendRV  opKind = iota + 1 // sender of an RTS, waiting for the ACK
-	opSendAck                   // sender of an AM that asked for an ACK
-	opRecvRV                    // receiver of an RTS: announced, or fetching the data
-	opRDMA                      // a Put or Get in pieces, or with remote completion
-	opSendStream                // sender of a SEND streamed as eager packets
-	opRecvStream                // receiver of a SEND
+	opSendRV     opKind = iota + 1 // sender of an RTS, waiting for the ACK
+	opSendAck                      // sender of an AM that asked for an ACK
+	opRecvRV                       // receiver of an RTS: announced, or fetching the data
+	opRDMA                         // a Put or Get in pieces, or with remote completion
+	opSendStream                   // sender of a SEND streamed as eager packets
+	opRecvStream                   // receiver of a SEND
 )
 
 // op is the state of an operation that outlives one descriptor. Its id (a
