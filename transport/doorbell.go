@@ -76,6 +76,12 @@ func (d *Doorbell) Rings() uint64 { return d.rings.Load() }
 // and sleep.
 func (d *Doorbell) Arm() { d.word.Store(1) }
 
+// Armed reports whether the consumer has armed the doorbell and not yet been
+// woken: it is about to sleep or asleep. An adapter whose engine runs partly
+// on the consumer's goroutine uses it to hand its work to goroutines of its
+// own before the consumer sleeps.
+func (d *Doorbell) Armed() bool { return d.word.Load() != 0 }
+
 // Disarm withdraws Arm: the consumer found work.
 func (d *Doorbell) Disarm() { d.word.Store(0) }
 

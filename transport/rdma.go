@@ -121,6 +121,17 @@ func (q *RDMAQueue) Next() *RDMAOp {
 	return &q.ops[h&q.mask]
 }
 
+// At returns the descriptor at position pos, or nil when pos is not below the
+// published tail. It is for an engine that keeps several descriptors in flight
+// (a request sent for each, answers awaited): pos must not be below the head,
+// and the descriptors still complete in order, through Done.
+func (q *RDMAQueue) At(pos uint64) *RDMAOp {
+	if pos >= q.tail.Load() {
+		return nil
+	}
+	return &q.ops[pos&q.mask]
+}
+
 // Done records the outcome of the descriptor returned by Next, moves the head
 // past it and counts the transfer complete.
 func (q *RDMAQueue) Done(err error) {

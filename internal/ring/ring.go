@@ -218,11 +218,13 @@ func Decode(word uint64, slots []byte, n, head uint64) (k int, pad bool, payload
 	return k, false, s[:length:length], nil
 }
 
-// Reader is the consumer side of a ring. A Reader is used by one goroutine.
+// Reader is the consumer side of a ring. A Reader is used by one goroutine at
+// a time.
 type Reader struct {
 	r    *Ring
-	head uint64 // next position to read
-	k    uint64 // slots of the descriptor returned by Next, 0 if none
+	head uint64 // next position to release
+	k    uint64 // slots of the descriptors returned by Next or Peek and not yet released
+	nd   uint64 // how many descriptors those slots hold, pads included
 }
 
 // NewReader returns a reader that starts at the ring's published head.
@@ -253,6 +255,7 @@ func (c *Reader) Next() ([]byte, error) {
 			return nil, err
 		}
 		c.k = uint64(k)
+		c.nd = 1
 		if !pad {
 			return payload, nil
 		}
@@ -260,8 +263,41 @@ func (c *Reader) Next() ([]byte, error) {
 	}
 }
 
-// Release gives the slots of the descriptor returned by Next back to the
-// producer and counts the transfer complete.
+// Peek returns the payload of the descriptor that follows those returned by
+// Next or Peek since the last Release, without releasing any of them, or nil
+// when there is none. Pads are skipped but stay unreleased too. Every payload
+// returned stays valid until Release, which releases them all at once. It
+// lets an engine gather several descriptors into one vectored write and give
+// their slots back only once the write is done. A corrupt descriptor returns
+// ErrCorrupt, and the reader must not be used again.
+func (c *Reader) Peek() ([]byte, error) {
+	for {
+		pos := c.head + c.k
+		if c.k >= c.r.n {
+			return nil, nil
+		}
+		w := c.r.word(pos).Load()
+		if w == 0 {
+			return nil, nil
+		}
+		k, pad, payload, err := Decode(w, c.r.slots, c.r.n, pos)
+		if err != nil {
+			return nil, err
+		}
+		if c.k+uint64(k) > c.r.n {
+			return nil, ErrCorrupt
+		}
+		c.k += uint64(k)
+		c.nd++
+		if !pad {
+			return payload, nil
+		}
+	}
+}
+
+// Release gives the slots of the descriptors returned by Next or Peek back to
+// the producer and counts each of them (pads included) as a completed
+// transfer.
 func (c *Reader) Release() {
 	if c.k == 0 {
 		return
@@ -270,7 +306,8 @@ func (c *Reader) Release() {
 		*(*uint64)(unsafe.Pointer(&c.r.slots[((c.head+i)&c.r.mask)*SlotSize])) = 0
 	}
 	c.head += c.k
-	c.k = 0
+	nd := c.nd
+	c.k, c.nd = 0, 0
 	c.r.ctl.head.Store(c.head)
-	c.r.ctl.xfer.Add(1)
+	c.r.ctl.xfer.Add(nd)
 }

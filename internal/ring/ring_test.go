@@ -289,3 +289,62 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// Peek gathers several descriptors, pads included, without releasing them;
+// one Release gives all their slots back and counts each as a transfer.
+func TestPeekBatch(t *testing.T) {
+	r, err := NewHeap(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &producer{r: r}
+	rd := r.NewReader()
+	xfer := r.TransferCounter()
+	seed := byte(0)
+	var want [][]byte
+	for round := 0; round < 50; round++ {
+		// Up to a full ring of mixed sizes; some rounds wrap with a pad.
+		for {
+			msg := pattern(int(seed)%200, seed)
+			if !p.put(msg) {
+				break
+			}
+			want = append(want, msg)
+			seed++
+		}
+		before := xfer.Load()
+		var got [][]byte
+		for {
+			b, err := rd.Peek()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b == nil {
+				break
+			}
+			got = append(got, append([]byte(nil), b...))
+		}
+		if len(got) != len(want) {
+			t.Fatalf("round %d: peeked %d descriptors, want %d", round, len(got), len(want))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("round %d: descriptor %d differs", round, i)
+			}
+		}
+		if xfer.Load() != before || r.HeadCounter().Load() == p.tail {
+			t.Fatal("Peek released something")
+		}
+		rd.Release()
+		if r.HeadCounter().Load() != p.tail {
+			t.Fatalf("head %d after Release, tail %d", r.HeadCounter().Load(), p.tail)
+		}
+		if n := xfer.Load() - before; n < uint64(len(want)) || n > uint64(len(want))+1 {
+			t.Fatalf("Release counted %d transfers for %d descriptors (and at most one pad)", n, len(want))
+		}
+		if rd.Pending() {
+			t.Fatal("reader pending after releasing everything")
+		}
+		want = want[:0]
+	}
+}
