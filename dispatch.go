@@ -110,8 +110,14 @@ func (m *Message) Defer() (Deferred, error) {
 	m.claimed = true
 	c := m.c
 	c.stats.Deferred++
-	if m.stream != nil {
-		return Deferred{id: m.stream.id()}, nil
+	if o := m.stream; o != nil {
+		// Data-flow condition: eager data for a message with no buffer is
+		// worth holding only if little is still to come; stop a large one
+		// now rather than after it filled the budget.
+		if c.cfg.Protocol == "stop" && o.size-min(o.contig, o.size) > uint64(c.cfg.StopAbove) && !o.stopped {
+			c.stop(o)
+		}
+		return Deferred{id: o.id()}, nil
 	}
 	o := c.ops.alloc(opRecvRV, c.peer(m.src))
 	o.srcOp, o.key, o.size, o.disp = m.op, transport.Key(m.key), m.size, m.Dispatch

@@ -320,3 +320,63 @@ func TestStopDeclined(t *testing.T) {
 	c0.Send(amigo.EndpointOf(1), 2, nil, r.data, func(err error) { r.sent, r.sendOK = err, true })
 	r.finish()
 }
+
+// Many deferred messages, each small enough to stream, together beyond the
+// budget: the receiver keeps what fits and stops the rest, and every message
+// arrives once the receives are posted.
+func TestStopBudgetManySmall(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v, func(t *testing.T) {
+			const msgs, size, budget = 20, 60 << 10, 256 << 10
+			c0, c1 := twoRanks(t, amigo.Config{StopVariant: v, UnexpectedBudget: budget})
+			var defd []amigo.Deferred
+			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+				d, err := m.Defer()
+				if err != nil {
+					t.Error(err)
+				}
+				defd = append(defd, d)
+			})
+			data := make([][]byte, msgs)
+			sent := 0
+			for i := range data {
+				data[i] = fill(make([]byte, size), i)
+				c0.Send(amigo.EndpointOf(1), 1, nil, data[i], func(err error) {
+					if err != nil {
+						t.Error(err)
+					}
+					sent++
+				})
+			}
+			advanceUntil(t, func() bool { return len(defd) == msgs }, c0, c1)
+			for i := 0; i < 5000; i++ {
+				c0.Advance()
+				c1.Advance()
+			}
+			s := c1.Stats()
+			if s.UnexpectedPeak > budget || s.UnexpectedPeak < budget/2 {
+				t.Fatalf("unexpected data peaked at %d, budget %d", s.UnexpectedPeak, budget)
+			}
+			if s.Stops == 0 || s.Stops == msgs {
+				t.Fatalf("%d STOPs for %d messages: want the budget to hold some and stop others", s.Stops, msgs)
+			}
+			bufs := make([][]byte, msgs)
+			got := 0
+			for i, d := range defd {
+				bufs[i] = make([]byte, size)
+				c1.Accept(d, bufs[i], func(err error) {
+					if err != nil {
+						t.Error(err)
+					}
+					got++
+				})
+			}
+			advanceUntil(t, func() bool { return got == msgs && sent == msgs }, c0, c1)
+			for i := range bufs {
+				if !bytes.Equal(bufs[i], data[i]) {
+					t.Fatalf("message %d corrupt", i)
+				}
+			}
+		})
+	}
+}
