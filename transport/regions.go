@@ -65,11 +65,53 @@ func (e *AccessError) Unwrap() error { return e.Err }
 // sees state zero and never reads mem, and the decrement of every accessor that
 // did read it happens before Deregister returns.
 type Regions struct {
-	mu     sync.Mutex
-	tab    atomic.Pointer[[]*region]
-	free   []uint32
-	gen    uint64
-	closed atomic.Bool
+	mu      sync.Mutex
+	tab     atomic.Pointer[[]*region]
+	free    []uint32
+	gen     uint64
+	closed  atomic.Bool
+	mirrors []Mirror // under mu
+}
+
+// Mirror publishes a rank's region table to peers that access registered
+// memory without the owner's CPU: through a shared-memory segment, or by
+// cross-memory attach. The calls are made under the table's lock, one at a
+// time, in the order of the registrations they report.
+type Mirror interface {
+	// Registered reports that key, at index of the table, now names mem. It
+	// runs inside Register, once the entry is live for local accessors.
+	Registered(index int, key Key, mem []byte)
+	// Deregistered reports that key no longer names a region. It runs
+	// inside Deregister, after local accessors are refused and before
+	// Deregister waits for those in progress; it returns only once no peer
+	// accesses the region through the mirror any more.
+	Deregistered(index int, key Key)
+}
+
+// AddMirror makes m see every region registered now and every later
+// Register and Deregister.
+func (r *Regions) AddMirror(m Mirror) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, e := range *r.tab.Load() {
+		if k := e.state.Load(); k != 0 {
+			m.Registered(i, Key(k), e.mem)
+		}
+	}
+	r.mirrors = append(r.mirrors[:len(r.mirrors):len(r.mirrors)], m)
+}
+
+// RemoveMirror stops reporting to m.
+func (r *Regions) RemoveMirror(m Mirror) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Mirror, 0, len(r.mirrors))
+	for _, x := range r.mirrors {
+		if x != m {
+			out = append(out, x)
+		}
+	}
+	r.mirrors = out
 }
 
 type region struct {
@@ -122,6 +164,9 @@ func (r *Regions) Register(mem []byte) (Key, error) {
 	e := tab[idx]
 	e.mem = mem
 	e.state.Store(uint64(key))
+	for _, m := range r.mirrors {
+		m.Registered(int(idx), key, mem)
+	}
 	return key, nil
 }
 
@@ -136,6 +181,9 @@ func (r *Regions) Deregister(key Key) error {
 		return &AccessError{Key: key, Err: ErrBadKey}
 	}
 	e := tab[idx]
+	for _, m := range r.mirrors {
+		m.Deregistered(int(idx), key)
+	}
 	for spins := 0; e.inflight.Load() != 0; spins++ {
 		if spins < 100 {
 			runtime.Gosched()

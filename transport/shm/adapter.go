@@ -1,0 +1,425 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// ErrExited reports a peer process that exited or was killed.
+var ErrExited = errors.New("process exited")
+
+// ExitError names the process of a peer rank that is gone.
+type ExitError struct {
+	Rank, PID int
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("rank %d (pid %d): %v", e.Rank, e.PID, ErrExited)
+}
+
+func (e *ExitError) Unwrap() error { return ErrExited }
+
+// Adapter is the shared-memory adapter of one rank. It reaches the ranks of
+// the job that run on the same host.
+type Adapter struct {
+	opts    Options
+	job     transport.Bootstrap
+	rank    int
+	regions *transport.Regions
+	local   []int       // ranks on this host, ascending
+	localOf map[int]int // their local index
+	li      int         // this rank's local index
+	secret  []byte
+	self    *segment
+	fd      int // the memfd of self
+	probe   []byte
+	peers   []*peer // by local index; nil for this rank
+
+	mu      sync.Mutex
+	ports   []*port
+	bells   []*transport.Doorbell
+	nalloc  int
+	allocs  atomic.Pointer[[]allocated]
+	started bool
+	closed  atomic.Bool
+
+	mirrorHigh atomic.Int64 // one past the highest mirror entry ever written
+
+	stats struct {
+		segment, cma, pipe, helped atomic.Uint64
+	}
+
+	srv   server
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	evfd  int // wakes the watcher when the adapter closes
+	pidfd []int
+}
+
+// peer is this rank's view of another rank on the host.
+type peer struct {
+	li, rank int
+	pub      published
+	seg      *segment
+	cma      bool // this rank may read and write the peer's memory by CMA
+	dead     atomic.Pointer[error]
+	maps     []atomic.Pointer[[]byte] // the peer's alloc segments, mapped on first use
+	mapMu    sync.Mutex
+}
+
+func (pr *peer) gone() bool { return pr.dead.Load() != nil }
+
+func (pr *peer) err() error {
+	if p := pr.dead.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// allocated is a segment made by Alloc.
+type allocated struct {
+	mem []byte
+	fd  int
+	idx int
+}
+
+// New makes the adapter of job's rank and publishes its segment with
+// job.Put; Start completes it after the job's next fence. It returns nil
+// when no other rank of the job runs on this host. regions is the rank's
+// table of registered memory, which the adapter mirrors into its segment.
+func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Adapter, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	me, size := job.Rank(), job.Size()
+	node := job.Node(me)
+	a := &Adapter{opts: opts, job: job, rank: me, regions: regions, localOf: map[int]int{}, secret: job.Secret(), fd: -1, evfd: -1}
+	for r := 0; r < size; r++ {
+		if job.Node(r) == node {
+			a.localOf[r] = len(a.local)
+			a.local = append(a.local, r)
+		}
+	}
+	if len(a.local) < 2 {
+		return nil, nil
+	}
+	a.li = a.localOf[me]
+	p := params{
+		nlocal: len(a.local), nctx: opts.Contexts, slots: opts.RingSlots,
+		mirror: opts.Mirror, allocs: opts.Allocs, chunk: opts.Chunk, chunks: opts.Chunks,
+		localIndex: a.li, rank: me, pid: os.Getpid(), token: token(a.secret, me),
+	}
+	l, err := newLayout(p)
+	if err != nil {
+		return nil, fmt.Errorf("shm: %w", err)
+	}
+	fd, mem, err := newMemfd(fmt.Sprintf("amigo-shm-r%d", me), l.size)
+	if err != nil {
+		return nil, fmt.Errorf("shm: rank %d: %w", me, err)
+	}
+	l.putHeader(mem)
+	a.fd = fd
+	a.self = &segment{mem: mem, l: l}
+	a.probe = append([]byte(nil), p.token[:]...)
+	a.peers = make([]*peer, len(a.local))
+	a.bells = make([]*transport.Doorbell, opts.Contexts)
+	a.ports = make([]*port, opts.Contexts)
+	a.srv.init(a)
+	empty := []allocated{}
+	a.allocs.Store(&empty)
+	pub := published{pid: p.pid, fd: fd, size: l.size, probe: addrOf(a.probe)}
+	if err := job.Put(kvsKey, pub.encode()); err != nil {
+		a.unmap()
+		return nil, fmt.Errorf("shm: publish segment: %w", err)
+	}
+	regions.AddMirror(a)
+	return a, nil
+}
+
+// Start maps the segments of the other ranks on the host, which they
+// published before the fence that preceded it, checks them, and probes
+// whether cross-memory attach works toward each.
+func (a *Adapter) Start(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.started {
+		return nil
+	}
+	for li, r := range a.local {
+		if li == a.li {
+			continue
+		}
+		pr, err := a.attach(ctx, li, r)
+		if err != nil {
+			return fmt.Errorf("shm: rank %d: attach rank %d: %w", a.rank, r, err)
+		}
+		a.peers[li] = pr
+	}
+	if a.opts.Way == WayCMA {
+		for _, pr := range a.peers {
+			if pr != nil && !pr.cma {
+				return fmt.Errorf("shm: way cma forced, but the kernel refuses cross-memory attach to rank %d (pid %d)", pr.rank, pr.pub.pid)
+			}
+		}
+	}
+	if err := a.startWatch(); err != nil {
+		return err
+	}
+	a.stop = make(chan struct{})
+	a.wg.Add(2)
+	go a.watch()
+	go a.engine()
+	a.started = true
+	return nil
+}
+
+func (a *Adapter) attach(ctx context.Context, li, r int) (*peer, error) {
+	v, err := a.job.Get(ctx, r, kvsKey)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := parsePublished(v)
+	if err != nil {
+		return nil, err
+	}
+	mem, err := mapPeer(pub.pid, pub.fd, pub.size)
+	if err != nil {
+		return nil, err
+	}
+	l, err := parseHeader(mem)
+	if err == nil {
+		switch {
+		case l.rank != r || l.localIndex != li || l.pid != pub.pid:
+			err = fmt.Errorf("%w: segment of rank %d (local %d, pid %d), want rank %d (local %d, pid %d)", errHeader, l.rank, l.localIndex, l.pid, r, li, pub.pid)
+		case l.token != token(a.secret, r):
+			err = fmt.Errorf("%w: segment does not belong to this job", errHeader)
+		case l.nlocal != len(a.local) || l.nctx != a.self.l.nctx:
+			err = fmt.Errorf("rank %d counts %d ranks on the host and %d contexts, this rank %d and %d", r, l.nlocal, l.nctx, len(a.local), a.self.l.nctx)
+		}
+	}
+	if err != nil {
+		_ = unix.Munmap(mem)
+		return nil, err
+	}
+	pr := &peer{li: li, rank: r, pub: pub, seg: &segment{mem: mem, l: l}}
+	pr.maps = make([]atomic.Pointer[[]byte], l.allocs)
+	if a.opts.CMA != "off" {
+		pr.cma = probeCMA(pub.pid, pub.probe, l.token) == nil
+	}
+	return pr, nil
+}
+
+// Stats counts the bytes the adapter moved for GET and PUT, by way.
+type Stats struct {
+	// Segment, CMA and Pipe are bytes this rank moved as initiator by
+	// each way (Pipe counts the initiator's side of the pipelined copy).
+	Segment, CMA, Pipe uint64
+	// Helped are bytes this rank moved as owner, helping a peer's
+	// cooperative copy.
+	Helped uint64
+}
+
+// Stats returns the adapter's counters.
+func (a *Adapter) Stats() Stats {
+	return Stats{Segment: a.stats.segment.Load(), CMA: a.stats.cma.Load(), Pipe: a.stats.pipe.Load(), Helped: a.stats.helped.Load()}
+}
+
+// Name returns "shm".
+func (a *Adapter) Name() string { return "shm" }
+
+// Reaches reports whether rank runs on this host (and is not this rank).
+func (a *Adapter) Reaches(rank int) bool {
+	li, ok := a.localOf[rank]
+	return ok && li != a.li && a.peers[li] != nil
+}
+
+// Local returns the ranks that share this host, this one included.
+func (a *Adapter) Local() []int { return append([]int(nil), a.local...) }
+
+// CMA reports whether cross-memory attach works toward rank.
+func (a *Adapter) CMA(rank int) bool {
+	li, ok := a.localOf[rank]
+	return ok && a.peers[li] != nil && a.peers[li].cma
+}
+
+// Doorbell returns the doorbell of context ctx, whose word lives in this
+// rank's segment so that peers can ring it (transport.DoorbellProvider).
+// The context must sleep on it: peers ring nothing else.
+func (a *Adapter) Doorbell(ctx int) (*transport.Doorbell, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ctx < 0 || ctx >= a.self.l.nctx {
+		return nil, fmt.Errorf("shm: context %d of %d", ctx, a.self.l.nctx)
+	}
+	if a.bells[ctx] == nil {
+		a.bells[ctx] = transport.NewSharedDoorbell(a.self.portBell(ctx))
+	}
+	return a.bells[ctx], nil
+}
+
+// Open opens the port of local context ctx.
+func (a *Adapter) Open(ctx int, bell *transport.Doorbell) (transport.Port, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed.Load() {
+		return nil, transport.ErrClosed
+	}
+	if ctx < 0 || ctx >= a.self.l.nctx {
+		return nil, fmt.Errorf("shm: context %d of %d", ctx, a.self.l.nctx)
+	}
+	if a.ports[ctx] != nil {
+		return nil, fmt.Errorf("shm: rank %d context %d opened twice", a.rank, ctx)
+	}
+	p := newPort(a, ctx, bell)
+	a.ports[ctx] = p
+	return p, nil
+}
+
+// Alloc returns n bytes of a new shared segment that peers map on first
+// access, so that their GETs and PUTs of regions registered in it are one
+// memcpy by the initiator. The memory stays valid until the adapter closes.
+func (a *Adapter) Alloc(n int) ([]byte, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("shm: Alloc(%d)", n)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed.Load() {
+		return nil, transport.ErrClosed
+	}
+	if a.nalloc >= a.self.l.allocs {
+		return nil, fmt.Errorf("shm: more than %d shared allocations", a.self.l.allocs)
+	}
+	size := roundUp(n, pageSz)
+	fd, mem, err := newMemfd(fmt.Sprintf("amigo-shm-r%d-a%d", a.rank, a.nalloc), size)
+	if err != nil {
+		return nil, fmt.Errorf("shm: Alloc(%d): %w", n, err)
+	}
+	idx := a.nalloc
+	a.nalloc++
+	e := a.self.allocEntry(idx)
+	e.fd.Store(uint64(fd))
+	e.size.Store(uint64(size))
+	e.gen.Store(uint64(idx) + 1)
+	old := *a.allocs.Load()
+	grown := append(old[:len(old):len(old)], allocated{mem: mem, fd: fd, idx: idx})
+	a.allocs.Store(&grown)
+	return mem[:n:n], nil
+}
+
+// allocOf returns the alloc index + 1 of the segment holding b, and b's
+// offset in it; 0 when b is not in one.
+func (a *Adapter) allocOf(b []byte) (int, uint64) {
+	if len(b) == 0 {
+		return 0, 0
+	}
+	p := addrOf(b)
+	for _, m := range *a.allocs.Load() {
+		base := addrOf(m.mem)
+		if p >= base && p+uint64(len(b)) <= base+uint64(len(m.mem)) {
+			return m.idx + 1, p - base
+		}
+	}
+	return 0, 0
+}
+
+// allocMem returns the peer's alloc segment idx (0-based), mapping it on
+// first use. It validates the peer's alloc table entry.
+func (pr *peer) allocMem(idx int) ([]byte, error) {
+	if idx < 0 || idx >= len(pr.maps) {
+		return nil, fmt.Errorf("%w: alloc index %d", transport.ErrCorrupt, idx)
+	}
+	if m := pr.maps[idx].Load(); m != nil {
+		return *m, nil
+	}
+	pr.mapMu.Lock()
+	defer pr.mapMu.Unlock()
+	if m := pr.maps[idx].Load(); m != nil {
+		return *m, nil
+	}
+	e := pr.seg.allocEntry(idx)
+	g := e.gen.Load()
+	fd, size := e.fd.Load(), e.size.Load()
+	if g != uint64(idx)+1 || e.gen.Load() != g || fd > 1<<30 || size == 0 || size > maxSegment {
+		return nil, fmt.Errorf("%w: alloc entry %d of rank %d", transport.ErrCorrupt, idx, pr.rank)
+	}
+	mem, err := mapPeer(pr.pub.pid, int(fd), int(size))
+	if err != nil {
+		return nil, err
+	}
+	pr.maps[idx].Store(&mem)
+	return mem, nil
+}
+
+// Close closes every port, withdraws the mirror and unmaps the segments.
+// Memory from Alloc is unmapped too: it must not be used afterwards.
+func (a *Adapter) Close() error {
+	if !a.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	a.mu.Lock()
+	ports := append([]*port(nil), a.ports...)
+	started := a.started
+	a.mu.Unlock()
+	for _, p := range ports {
+		if p != nil {
+			_ = p.Close()
+		}
+	}
+	if started {
+		close(a.stop)
+		a.wakeWatch()
+		transport.RingShared(a.self.engineBell())
+		a.wg.Wait()
+	}
+	a.regions.RemoveMirror(a)
+	a.clearMirror()
+	a.unmap()
+	return nil
+}
+
+func (a *Adapter) unmap() {
+	for _, pr := range a.peers {
+		if pr == nil {
+			continue
+		}
+		for i := range pr.maps {
+			if m := pr.maps[i].Load(); m != nil {
+				_ = unix.Munmap(*m)
+			}
+		}
+		_ = unix.Munmap(pr.seg.mem)
+	}
+	for _, m := range *a.allocs.Load() {
+		_ = unix.Munmap(m.mem)
+		_ = unix.Close(m.fd)
+	}
+	for _, fd := range a.pidfd {
+		if fd >= 0 {
+			_ = unix.Close(fd)
+		}
+	}
+	if a.evfd >= 0 {
+		_ = unix.Close(a.evfd)
+	}
+	if a.self != nil {
+		_ = unix.Munmap(a.self.mem)
+	}
+	if a.fd >= 0 {
+		_ = unix.Close(a.fd)
+	}
+}
+
+// peerErr wraps err as the failure of the context at addr.
+func peerErr(to transport.Addr, err error) error {
+	return &transport.PeerError{Addr: to, Err: err}
+}

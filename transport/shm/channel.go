@@ -1,0 +1,79 @@
+package shm
+
+import "sync/atomic"
+
+// channel is how one peer context (the initiator) asks the owner of some
+// memory to take part in a transfer: a pipelined copy, which needs the
+// owner, or a cooperative copy, in which the owner may help. It lives in the
+// owner's segment, one per initiating context; the initiator has at most one
+// request on it at a time.
+//
+// Memory ordering:
+//   - Request. The initiator writes every request word, then stores seq (a
+//     new id) last. The owner loads seq, reads the words, and loads seq
+//     again; it acts only if both loads agree. The initiator writes the
+//     words of a new request only once the previous one is over on its side,
+//     which for a cooperative copy means every piece either side claimed is
+//     done, so the owner never acts on a mix of two requests.
+//   - Response. The owner stores ack = id once it took a pipelined request.
+//     status holds id<<8 | code when the owner refused or abandoned request
+//     id (code != 0); a status with another id is stale.
+//   - Cooperative copy. claim holds id<<16 | the next unclaimed piece; both
+//     sides claim a piece by compare-and-swap, which fails once the id
+//     changed, so a late owner never claims a piece of a newer request.
+//     Whoever finished a piece (its bytes written) sets its bit in done;
+//     the owner also sets it in redo if it could not move the piece, which
+//     the initiator then moves itself. The request is complete when done
+//     has every bit; only then does the initiator reuse the channel.
+//   - Pipelined copy. wr and rd are monotonic byte positions in the chunk
+//     ring: the side that produces copies bytes into the ring and then
+//     stores wr; the side that consumes loads wr, copies bytes out, then
+//     stores rd; the producer loads rd before it overwrites a chunk. At the
+//     start of a request both sides set their own counter to base.
+type channel struct {
+	seq   atomic.Uint64 // request id, stored last
+	mode  atomic.Uint64 // reqPipe or reqHelp, | kind<<8
+	key   atomic.Uint64 // region key at the owner
+	off   atomic.Uint64 // offset in the region
+	n     atomic.Uint64 // bytes
+	base  atomic.Uint64 // pipelined: ring position of the first byte
+	piece atomic.Uint64 // cooperative: bytes per piece
+	lseg  atomic.Uint64 // cooperative: initiator's alloc index + 1 holding its buffer, or 0
+	loff  atomic.Uint64 // cooperative: offset of the buffer in that segment
+	laddr atomic.Uint64 // cooperative: address of the buffer in the initiator
+	_     [48]byte
+
+	ack    atomic.Uint64 // owner: id of the pipelined request it took
+	status atomic.Uint64 // owner: id<<8 | code of a refused request
+	rlen   atomic.Uint64 // owner: region length, with a bounds refusal
+	_      [40]byte
+
+	claim atomic.Uint64
+	_     [56]byte
+	done  atomic.Uint64
+	_     [56]byte
+	redo  atomic.Uint64
+	_     [56]byte
+	wr    atomic.Uint64
+	_     [56]byte
+	rd    atomic.Uint64
+	_     [56]byte
+}
+
+// Request modes.
+const (
+	reqPipe = 1
+	reqHelp = 2
+)
+
+// Status codes of a refused request.
+const (
+	stOK = iota
+	stBadKey
+	stBounds
+	stClosed
+	stBadRequest
+	stIO
+)
+
+const idMask = 1<<48 - 1

@@ -1,0 +1,133 @@
+package shm
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// mirrorEntry publishes one entry of the owner's region table, so that a
+// peer can resolve a key to memory without the owner's CPU: to a place in
+// one of the owner's shared segments (seg, segOff), or to an address in the
+// owner's process for cross-memory attach (addr).
+//
+// Memory ordering: a seqlock whose readers announce themselves. The owner
+// changes the other words of an entry only while state is zero, and makes
+// state zero only in Deregistered, which then waits until no access slot of
+// a live peer holds the old key. A peer context that accesses the region
+// stores the key into its access slot in the owner's segment, then loads
+// state, and reads the other words only if state equals the key; it stores
+// zero into its slot when its piece of the transfer is done. Both sides store
+// their word before they load the other's (sequentially consistent atomics),
+// so either the peer sees state zero and touches nothing, or the owner sees
+// the slot and waits. The slot is held for one piece (a bounded copy that
+// needs no one else's progress), never across Progress calls, so the
+// owner's wait is short.
+type mirrorEntry struct {
+	state  atomic.Uint64 // the key, or 0
+	addr   atomic.Uint64 // address of the region in the owner
+	len    atomic.Uint64 // its length
+	seg    atomic.Uint64 // alloc index + 1 of the segment holding it, or 0
+	segOff atomic.Uint64 // its offset in that segment
+	_      [24]byte
+}
+
+// Registered publishes a registration (transport.Mirror).
+func (a *Adapter) Registered(index int, key transport.Key, mem []byte) {
+	if index >= a.self.l.mirror {
+		return
+	}
+	e := a.self.mirrorEntry(index)
+	if int64(index) >= a.mirrorHigh.Load() {
+		a.mirrorHigh.Store(int64(index) + 1)
+	}
+	seg, off := a.allocOf(mem)
+	e.addr.Store(addrOf(mem))
+	e.len.Store(uint64(len(mem)))
+	e.seg.Store(uint64(seg))
+	e.segOff.Store(off)
+	e.state.Store(uint64(key))
+}
+
+// Deregistered withdraws a registration and waits until no live peer
+// accesses it (transport.Mirror).
+func (a *Adapter) Deregistered(index int, key transport.Key) {
+	if index >= a.self.l.mirror {
+		return
+	}
+	e := a.self.mirrorEntry(index)
+	e.state.Store(0)
+	a.waitAccess(uint64(key))
+}
+
+// waitAccess waits until no access slot of a live peer holds key.
+func (a *Adapter) waitAccess(key uint64) {
+	for li := range a.local {
+		if li == a.li {
+			continue
+		}
+		pr := a.peers[li]
+		for d := 0; d < a.self.l.nctx; d++ {
+			slot := a.self.access(li, d)
+			for spins := 0; slot.Load() == key; spins++ {
+				if pr == nil || pr.gone() {
+					break
+				}
+				switch {
+				case spins < 100:
+				case spins < 1000:
+					runtime.Gosched()
+				default:
+					time.Sleep(20 * time.Microsecond)
+				}
+			}
+		}
+	}
+}
+
+// region is what a peer learned from a mirror entry.
+type region struct {
+	addr, len   uint64
+	seg, segOff uint64
+}
+
+// lookup announces an access of key by this rank's context d to the owner
+// pr, and reads the mirror entry. ok is false when the mirror does not hold
+// key (held says whether it could: a key whose index the mirror covers is
+// then unknown to the owner). On ok the caller must call release when its
+// piece is done.
+func (a *Adapter) lookup(pr *peer, d int, key transport.Key) (r region, ok, held bool) {
+	idx := int(uint64(key) & keyIndexMask)
+	if idx >= pr.seg.l.mirror {
+		return region{}, false, false
+	}
+	slot := pr.seg.access(a.li, d)
+	slot.Store(uint64(key))
+	e := pr.seg.mirrorEntry(idx)
+	if e.state.Load() != uint64(key) || key == 0 {
+		slot.Store(0)
+		return region{}, false, true
+	}
+	r = region{addr: e.addr.Load(), len: e.len.Load(), seg: e.seg.Load(), segOff: e.segOff.Load()}
+	return r, true, true
+}
+
+func (a *Adapter) release(pr *peer, d int) { pr.seg.access(a.li, d).Store(0) }
+
+// keyIndexMask extracts the table index of a key (transport.Key's layout:
+// the low 24 bits index the owner's table).
+const keyIndexMask = 1<<24 - 1
+
+// clearMirror withdraws every entry, waiting for accessors, when the
+// adapter closes.
+func (a *Adapter) clearMirror() {
+	for i := 0; i < int(a.mirrorHigh.Load()); i++ {
+		e := a.self.mirrorEntry(i)
+		if k := e.state.Load(); k != 0 {
+			e.state.Store(0)
+			a.waitAccess(k)
+		}
+	}
+}

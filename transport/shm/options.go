@@ -1,0 +1,117 @@
+package shm
+
+import (
+	"fmt"
+	"time"
+)
+
+// Way is how GET and PUT descriptors move their bytes.
+type Way string
+
+// The ways of a large transfer. WayAuto picks, per descriptor, the first that
+// applies: the segment if the region lives in one, else cross-memory attach
+// if the kernel allows it, else the pipelined copy. The others force one way;
+// a transfer it cannot serve fails, which is how each is tested.
+const (
+	WayAuto = Way("auto")
+	// WaySegment copies straight from or to a region that its owner
+	// allocated in a shared segment (Alloc): one memcpy by the initiator,
+	// no owner CPU involved.
+	WaySegment = Way("segment")
+	// WayCMA has the kernel copy between the initiator's buffer and the
+	// owner's memory (process_vm_readv/writev): one copy, no owner CPU,
+	// any Go memory; needs the same user and ptrace permission.
+	WayCMA = Way("cma")
+	// WayCopy pipelines the bytes through a ring of chunks in the owner's
+	// segment, the owner copying on its side while the initiator copies on
+	// its own: two copies in parallel; needs the owner's engine.
+	WayCopy = Way("copy")
+)
+
+// Options configure the adapter of one rank. Zero values select defaults.
+type Options struct {
+	// Contexts is the number of contexts of every rank (default 1).
+	Contexts int
+	// RingSlots is the number of 64-byte slots of each descriptor buffer
+	// (default 1024).
+	RingSlots int
+	// RDMASlots is the number of descriptors of each RDMA FIFO (default 256).
+	RDMASlots int
+	// Way forces how GET and PUT move bytes (default WayAuto).
+	Way Way
+	// CMA is "auto" (probe cross-memory attach at start and use it where
+	// the kernel allows) or "off" (default "auto").
+	CMA string
+	// Help lets an owner that is advancing copy part of a large segment or
+	// CMA transfer on its side while the initiator copies the rest, both
+	// cores at once (default true; HelpOff disables it).
+	HelpOff bool
+	// HelpMin is the smallest transfer split with the owner (default
+	// 128 KiB).
+	HelpMin int
+	// Chunk and Chunks size the ring of the pipelined copy: Chunks chunks of
+	// Chunk bytes per peer context (defaults 64 KiB and 8).
+	Chunk, Chunks int
+	// Mirror is the number of regions whose keys peers resolve without the
+	// owner (default 16384); regions registered beyond it move by the
+	// pipelined copy.
+	Mirror int
+	// Allocs bounds the number of Alloc calls (default 4096).
+	Allocs int
+	// Piece is the most bytes one Progress call moves for one transfer, so
+	// that a large transfer does not hold up message polling (default
+	// 256 KiB).
+	Piece int
+}
+
+// Defaults.
+const (
+	DefaultRingSlots = 1024
+	DefaultRDMASlots = 256
+	DefaultHelpMin   = 128 << 10
+	DefaultChunk     = 64 << 10
+	DefaultChunks    = 8
+	DefaultMirror    = 16384
+	DefaultAllocs    = 4096
+	DefaultPiece     = 256 << 10
+)
+
+// escalateAfter is how long an initiator waits for the owner's contexts to
+// take a pipelined copy request before it wakes the owner's engine.
+const escalateAfter = 20 * time.Microsecond
+
+func (o Options) withDefaults() (Options, error) {
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&o.Contexts, 1)
+	def(&o.RingSlots, DefaultRingSlots)
+	def(&o.RDMASlots, DefaultRDMASlots)
+	def(&o.HelpMin, DefaultHelpMin)
+	def(&o.Chunk, DefaultChunk)
+	def(&o.Chunks, DefaultChunks)
+	def(&o.Mirror, DefaultMirror)
+	def(&o.Allocs, DefaultAllocs)
+	def(&o.Piece, DefaultPiece)
+	if o.Way == "" {
+		o.Way = WayAuto
+	}
+	if o.CMA == "" {
+		o.CMA = "auto"
+	}
+	switch {
+	case o.Way != WayAuto && o.Way != WaySegment && o.Way != WayCMA && o.Way != WayCopy:
+		return o, fmt.Errorf("shm: way %q: want auto, segment, cma or copy", o.Way)
+	case o.CMA != "auto" && o.CMA != "off":
+		return o, fmt.Errorf("shm: CMA %q: want auto or off", o.CMA)
+	case o.Way == WayCMA && o.CMA == "off":
+		return o, fmt.Errorf("shm: way cma with CMA off")
+	case !pow2(o.RDMASlots) || o.RDMASlots > 1<<16:
+		return o, fmt.Errorf("shm: %d RDMA slots: want a power of two up to 65536", o.RDMASlots)
+	case o.HelpMin < 0 || o.Piece < pageSize:
+		return o, fmt.Errorf("shm: help minimum %d, piece %d", o.HelpMin, o.Piece)
+	}
+	return o, nil
+}

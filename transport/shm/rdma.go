@@ -1,0 +1,479 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// The initiator's RDMA engine runs inside Progress on the goroutine that
+// owns the port. Each link performs its descriptors in order, one at a time;
+// a descriptor is a small state machine (xfer) that moves at most
+// Options.Piece bytes per step, so that Progress never waits for a peer and
+// never holds up message polling for long.
+
+const (
+	modeSegment = iota + 1 // memcpy from/to the owner's shared segment
+	modeCMA                // process_vm_readv/writev
+	modePipe               // pipelined copy through the owner's chunks
+)
+
+// helpPieceMin is the smallest piece of a cooperative copy.
+const helpPieceMin = 32 << 10
+
+type xfer struct {
+	l      *link
+	op     *transport.RDMAOp
+	pr     *peer
+	key    transport.Key
+	off, n uint64
+	mode   int
+	pos    uint64 // bytes moved by this side (serial, pipelined)
+	err    error
+
+	ch     *channel // help or pipe: the channel in use
+	id     uint64
+	help   bool
+	piece  uint64
+	pieces uint64
+	full   uint64 // done mask with every piece
+	redone uint64 // pieces the owner gave back and we moved
+
+	chunks []byte
+	base   uint64
+	acked  bool
+	last   time.Time // last progress of a pipelined copy
+}
+
+// runRDMA advances the descriptors of the port's links.
+func (p *port) runRDMA() int {
+	p.work.Store(0)
+	raceAcquire()
+	defer raceRelease()
+	done := 0
+	for _, l := range *p.out.Load() {
+		for {
+			if l.x == nil {
+				op := l.tl.RDMA.Next()
+				if op == nil {
+					break
+				}
+				x, wait, err := p.start(l, op)
+				if wait {
+					break // for the channel
+				}
+				if x == nil {
+					l.tl.RDMA.Done(err)
+					done++
+					continue
+				}
+				l.x = x
+				p.active++
+			}
+			moved, fin := p.step(l.x)
+			if moved {
+				done++
+			}
+			if !fin {
+				break
+			}
+			x := l.x
+			l.x = nil
+			p.active--
+			if x.ch != nil {
+				p.chanBy[x.pr.li] = nil
+			}
+			l.tl.RDMA.Done(x.err)
+			done++
+		}
+	}
+	return done
+}
+
+func (p *port) accessErr(x *xfer, rlen uint64, err error) error {
+	return peerErr(x.l.tl.To, &transport.AccessError{Key: x.key, Off: x.off, Len: x.n, RegionLen: rlen, Err: err})
+}
+
+var (
+	errNotShared   = errors.New("region is not in a shared segment (way segment forced)")
+	errNotMirrored = errors.New("region is beyond the mirror (way forced)")
+	errNoCMA       = errors.New("cross-memory attach refused (way cma forced)")
+)
+
+// start chooses the way of a descriptor. It reports wait when the
+// descriptor must wait for the channel, and a nil xfer when the descriptor
+// is over at once, with err.
+func (p *port) start(l *link, op *transport.RDMAOp) (x *xfer, wait bool, err error) {
+	if err := l.tl.Err(); err != nil {
+		return nil, false, err
+	}
+	a := p.a
+	pr := l.pr
+	to := l.tl.To
+	if op.Kind != transport.Get && op.Kind != transport.Put {
+		return nil, false, peerErr(to, fmt.Errorf("unknown RDMA operation %v", op.Kind))
+	}
+	x = &l.xbuf
+	*x = xfer{l: l, op: op, pr: pr, key: op.Key, off: op.Off, n: uint64(len(op.Local))}
+	way := a.opts.Way
+	var reg region
+	var ok, held bool
+	if way != WayCopy {
+		reg, ok, held = a.lookup(pr, p.ctx, op.Key)
+		if ok {
+			a.release(pr, p.ctx)
+			if x.off > reg.len || x.n > reg.len-x.off {
+				return nil, false, p.accessErr(x, reg.len, transport.ErrBounds)
+			}
+		} else if held {
+			return nil, false, p.accessErr(x, 0, transport.ErrBadKey)
+		}
+	}
+	if x.n == 0 {
+		return nil, false, nil
+	}
+	switch way {
+	case WaySegment, WayCMA:
+		if !ok {
+			return nil, false, peerErr(to, errNotMirrored)
+		}
+		if way == WaySegment {
+			if reg.seg == 0 {
+				return nil, false, peerErr(to, errNotShared)
+			}
+			if _, err := pr.allocMem(int(reg.seg - 1)); err != nil {
+				return nil, false, peerErr(to, err)
+			}
+			x.mode = modeSegment
+		} else {
+			if !pr.cma {
+				return nil, false, peerErr(to, errNoCMA)
+			}
+			x.mode = modeCMA
+		}
+	case WayCopy:
+		x.mode = modePipe
+	default:
+		x.mode = modePipe
+		if ok && reg.seg != 0 {
+			if _, err := pr.allocMem(int(reg.seg - 1)); err == nil {
+				x.mode = modeSegment
+			}
+		}
+		if ok && x.mode == modePipe && pr.cma {
+			x.mode = modeCMA
+		}
+	}
+	busy := p.chanBy[pr.li] != nil
+	if x.mode == modePipe {
+		if busy {
+			return nil, true, nil
+		}
+		p.startPipe(x)
+	} else if !a.opts.HelpOff && x.n >= uint64(a.opts.HelpMin) && !busy {
+		p.startHelp(x)
+	}
+	return x, false, nil
+}
+
+// newID takes the id of x's request on its channel.
+func (p *port) newID(x *xfer) {
+	li := x.pr.li
+	p.nextID[li] = (p.nextID[li] + 1) & idMask
+	if p.nextID[li] == 0 {
+		p.nextID[li] = 1
+	}
+	x.id = p.nextID[li]
+}
+
+// post publishes the request words the caller filled in x.ch.
+func (p *port) post(x *xfer, mode uint64) {
+	li := x.pr.li
+	ch := x.ch
+	ch.mode.Store(mode | uint64(x.op.Kind)<<8)
+	ch.key.Store(uint64(x.key))
+	ch.off.Store(x.off)
+	ch.n.Store(x.n)
+	ch.seq.Store(x.id)
+	x.pr.seg.engineWork().Store(1)
+	p.chanBy[li] = x.l
+}
+
+// startHelp offers the owner to copy part of x on its side.
+func (p *port) startHelp(x *xfer) {
+	a := p.a
+	ch := x.pr.seg.channel(a.li, p.ctx)
+	x.ch = ch
+	x.help = true
+	p.newID(x)
+	piece := max(uint64(helpPieceMin), (x.n+maxPieces-1)/maxPieces)
+	piece = (piece + pageSize - 1) &^ (pageSize - 1)
+	x.piece = piece
+	x.pieces = (x.n + piece - 1) / piece
+	if x.pieces == 64 {
+		x.full = ^uint64(0)
+	} else {
+		x.full = 1<<x.pieces - 1
+	}
+	seg, off := a.allocOf(x.op.Local)
+	ch.done.Store(0)
+	ch.redo.Store(0)
+	ch.piece.Store(piece)
+	ch.lseg.Store(uint64(seg))
+	ch.loff.Store(off)
+	ch.laddr.Store(addrOf(x.op.Local))
+	ch.claim.Store(x.id << 16)
+	p.post(x, reqHelp)
+}
+
+// startPipe asks the owner for a pipelined copy of x.
+func (p *port) startPipe(x *xfer) {
+	a := p.a
+	ch := x.pr.seg.channel(a.li, p.ctx)
+	x.ch = ch
+	p.newID(x)
+	x.chunks = x.pr.seg.chunks(a.li, p.ctx)
+	x.base = max(ch.wr.Load(), ch.rd.Load())
+	ch.base.Store(x.base)
+	if x.op.Kind == transport.Get {
+		ch.rd.Store(x.base)
+	} else {
+		ch.wr.Store(x.base)
+	}
+	x.last = time.Now()
+	p.post(x, reqPipe)
+}
+
+// step advances x; it reports whether it moved bytes and whether x is over.
+func (p *port) step(x *xfer) (moved, fin bool) {
+	if err := x.l.tl.Err(); err != nil {
+		if x.err == nil {
+			x.err = err
+		}
+		if !x.help || x.pr.gone() {
+			return false, true
+		}
+		// The owner may still write into our buffer: stop claiming, and wait
+		// for the pieces it claimed.
+		p.exhaust(x)
+		return false, x.ch.done.Load() == x.full
+	}
+	switch {
+	case x.mode == modePipe:
+		return p.stepPipe(x)
+	case x.help:
+		return p.stepHelp(x)
+	default:
+		e := min(x.n, x.pos+uint64(p.a.opts.Piece))
+		if err := p.move(x, x.pos, e); err != nil {
+			x.err = err
+			return false, true
+		}
+		x.pos = e
+		return true, x.pos == x.n
+	}
+}
+
+// exhaust claims every remaining piece of a cooperative copy and marks them
+// done without moving them.
+func (p *port) exhaust(x *xfer) {
+	for {
+		w := x.ch.claim.Load()
+		if w>>16 != x.id || w&0xffff >= x.pieces {
+			return
+		}
+		if x.ch.claim.CompareAndSwap(w, x.id<<16|x.pieces) {
+			for k := w & 0xffff; k < x.pieces; k++ {
+				x.ch.done.Or(1 << k)
+			}
+			return
+		}
+	}
+}
+
+func (p *port) stepHelp(x *xfer) (moved, fin bool) {
+	ch := x.ch
+	budget := p.a.opts.Piece
+	for budget > 0 {
+		w := ch.claim.Load()
+		if w>>16 != x.id || w&0xffff >= x.pieces {
+			break
+		}
+		if !ch.claim.CompareAndSwap(w, w+1) {
+			continue
+		}
+		k := w & 0xffff
+		s, e := k*x.piece, min(x.n, (k+1)*x.piece)
+		if x.err == nil {
+			if err := p.move(x, s, e); err != nil {
+				x.err = err
+			}
+		}
+		ch.done.Or(1 << k)
+		moved = true
+		budget -= int(e - s)
+	}
+	if ch.done.Load() != x.full {
+		return moved, false
+	}
+	// The owner gave back pieces it could not move: move them here.
+	for redo := ch.redo.Load() &^ x.redone; redo != 0; redo &= redo - 1 {
+		k := uint64(bits.TrailingZeros64(redo))
+		x.redone |= 1 << k
+		if x.err == nil {
+			if err := p.move(x, k*x.piece, min(x.n, (k+1)*x.piece)); err != nil {
+				x.err = err
+			}
+		}
+		moved = true
+	}
+	return moved, true
+}
+
+// move copies bytes [s, e) of x on this side, by segment or CMA, under an
+// access slot (see mirrorEntry).
+func (p *port) move(x *xfer, s, e uint64) error {
+	a := p.a
+	reg, ok, _ := a.lookup(x.pr, p.ctx, x.key)
+	if !ok {
+		return p.accessErr(x, 0, transport.ErrBadKey)
+	}
+	defer a.release(x.pr, p.ctx)
+	if x.off > reg.len || x.n > reg.len-x.off {
+		return p.accessErr(x, reg.len, transport.ErrBounds)
+	}
+	local := x.op.Local[s:e]
+	if x.mode == modeSegment {
+		mem, err := x.pr.allocMem(int(reg.seg) - 1)
+		if err != nil {
+			return peerErr(x.l.tl.To, err)
+		}
+		if reg.segOff > uint64(len(mem)) || reg.len > uint64(len(mem))-reg.segOff {
+			return peerErr(x.l.tl.To, fmt.Errorf("%w: mirror entry outside segment", transport.ErrCorrupt))
+		}
+		at := reg.segOff + x.off + s
+		remote := mem[at : at+(e-s)]
+		if x.op.Kind == transport.Get {
+			copy(local, remote)
+		} else {
+			copy(remote, local)
+		}
+		a.stats.segment.Add(e - s)
+		return nil
+	}
+	var err error
+	if x.op.Kind == transport.Get {
+		err = p.cma.read(x.pr.pub.pid, local, reg.addr+x.off+s)
+	} else {
+		err = p.cma.write(x.pr.pub.pid, local, reg.addr+x.off+s)
+	}
+	if err != nil {
+		if x.pr.gone() {
+			return peerErr(x.l.tl.To, x.pr.err())
+		}
+		return peerErr(x.l.tl.To, err)
+	}
+	a.stats.cma.Add(e - s)
+	return nil
+}
+
+// stepPipe advances a pipelined copy: wait for the owner to take the
+// request, then copy out of (Get) or into (Put) the chunk ring.
+func (p *port) stepPipe(x *xfer) (moved, fin bool) {
+	ch := x.ch
+	if st := ch.status.Load(); st>>8 == x.id && st&0xff != stOK {
+		x.err = p.statusErr(x, st&0xff, ch.rlen.Load())
+		return false, true
+	}
+	if !x.acked {
+		if ch.ack.Load() != x.id {
+			p.escalate(x)
+			return false, false
+		}
+		x.acked = true
+	}
+	capa := uint64(len(x.chunks))
+	chunk := uint64(p.a.self.l.chunk)
+	budget := uint64(p.a.opts.Piece)
+	if x.op.Kind == transport.Get {
+		wr := ch.wr.Load()
+		at := x.base + x.pos
+		if wr < at || wr-at > capa || wr-at > x.n-x.pos {
+			x.err = peerErr(x.l.tl.To, fmt.Errorf("%w: pipelined copy position", transport.ErrCorrupt))
+			x.l.tl.Fail(x.err)
+			return false, true
+		}
+		for avail := wr - at; avail > 0 && budget > 0; {
+			r := at % capa
+			c := min(avail, capa-r, chunk, budget)
+			copy(x.op.Local[x.pos:x.pos+c], x.chunks[r:r+c])
+			p.a.stats.pipe.Add(c)
+			x.pos += c
+			at += c
+			avail -= c
+			budget -= c
+			ch.rd.Store(at)
+			moved = true
+		}
+		if moved {
+			x.last = time.Now()
+		} else {
+			p.escalate(x)
+		}
+		return moved, x.pos == x.n
+	}
+	rd := ch.rd.Load()
+	at := x.base + x.pos
+	if rd > at || at-rd > capa || rd < x.base {
+		x.err = peerErr(x.l.tl.To, fmt.Errorf("%w: pipelined copy position", transport.ErrCorrupt))
+		x.l.tl.Fail(x.err)
+		return false, true
+	}
+	for space := capa - (at - rd); space > 0 && budget > 0 && x.pos < x.n; {
+		w := at % capa
+		c := min(space, capa-w, chunk, budget, x.n-x.pos)
+		copy(x.chunks[w:w+c], x.op.Local[x.pos:x.pos+c])
+		p.a.stats.pipe.Add(c)
+		x.pos += c
+		at += c
+		space -= c
+		budget -= c
+		ch.wr.Store(at)
+		moved = true
+	}
+	if rd == x.base+x.n {
+		return moved, true
+	}
+	if moved || ch.rd.Load() != rd {
+		x.last = time.Now()
+	} else {
+		p.escalate(x)
+	}
+	return moved, false
+}
+
+// escalate wakes the owner's engine when the owner's contexts have not
+// served a pipelined copy for a while: they may be busy or asleep.
+func (p *port) escalate(x *xfer) {
+	if now := time.Now(); now.Sub(x.last) > escalateAfter {
+		x.last = now
+		transport.RingShared(x.pr.seg.engineBell())
+	}
+}
+
+func (p *port) statusErr(x *xfer, code, rlen uint64) error {
+	switch code {
+	case stBadKey:
+		return p.accessErr(x, 0, transport.ErrBadKey)
+	case stBounds:
+		return p.accessErr(x, rlen, transport.ErrBounds)
+	case stClosed:
+		return peerErr(x.l.tl.To, transport.ErrClosed)
+	case stBadRequest:
+		return peerErr(x.l.tl.To, fmt.Errorf("%w: the owner refused the request", transport.ErrCorrupt))
+	}
+	return peerErr(x.l.tl.To, fmt.Errorf("transfer failed at the owner (code %d)", code))
+}

@@ -1,0 +1,221 @@
+package shm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/amigo-hpc/amigo/bootstrap"
+	"github.com/amigo-hpc/amigo/transport"
+	"github.com/amigo-hpc/amigo/transport/shm"
+	"github.com/amigo-hpc/amigo/transport/transporttest"
+)
+
+// world starts n adapters in this process, each as if it were a process of
+// its own: each maps the others' segments through /proc, exactly as ranks
+// in different processes do.
+func world(t *testing.T, n int, opts shm.Options) ([]*shm.Adapter, []*transport.Regions) {
+	t.Helper()
+	jobs := bootstrap.NewLocal(n)
+	ads := make([]*shm.Adapter, n)
+	regs := make([]*transport.Regions, n)
+	errs := make([]error, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			regs[r] = transport.NewRegions()
+			a, err := shm.New(jobs[r], regs[r], opts)
+			if err == nil {
+				ads[r] = a
+				err = jobs[r].Fence(ctx)
+			}
+			if err == nil {
+				err = a.Start(ctx)
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, j := range jobs {
+			_ = j.Close()
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		for _, a := range ads {
+			if a != nil {
+				a.Close()
+			}
+		}
+		t.Fatal(err)
+	}
+	return ads, regs
+}
+
+func factory(opts shm.Options, alloc bool) transporttest.Factory {
+	return func(t *testing.T, n int) *transporttest.World {
+		ads, regs := world(t, n, opts)
+		w := &transporttest.World{Regions: regs}
+		for _, a := range ads {
+			w.Adapters = append(w.Adapters, a)
+		}
+		if alloc {
+			w.Alloc = func(rank, n int) []byte {
+				b, err := ads[rank].Alloc(n)
+				if err != nil {
+					t.Fatalf("Alloc(%d) on rank %d: %v", n, rank, err)
+				}
+				return b
+			}
+		}
+		return w
+	}
+}
+
+var small = shm.Options{RingSlots: 64, RDMASlots: 8}
+
+func with(o shm.Options, f func(*shm.Options)) shm.Options {
+	f(&o)
+	return o
+}
+
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, factory(small, false))
+}
+
+// Regions allocated in shared segments, in the automatic choice.
+func TestConformanceAlloc(t *testing.T) {
+	transporttest.Run(t, factory(small, true))
+}
+
+// Each way forced, so that each is known to work alone.
+func TestConformanceSegment(t *testing.T) {
+	transporttest.Run(t, factory(with(small, func(o *shm.Options) { o.Way = shm.WaySegment }), true))
+}
+
+func TestConformanceCMA(t *testing.T) {
+	transporttest.Run(t, factory(with(small, func(o *shm.Options) { o.Way = shm.WayCMA }), false))
+}
+
+func TestConformanceCopy(t *testing.T) {
+	transporttest.Run(t, factory(with(small, func(o *shm.Options) { o.Way = shm.WayCopy; o.Chunk = 4096; o.Chunks = 4 }), false))
+}
+
+// Without the owner's help, and without cross-memory attach (the fallback
+// when the kernel refuses it).
+func TestConformanceNoHelpNoCMA(t *testing.T) {
+	transporttest.Run(t, factory(with(small, func(o *shm.Options) { o.HelpOff = true; o.CMA = "off" }), false))
+}
+
+// The automatic choice uses the segment for regions in shared segments and
+// cross-memory attach for the others, and the owner helps with large ones.
+func TestWays(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  shm.Options
+		alloc bool
+		check func(s0, s1 shm.Stats) bool
+	}{
+		{"segment", shm.Options{}, true, func(s0, s1 shm.Stats) bool { return s0.Segment > 0 && s0.CMA == 0 && s0.Pipe == 0 }},
+		{"cma", shm.Options{}, false, func(s0, s1 shm.Stats) bool { return s0.CMA > 0 && s0.Segment == 0 && s0.Pipe == 0 }},
+		{"copy", shm.Options{Way: shm.WayCopy}, false, func(s0, s1 shm.Stats) bool { return s0.Pipe > 0 && s0.CMA == 0 }},
+		{"helped", shm.Options{}, true, func(s0, s1 shm.Stats) bool { return s1.Helped > 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ads, regs := world(t, 2, tc.opts)
+			defer ads[0].Close()
+			defer ads[1].Close()
+			moveMiB(t, ads, regs, tc.alloc)
+			if s0, s1 := ads[0].Stats(), ads[1].Stats(); !tc.check(s0, s1) {
+				t.Fatalf("stats of rank 0 %+v, rank 1 %+v", s0, s1)
+			}
+		})
+	}
+}
+
+// moveMiB gets and puts 4 MiB between rank 0 and a region of rank 1 a few
+// times, rank 1 advancing on its own goroutine, and checks the bytes.
+func moveMiB(t *testing.T, ads []*shm.Adapter, regs []*transport.Regions, alloc bool) {
+	t.Helper()
+	const n = 4 << 20
+	p0, err := ads[0].Open(0, transport.NewDoorbell())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := ads[1].Open(0, transport.NewDoorbell())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := p0.Link(transport.Addr{Rank: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := func(a *shm.Adapter) []byte {
+		if !alloc {
+			return make([]byte, n)
+		}
+		b, err := a.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	mem, local := buf(ads[1]), buf(ads[0])
+	for i := range mem {
+		mem[i] = byte(i * 3)
+	}
+	key, err := regs[1].Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			p1.Progress()
+		}
+	}()
+	defer func() { stop.Store(true); wg.Wait() }()
+	q := l.RDMA
+	var tail uint64
+	do := func(kind transport.RDMAKind) {
+		op := q.Slot(tail)
+		op.Kind, op.Local, op.Key, op.Off = kind, local, key, 0
+		tail++
+		q.Publish(tail)
+		deadline := time.Now().Add(30 * time.Second)
+		for q.TransferCounter().Load() != tail {
+			if time.Now().After(deadline) {
+				t.Fatal("transfer did not complete")
+			}
+			p0.Progress()
+		}
+		if err := q.Status(tail - 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 8; i++ {
+		clear(local)
+		do(transport.Get)
+		if !bytes.Equal(local, mem) {
+			t.Fatal("get moved the wrong bytes")
+		}
+	}
+	for i := range local {
+		local[i] = byte(i * 5)
+	}
+	do(transport.Put)
+	if !bytes.Equal(local, mem) {
+		t.Fatal("put moved the wrong bytes")
+	}
+}
