@@ -24,8 +24,12 @@ type cmaIO struct {
 
 var errShortCMA = errors.New("cross-memory attach moved no bytes")
 
-func (c *cmaIO) read(pid int, local []byte, raddr uint64) error  { return c.do(pid, local, raddr, false) }
-func (c *cmaIO) write(pid int, local []byte, raddr uint64) error { return c.do(pid, local, raddr, true) }
+func (c *cmaIO) read(pid int, local []byte, raddr uint64) error {
+	return c.do(pid, local, raddr, false)
+}
+func (c *cmaIO) write(pid int, local []byte, raddr uint64) error {
+	return c.do(pid, local, raddr, true)
+}
 
 func (c *cmaIO) do(pid int, local []byte, raddr uint64, write bool) error {
 	defer func() { c.l[0].Base = nil }()

@@ -31,12 +31,12 @@ type port struct {
 	seenEv uint64
 
 	// RDMA engine; owner goroutine only but for work.
-	work    atomic.Uint32 // set when a link's RDMA FIFO got descriptors
-	active  int           // transfers in progress
-	chanBy  []*link       // by owner local index: the link using the channel
-	nextID  []uint64      // by owner local index: last request id
-	closed  atomic.Bool
-	cma     cmaIO
+	work   atomic.Uint32 // set when a link's RDMA FIFO got descriptors
+	active int           // transfers in progress
+	chanBy []*link       // by owner local index: the link using the channel
+	nextID []uint64      // by owner local index: last request id
+	closed atomic.Bool
+	cma    cmaIO
 }
 
 // inbound is the consumer side of one ring into the port.
@@ -50,10 +50,10 @@ type inbound struct {
 
 // link is the producer side of one ring out of the port, with its RDMA FIFO.
 type link struct {
-	tl  *transport.Link
-	pr  *peer
-	ctx int // the remote context
-	hdr *linkHeader
+	tl   *transport.Link
+	pr   *peer
+	ctx  int // the remote context
+	hdr  *linkHeader
 	x    *xfer // the RDMA descriptor in progress, or nil
 	xbuf xfer  // its storage, reused
 }
