@@ -83,6 +83,9 @@ type Config struct {
 	// "shm" or "tcp" uses only that one (AMIGO_TRANSPORT, default "auto").
 	// A rank always reaches itself through the in-process adapter.
 	Transport string
+	// Shm tunes the shared-memory adapter between processes of one host
+	// (AMIGO_SHM_*; see ShmConfig).
+	Shm ShmConfig
 	// OnError, if set, receives errors that belong to no operation: a packet
 	// for an unregistered dispatch id that asked for no acknowledgement, a
 	// malformed packet, an acknowledgement of an unknown operation. It runs
@@ -211,8 +214,20 @@ func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
 	def(&c.UnexpectedBudget, 16<<20)
 	def(&c.EagerPacket, 4096)
 	def(&c.EagerPacketMax, 16384)
-	return c, c.validate()
+	if err := c.validate(); err != nil {
+		return c, err
+	}
+	for _, r := range resolvers {
+		if err := r(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
 }
+
+// resolvers complete the settings that adapters' files add to settings:
+// their defaults and their checks, after the environment was applied.
+var resolvers []func(*Config) error
 
 func pow2(n int) bool { return n > 0 && n&(n-1) == 0 }
 

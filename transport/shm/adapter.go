@@ -96,7 +96,7 @@ type allocated struct {
 // when no other rank of the job runs on this host. regions is the rank's
 // table of registered memory, which the adapter mirrors into its segment.
 func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Adapter, error) {
-	opts, err := opts.withDefaults()
+	opts, err := opts.Validate()
 	if err != nil {
 		return nil, err
 	}

@@ -80,7 +80,9 @@ const (
 // take a pipelined copy request before it wakes the owner's engine.
 const escalateAfter = 20 * time.Microsecond
 
-func (o Options) withDefaults() (Options, error) {
+// Validate returns o with its defaults applied, or the reason it is not
+// usable.
+func (o Options) Validate() (Options, error) {
 	def := func(p *int, v int) {
 		if *p == 0 {
 			*p = v
@@ -111,7 +113,12 @@ func (o Options) withDefaults() (Options, error) {
 	case !pow2(o.RDMASlots) || o.RDMASlots > 1<<16:
 		return o, fmt.Errorf("shm: %d RDMA slots: want a power of two up to 65536", o.RDMASlots)
 	case o.HelpMin < 0 || o.Piece < pageSize:
-		return o, fmt.Errorf("shm: help minimum %d, piece %d", o.HelpMin, o.Piece)
+		return o, fmt.Errorf("shm: help minimum %d, piece %d: want at least 0 and %d", o.HelpMin, o.Piece, pageSize)
+	}
+	// The segment's limits, for a host of two ranks.
+	_, err := newLayout(params{nlocal: 2, nctx: o.Contexts, slots: o.RingSlots, mirror: o.Mirror, allocs: o.Allocs, chunk: o.Chunk, chunks: o.Chunks, pid: 1})
+	if err != nil {
+		return o, fmt.Errorf("shm: %w", err)
 	}
 	return o, nil
 }

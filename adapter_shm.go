@@ -1,0 +1,123 @@
+package amigo
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/amigo-hpc/amigo/transport"
+	"github.com/amigo-hpc/amigo/transport/shm"
+)
+
+// ShmConfig tunes the shared-memory adapter, which carries traffic between
+// ranks that run on the same host. Every field is overridden by the AMIGO_SHM_*
+// variable named in its comment.
+type ShmConfig struct {
+	// RDMA forces how GET, PUT and the data of large sends move: "auto"
+	// picks per transfer (a region in a shared segment from AllocMemory is
+	// copied straight by the initiator; other memory by cross-memory
+	// attach where the kernel allows it; else by a pipelined copy through
+	// shared chunks); "segment", "cma" or "copy" forces one way, and a
+	// transfer it cannot serve fails (AMIGO_SHM_RDMA, default "auto").
+	RDMA string
+	// CMA is "auto" (probe cross-memory attach toward each peer at start)
+	// or "off" (AMIGO_SHM_CMA, default "auto").
+	CMA string
+	// Help is "on" to let the owner of the memory, when it advances, copy
+	// part of a large transfer on its side while the initiator copies the
+	// rest, or "off" (AMIGO_SHM_HELP, default "on").
+	Help string
+	// HelpMin is the smallest transfer split with the owner, in bytes
+	// (AMIGO_SHM_HELP_MIN, default 131072).
+	HelpMin int
+	// Chunk and Chunks size the pipelined copy's ring per peer context
+	// (AMIGO_SHM_CHUNK, default 65536 bytes; AMIGO_SHM_CHUNKS, default 8).
+	Chunk, Chunks int
+	// Mirror is how many registered regions peers resolve without the
+	// owner's help (AMIGO_SHM_MIRROR, default 16384).
+	Mirror int
+	// Piece is the most bytes one Advance moves for one transfer, so that
+	// large transfers do not hold up small messages (AMIGO_SHM_PIECE,
+	// default 262144).
+	Piece int
+}
+
+func init() {
+	registerProcessAdapter(processAdapter{name: "shm", prefer: 10, open: openShm})
+	str := func(name, doc string, f func(*Config) *string) setting {
+		return setting{
+			name: name, doc: doc,
+			get: func(c *Config) string { return *f(c) },
+			set: func(c *Config, v string) error { *f(c) = strings.TrimSpace(v); return nil },
+		}
+	}
+	settings = append(settings,
+		str("AMIGO_SHM_RDMA", "shared memory, large transfers: auto, segment, cma or copy", func(c *Config) *string { return &c.Shm.RDMA }),
+		str("AMIGO_SHM_CMA", "shared memory, cross-memory attach: auto or off", func(c *Config) *string { return &c.Shm.CMA }),
+		str("AMIGO_SHM_HELP", "shared memory, owner copies part of large transfers: on or off", func(c *Config) *string { return &c.Shm.Help }),
+		intSetting("AMIGO_SHM_HELP_MIN", "shared memory, smallest transfer split with the owner, bytes", func(c *Config) *int { return &c.Shm.HelpMin }),
+		intSetting("AMIGO_SHM_CHUNK", "shared memory, chunk of the pipelined copy, bytes", func(c *Config) *int { return &c.Shm.Chunk }),
+		intSetting("AMIGO_SHM_CHUNKS", "shared memory, chunks per pipelined copy ring", func(c *Config) *int { return &c.Shm.Chunks }),
+		intSetting("AMIGO_SHM_MIRROR", "shared memory, regions peers resolve alone", func(c *Config) *int { return &c.Shm.Mirror }),
+		intSetting("AMIGO_SHM_PIECE", "shared memory, bytes one Advance moves per transfer", func(c *Config) *int { return &c.Shm.Piece }),
+	)
+	resolvers = append(resolvers, resolveShm)
+}
+
+// resolveShm applies the defaults of ShmConfig and checks it.
+func resolveShm(c *Config) error {
+	s := &c.Shm
+	if s.RDMA == "" {
+		s.RDMA = "auto"
+	}
+	if s.CMA == "" {
+		s.CMA = "auto"
+	}
+	if s.Help == "" {
+		s.Help = "on"
+	}
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&s.HelpMin, shm.DefaultHelpMin)
+	def(&s.Chunk, shm.DefaultChunk)
+	def(&s.Chunks, shm.DefaultChunks)
+	def(&s.Mirror, shm.DefaultMirror)
+	def(&s.Piece, shm.DefaultPiece)
+	if s.Help != "on" && s.Help != "off" {
+		return fmt.Errorf("amigo: Shm.Help %q: want on or off", s.Help)
+	}
+	_, err := shmOptions(c).Validate()
+	if err != nil {
+		return fmt.Errorf("amigo: %w", err)
+	}
+	return nil
+}
+
+func shmOptions(c *Config) shm.Options {
+	return shm.Options{
+		Contexts:  c.Contexts,
+		RingSlots: c.RingSlots,
+		RDMASlots: c.RDMASlots,
+		Way:       shm.Way(c.Shm.RDMA),
+		CMA:       c.Shm.CMA,
+		HelpOff:   c.Shm.Help == "off",
+		HelpMin:   c.Shm.HelpMin,
+		Chunk:     c.Shm.Chunk,
+		Chunks:    c.Shm.Chunks,
+		Mirror:    c.Shm.Mirror,
+		Piece:     c.Shm.Piece,
+	}
+}
+
+// openShm makes this rank's shared-memory adapter when other ranks of the
+// job run on its host.
+func openShm(ctx context.Context, job transport.Bootstrap, regions *transport.Regions, cfg *Config) (transport.Adapter, error) {
+	a, err := shm.New(job, regions, shmOptions(cfg))
+	if err != nil || a == nil {
+		return nil, err
+	}
+	return a, nil
+}

@@ -1,0 +1,237 @@
+package amigo_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/amigo-hpc/amigo"
+	"github.com/amigo-hpc/amigo/bootstrap"
+)
+
+// shmPair opens a job of two ranks in this process whose clients reach each
+// other through the shared-memory adapter, as ranks in two processes do:
+// each maps the other's segment through /proc.
+func shmPair(t testing.TB, cfg amigo.Config) []*amigo.Client {
+	t.Helper()
+	cfg.Transport = "shm"
+	jobs := bootstrap.NewLocal(2)
+	cl := make([]*amigo.Client, 2)
+	errs := make([]error, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl[r], errs[r] = amigo.OpenJob(ctx, jobs[r], cfg)
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, c := range cl {
+			if c != nil {
+				c.Close()
+			}
+		}
+		for _, j := range jobs {
+			j.Close()
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range cl {
+		if !slices.Contains(c.Adapters(), "shm") {
+			t.Fatalf("rank %d uses adapters %v, want shm", c.Rank(), c.Adapters())
+		}
+	}
+	return cl
+}
+
+// Messages of every size and one-sided operations on allocated memory
+// travel between two ranks over shared memory, with each large-transfer way.
+func TestShmMessages(t *testing.T) {
+	for _, way := range []string{"auto", "segment", "cma", "copy"} {
+		t.Run(way, func(t *testing.T) {
+			cl := shmPair(t, amigo.Config{Shm: amigo.ShmConfig{RDMA: way}})
+			c0, c1 := cl[0].Context(0), cl[1].Context(0)
+			var got [][]byte
+			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+				if m.Inline() {
+					got = append(got, bytes.Clone(m.Data))
+					return
+				}
+				buf := make([]byte, m.Size())
+				if way == "segment" {
+					// Only memory in shared segments moves this way.
+					r, err := c.Client().AllocMemory(m.Size())
+					if err != nil {
+						panic(err)
+					}
+					buf = r.Bytes()
+				}
+				m.Receive(buf, func(err error) {
+					if err != nil {
+						panic(err)
+					}
+					got = append(got, buf)
+				})
+			})
+			var sizes []int
+			for s := 1; s <= 4<<20; s *= 4 {
+				sizes = append(sizes, s, s+13)
+			}
+			send := func(i, size int) []byte {
+				b := make([]byte, size)
+				if way == "segment" {
+					r, err := cl[0].AllocMemory(size)
+					if err != nil {
+						t.Fatal(err)
+					}
+					b = r.Bytes()
+				}
+				for j := range b {
+					b[j] = byte(i + j*7)
+				}
+				return b
+			}
+			var want [][]byte
+			k := amigo.NewCounter()
+			for i, s := range sizes {
+				b := send(i, s)
+				want = append(want, b)
+				k.Add(1)
+				if err := c0.Send(amigo.EndpointOf(1), 1, nil, b, k.Done()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			// Rank 1 advances on its own goroutine until it has every message.
+			done := make(chan error, 1)
+			go func() { done <- c1.Wait(ctx, func() bool { return len(got) == len(want) }) }()
+			if err := c0.WaitCounter(ctx, k); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("received %d messages, want %d", len(got), len(want))
+			}
+			for i := range want {
+				if !bytes.Equal(got[i], want[i]) {
+					t.Fatalf("message %d of %d bytes differs", i, len(want[i]))
+				}
+			}
+			// Put and Get on allocated memory, advancing rank 1 here too.
+			reg, err := cl[1].AllocMemory(3 << 20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := send(99, 3<<20)
+			dst := send(98, 3<<20)
+			clear(dst)
+			k.Add(1)
+			c0.Put(amigo.EndpointOf(1), src, reg.Key(), 0, k.Done())
+			for k.Pending() > 0 {
+				c0.Advance()
+				c1.Advance()
+			}
+			k.Add(1)
+			c0.Get(amigo.EndpointOf(1), dst, reg.Key(), 0, k.Done())
+			for k.Pending() > 0 {
+				c0.Advance()
+				c1.Advance()
+			}
+			if err := k.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(reg.Bytes(), src) || !bytes.Equal(dst, src) {
+				t.Fatal("put or get moved the wrong bytes")
+			}
+		})
+	}
+}
+
+// Sending an immediate message over shared memory and receiving it
+// allocate nothing.
+func TestShmZeroAllocs(t *testing.T) {
+	cl := shmPair(t, amigo.Config{})
+	c0, c1 := cl[0].Context(0), cl[1].Context(0)
+	recvd := 0
+	c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) { recvd++ })
+	c0.SetDispatch(2, func(c *amigo.Context, m *amigo.Message) { recvd++ })
+	hdr, data := []byte("hdr"), make([]byte, 150)
+	want := 0
+	f := func() {
+		want++
+		if err := c0.SendImmediate(amigo.EndpointOf(1), 1, hdr, data[:8]); err != nil {
+			t.Fatal(err)
+		}
+		for recvd < want {
+			c0.Advance()
+			c1.Advance()
+		}
+		want++
+		if err := c1.SendImmediate(amigo.EndpointOf(0), 2, hdr, data); err != nil {
+			t.Fatal(err)
+		}
+		for recvd < want {
+			c1.Advance()
+			c0.Advance()
+		}
+	}
+	for i := 0; i < 100; i++ {
+		f()
+	}
+	if n := testing.AllocsPerRun(1000, f); n != 0 {
+		t.Errorf("%v allocations per round trip over shared memory, want 0", n)
+	}
+	// Sends with a done callback, and Puts, on shared memory.
+	reg, err := cl[1].AllocMemory(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := amigo.NewCounter()
+	g := func() {
+		k.Add(2)
+		if err := c0.Send(amigo.EndpointOf(1), 1, hdr, data, k.Done()); err != nil {
+			t.Fatal(err)
+		}
+		if err := c0.Put(amigo.EndpointOf(1), data[:64], reg.Key(), 128, k.Done()); err != nil {
+			t.Fatal(err)
+		}
+		for k.Pending() > 0 {
+			c0.Advance()
+			c1.Advance()
+		}
+	}
+	for i := 0; i < 100; i++ {
+		g()
+	}
+	if n := testing.AllocsPerRun(1000, g); n != 0 {
+		t.Errorf("%v allocations per Send and Put over shared memory, want 0", n)
+	}
+	if err := k.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ExampleShmConfig() {
+	s, _ := amigo.Settings(amigo.Config{Shm: amigo.ShmConfig{RDMA: "copy"}})
+	for _, v := range s {
+		if v.Name == "AMIGO_SHM_RDMA" {
+			fmt.Println(v.Name, v.Value)
+		}
+	}
+	// Output: AMIGO_SHM_RDMA copy
+}
