@@ -78,6 +78,10 @@ type Config struct {
 	// 16384, and at most a quarter of the descriptor buffer).
 	EagerPacket    int
 	EagerPacketMax int
+	// EagerInflight is how many eager packets of one stream may wait in
+	// the injection FIFO for the engine to take them (AMIGO_EAGER_INFLIGHT,
+	// default 2).
+	EagerInflight int
 	// Transport forces the adapter used between processes: "auto" picks
 	// shared memory for ranks on the same host and TCP for the others;
 	// "shm" or "tcp" uses only that one (AMIGO_TRANSPORT, default "auto").
@@ -148,6 +152,7 @@ var settings = []setting{
 	intSetting("AMIGO_UNEXPECTED_BUDGET", "eager bytes held for messages with no buffer yet, per context", func(c *Config) *int { return &c.UnexpectedBudget }),
 	intSetting("AMIGO_EAGER_PACKET", "first eager packet of a stream, bytes", func(c *Config) *int { return &c.EagerPacket }),
 	intSetting("AMIGO_EAGER_PACKET_MAX", "largest eager packet, bytes", func(c *Config) *int { return &c.EagerPacketMax }),
+	intSetting("AMIGO_EAGER_INFLIGHT", "eager packets of a stream waiting for the engine", func(c *Config) *int { return &c.EagerInflight }),
 	{
 		name: "AMIGO_PROTOCOL", doc: "large sends: stop, eager or rendezvous",
 		get: func(c *Config) string { return c.Protocol },
@@ -214,6 +219,7 @@ func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
 	def(&c.UnexpectedBudget, 16<<20)
 	def(&c.EagerPacket, 4096)
 	def(&c.EagerPacketMax, 16384)
+	def(&c.EagerInflight, 2)
 	if err := c.validate(); err != nil {
 		return c, err
 	}
@@ -259,6 +265,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("amigo: StopVariant %q: want keep, discard or put", c.StopVariant)
 	case c.StopAbove < 0 || c.UnexpectedBudget < 0:
 		return fmt.Errorf("amigo: negative StopAbove or UnexpectedBudget")
+	case c.EagerInflight < 1:
+		return fmt.Errorf("amigo: EagerInflight %d: want at least 1", c.EagerInflight)
 	case c.EagerPacket < 64 || c.EagerPacketMax < c.EagerPacket:
 		return fmt.Errorf("amigo: EagerPacket %d, EagerPacketMax %d: want 64 <= first <= largest", c.EagerPacket, c.EagerPacketMax)
 	case c.Transport != "auto" && c.Transport != "shm" && c.Transport != "tcp":

@@ -55,7 +55,8 @@ type op struct {
 	// opSendStream
 	sent    uint64 // bytes streamed eagerly
 	pkt     uint64 // size of the next eager packet
-	putting bool   // PUTting the rest after a STOP that named a buffer
+	putting  bool   // PUTting the rest after a STOP that named a buffer
+	finished bool   // completed; waits for the engine to take its last packets
 
 	// opRecvStream
 	buf          []byte
@@ -158,7 +159,11 @@ func (t *opTable) lookup(id uint64) *op {
 func (t *opTable) failPeer(p *peer, err error) int {
 	n := 0
 	for _, o := range t.ops {
-		if o.live && o.peer == p && o.inflight == 0 {
+		if o.live && o.peer == p && o.finished {
+			t.release(o)
+			continue
+		}
+		if o.live && o.peer == p && (o.inflight == 0 || o.kind == opSendStream) {
 			t.c.failOp(o, err)
 			n++
 		}
@@ -168,7 +173,10 @@ func (t *opTable) failPeer(p *peer, err error) int {
 
 func (t *opTable) failAll(err error) {
 	for _, o := range t.ops {
-		if o.live {
+		switch {
+		case o.live && o.finished:
+			t.release(o)
+		case o.live:
 			t.c.failOp(o, err)
 		}
 	}

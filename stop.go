@@ -72,11 +72,21 @@ func (c *Context) injectSend(p *peer, in *inst) bool {
 }
 
 // pumpEager streams o's data as eager packets while the FIFO has room, and
-// reports whether the stream is over (all sent, or stopped).
+// reports whether the stream is over (all sent, or stopped) or waits for the
+// engine to take a packet in flight.
+//
+// A stream has at most Config.EagerInflight packets in the FIFO that the
+// engine has not yet taken: the pace of the transmission, as a DMA engine
+// sending one packet after another gives it, so that a receiver's STOP finds
+// little sent. It is not a limit the receiver grants: the sender's own
+// transfer counter releases the next packet.
 func (c *Context) pumpEager(o *op) bool {
 	p := o.peer
 	max := uint64(c.eagerMax(p))
 	for !o.stopped && o.sent < o.size {
+		if o.inflight >= c.cfg.EagerInflight {
+			return false // retried from progress once a packet was taken
+		}
 		n := o.size - o.sent
 		if n > o.pkt {
 			n = o.pkt
@@ -86,7 +96,8 @@ func (c *Context) pumpEager(o *op) bool {
 			return false
 		}
 		copy(wire.PutEager(b, o.id(), o.sent), o.local[o.sent:o.sent+n])
-		p.commit(nil)
+		o.inflight++
+		p.commit((*eagerTaken)(o))
 		o.sent += n
 		c.stats.EagerBytesSent += n
 		if o.pkt < max {
@@ -94,6 +105,18 @@ func (c *Context) pumpEager(o *op) bool {
 		}
 	}
 	return true
+}
+
+// eagerTaken is a streaming op seen as the callback of its eager packets:
+// the engine took one, the next may go.
+type eagerTaken op
+
+func (e *eagerTaken) Done(err error) {
+	o := (*op)(e)
+	o.inflight--
+	if o.finished && o.inflight == 0 {
+		o.c.ops.release(o)
+	}
 }
 
 // eagerMax is the largest eager packet payload for p's FIFO.
@@ -539,9 +562,18 @@ func (c *Context) onFIN(src int32, pk *wire.Packet) {
 	c.maybeCompleteStream(o)
 }
 
-// finishSend completes the sender's side of a streamed send.
+// finishSend completes the sender's side of a streamed send. Eager packets
+// the engine has not taken yet still name the op as their callback: it is
+// released only after the last of them.
 func (c *Context) finishSend(o *op, err error) {
 	_ = c.client.regions.Deregister(o.region)
-	callBoth(o.done, o.rdone, err)
-	c.ops.release(o)
+	done, rdone := o.done, o.rdone
+	o.done, o.rdone = nil, nil
+	if o.inflight > 0 {
+		o.finished = true
+		o.gen++ // packets about it no longer find it
+	} else {
+		c.ops.release(o)
+	}
+	callBoth(done, rdone, err)
 }

@@ -182,26 +182,25 @@ func TestStopLateReceiver(t *testing.T) {
 	}
 }
 
-// The STOP crosses the last eager packet: the sender injects it after the
-// receiver sent STOP and before it sees the STOP.
+// The STOP crosses the last eager packets: the sender injects them after the
+// receiver sent STOP and before it reads the STOP.
 func TestStopCrossesLastEagerPacket(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v, func(t *testing.T) {
-			// 128 slots of 64 bytes: an 8 KiB FIFO, eager packets of 1 KiB
-			// and then 2 KiB (a quarter of it, less the packet header).
-			cfg := amigo.Config{StopVariant: v, RingSlots: 128, EagerPacket: 1024, EagerPacketMax: 4096, StopAbove: 1}
+			// Two packets in flight per stream: 1 KiB, 2 KiB less the header, then two more.
+			cfg := amigo.Config{StopVariant: v, InlineMax: 512, EagerPacket: 1024, EagerPacketMax: 2048, EagerInflight: 2, StopAbove: 1}
 			r := newStopRig(t, cfg, "early")
-			const size = 1024 + 2024*3 + 1000 // 5 packets, one more than fits
+			const size = 1024 + 2024 + 2024 + 1000 // packets of at most 2048 bytes with their header
 			r.send(size)
-			r.c0.Advance() // SEND and the packets that fit; the last one waits
-			if s := r.c0.Stats(); s.EagerBytesSent == size {
-				t.Fatalf("all %d bytes fit at once; the scenario needs the last packet held back", size)
+			r.c0.Advance() // SEND and two packets; the stream waits for the engine
+			if s := r.c0.Stats(); s.EagerBytesSent != 1024+2024 {
+				t.Fatalf("sender streamed %d bytes at first", s.EagerBytesSent)
 			}
-			r.c1.Advance() // handler names the buffer: STOP; packets consumed
+			r.c1.Advance() // handler names the buffer: STOP; the two packets taken
 			if s := r.c1.Stats(); s.Stops != 1 {
 				t.Fatalf("receiver sent %d STOPs", s.Stops)
 			}
-			r.c0.Advance() // room again: the last packet goes out, then the STOP is read
+			r.c0.Advance() // the last packets go out, then the STOP is read
 			if s := r.c0.Stats(); s.EagerBytesSent != size {
 				t.Fatalf("sender streamed %d of %d bytes before reading the STOP", s.EagerBytesSent, size)
 			}
@@ -211,23 +210,31 @@ func TestStopCrossesLastEagerPacket(t *testing.T) {
 	}
 }
 
-// The STOP comes after the sender streamed everything.
+// The STOP comes after the sender streamed everything: the budget runs out
+// on the last packet of a deferred message.
 func TestStopAfterAllSent(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v, func(t *testing.T) {
-			cfg := amigo.Config{StopVariant: v, StopAbove: 1}
-			r := newStopRig(t, cfg, "early")
-			const size = 40000
+			cfg := amigo.Config{StopVariant: v, StopAbove: 1 << 20, UnexpectedBudget: 64 << 10}
+			r := newStopRig(t, cfg, "late")
+			const size = 64<<10 + 1000 // one byte chunk more than the budget holds
 			r.send(size)
-			r.c0.Advance()
+			advanceUntil(t, func() bool { return r.c1.Stats().Stops == 1 }, r.c0, r.c1)
 			if s := r.c0.Stats(); s.EagerBytesSent != size {
-				t.Fatalf("sender streamed %d of %d bytes at once", s.EagerBytesSent, size)
+				t.Fatalf("STOP came after %d of %d bytes were streamed; want after all", s.EagerBytesSent, size)
 			}
+			r.accept()
 			r.finish()
-			if s := r.c1.Stats(); s.Stops != 1 {
+			want := uint64(1)
+			if v == "put" {
+				want = 2 // the second names the buffer
+			}
+			if s := r.c1.Stats(); s.Stops != want {
 				t.Fatalf("%d STOPs", s.Stops)
 			}
-			r.checkVariant(v)
+			if v == "discard" {
+				r.checkVariant(v)
+			}
 		})
 	}
 }
