@@ -78,6 +78,9 @@ type Config struct {
 	// 16384, and at most a quarter of the descriptor buffer).
 	EagerPacket    int
 	EagerPacketMax int
+	// McastChunk is the piece in which multicast data is deposited and
+	// forwarded along the chain (AMIGO_MCAST_CHUNK, default 256 KiB).
+	McastChunk int
 	// EagerInflight is how many eager packets of one stream may wait in
 	// the injection FIFO for the engine to take them (AMIGO_EAGER_INFLIGHT,
 	// default 2).
@@ -152,6 +155,7 @@ var settings = []setting{
 	intSetting("AMIGO_UNEXPECTED_BUDGET", "eager bytes held for messages with no buffer yet, per context", func(c *Config) *int { return &c.UnexpectedBudget }),
 	intSetting("AMIGO_EAGER_PACKET", "first eager packet of a stream, bytes", func(c *Config) *int { return &c.EagerPacket }),
 	intSetting("AMIGO_EAGER_PACKET_MAX", "largest eager packet, bytes", func(c *Config) *int { return &c.EagerPacketMax }),
+	intSetting("AMIGO_MCAST_CHUNK", "multicast deposit and forwarding piece, bytes", func(c *Config) *int { return &c.McastChunk }),
 	intSetting("AMIGO_EAGER_INFLIGHT", "eager packets of a stream waiting for the engine", func(c *Config) *int { return &c.EagerInflight }),
 	{
 		name: "AMIGO_PROTOCOL", doc: "large sends: stop, eager or rendezvous",
@@ -220,6 +224,7 @@ func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
 	def(&c.EagerPacket, 4096)
 	def(&c.EagerPacketMax, 16384)
 	def(&c.EagerInflight, 2)
+	def(&c.McastChunk, 256<<10)
 	if err := c.validate(); err != nil {
 		return c, err
 	}
@@ -265,6 +270,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("amigo: StopVariant %q: want keep, discard or put", c.StopVariant)
 	case c.StopAbove < 0 || c.UnexpectedBudget < 0:
 		return fmt.Errorf("amigo: negative StopAbove or UnexpectedBudget")
+	case c.McastChunk < 4096:
+		return fmt.Errorf("amigo: McastChunk %d: want at least 4096", c.McastChunk)
 	case c.EagerInflight < 1:
 		return fmt.Errorf("amigo: EagerInflight %d: want at least 1", c.EagerInflight)
 	case c.EagerPacket < 64 || c.EagerPacketMax < c.EagerPacket:

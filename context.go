@@ -46,6 +46,8 @@ type Context struct {
 	unexpected  int      // bytes of unexpected eager data held
 	chunks      [][]byte // free chunks for unexpected data
 	stopVariant uint32
+	mcTargets   []*op // multicasts this context is a target of
+	mcGone      []mcTombstone
 }
 
 type laterDone struct {

@@ -56,7 +56,12 @@ type Message struct {
 	claimed bool
 	op, key uint64
 	stream  *op // the receiver's state of a SEND
+	mc      *op // the target's state of a multicast
 }
+
+// Multicast reports whether the message is the announcement of a multicast:
+// naming a buffer makes this target part of the multicast's chain.
+func (m *Message) Multicast() bool { return m.mc != nil }
 
 // Size returns the length of the message's data.
 func (m *Message) Size() int { return int(m.size) }
@@ -87,6 +92,10 @@ func (m *Message) Receive(buf []byte, done func(error)) error {
 		c.nameBuffer(m.stream, buf, done)
 		return nil
 	}
+	if m.mc != nil {
+		c.mcPrepare(m.mc, buf, done)
+		return nil
+	}
 	o := c.ops.alloc(opRecvRV, c.peer(m.src))
 	o.srcOp, o.key, o.size, o.disp = m.op, transport.Key(m.key), m.size, m.Dispatch
 	c.startFetch(o, buf, done)
@@ -110,6 +119,9 @@ func (m *Message) Defer() (Deferred, error) {
 	m.claimed = true
 	c := m.c
 	c.stats.Deferred++
+	if m.mc != nil {
+		return Deferred{id: m.mc.id()}, nil
+	}
 	if o := m.stream; o != nil {
 		// Data-flow condition: eager data for a message with no buffer is
 		// worth holding only if little is still to come; stop a large one
@@ -172,6 +184,11 @@ func (c *Context) deferredOp(id uint64) *op {
 			return nil
 		}
 		return o
+	case o.kind == opMcTarget:
+		if o.mc.named {
+			return nil
+		}
+		return o
 	case o.kind != opRecvRV || o.posted != 0 || o.done != nil || o.local != nil:
 		return nil
 	}
@@ -187,6 +204,8 @@ func (c *Context) accept(in *inst) {
 		c.callNow(in.done, fmt.Errorf("amigo: receive buffer of %d bytes for a message of %d: %w", len(in.data), o.size, ErrTooSmall))
 	case o.kind == opRecvStream:
 		c.nameBuffer(o, in.data, in.done)
+	case o.kind == opMcTarget:
+		c.mcPrepare(o, in.data, in.done)
 	default:
 		c.startFetch(o, in.data, in.done)
 	}
@@ -196,6 +215,11 @@ func (c *Context) reject(in *inst) {
 	o := c.deferredOp(in.op)
 	if o == nil {
 		c.asyncError(fmt.Errorf("amigo: Reject: %w", ErrStale))
+		return
+	}
+	if o.kind == opMcTarget {
+		c.stats.Declined++
+		c.mcDecline(o, wire.StatusDeclined)
 		return
 	}
 	c.sendACK(o.peer.idx, o.srcOp, wire.StatusDeclined)
@@ -267,6 +291,12 @@ func (c *Context) receive(from transport.Addr, pkt []byte) {
 		c.onCTS(idx, &pk)
 	case wire.KindFIN:
 		c.onFIN(idx, &pk)
+	case wire.KindMCRTS:
+		c.onMCRTS(idx, &pk)
+	case wire.KindMCCTS, wire.KindMCGO, wire.KindMCFAIL, wire.KindMCDONE:
+		c.onMCOrigin(idx, &pk)
+	case wire.KindMCDATA, wire.KindMCABORT:
+		c.onMCTarget(idx, &pk)
 	}
 }
 
@@ -294,6 +324,7 @@ func (c *Context) deliver(src int32, pk *wire.Packet) {
 	m.claimed = false
 	m.op = pk.Op
 	m.stream = nil
+	m.mc = nil
 	if pk.Kind == wire.KindSEND {
 		m.stream = c.announce(src, pk)
 	}

@@ -20,7 +20,9 @@ const (
 	instAccept                     // name a buffer for a deferred message
 	instReject                     // decline a deferred message
 	instCall                       // run fn on the owner goroutine
+	instMcast                      // start a multicast
 	instCtl                        // internal: a control packet (ACK, STOP, CTS, FIN)
+	instRaw                        // internal: an encoded packet in data
 	instMore                       // internal: inject more pieces of op
 )
 
@@ -43,13 +45,14 @@ type inst struct {
 	off    uint64
 	op     uint64
 	fn     func(*Context)
+	mc     *mcState
 	imm    [ImmediateMax]byte
 }
 
 // clear drops the references an instruction holds, so that a reused slot
 // does not keep buffers or callbacks alive.
 func (in *inst) clear() {
-	in.hdr, in.data, in.done, in.rdone, in.fn = nil, nil, nil, nil, nil
+	in.hdr, in.data, in.done, in.rdone, in.fn, in.mc = nil, nil, nil, nil, nil, nil
 }
 
 // instQueue is a bounded lock-free multi-producer, single-consumer queue of

@@ -16,6 +16,8 @@ const (
 	opRDMA                         // a Put or Get in pieces, or with remote completion
 	opSendStream                   // sender of a SEND streamed as eager packets
 	opRecvStream                   // receiver of a SEND
+	opMcOrigin                     // origin of a multicast
+	opMcTarget                     // target of a multicast
 )
 
 // op is the state of an operation that outlives one descriptor. Its id (a
@@ -50,11 +52,13 @@ type op struct {
 	srcOp  uint64        // opRecvRV, opRecvStream: the sender's op, for the ACK
 	disp   Dispatch      // opRecvRV, opRecvStream
 
-	parent *op // opRDMA: the stream this GET or PUT serves
+	parent    *op    // opRDMA: the stream or multicast this GET or PUT serves
+	parentGen uint32 // parent's generation, in case it completed meanwhile
+	mc        *mcState
 
 	// opSendStream
-	sent    uint64 // bytes streamed eagerly
-	pkt     uint64 // size of the next eager packet
+	sent     uint64 // bytes streamed eagerly
+	pkt      uint64 // size of the next eager packet
 	putting  bool   // PUTting the rest after a STOP that named a buffer
 	finished bool   // completed; waits for the engine to take its last packets
 
@@ -155,8 +159,18 @@ func (t *opTable) lookup(id uint64) *op {
 	return o
 }
 
+// childOf accounts a finished child GET or PUT of p.
+func (c *Context) childOf(p *op, off, n uint64, err error) {
+	if p.kind == opMcOrigin || p.kind == opMcTarget {
+		c.mcChildDone(p, off, n, err)
+		return
+	}
+	c.childDone(p, n, err)
+}
+
 // failPeer fails every live op bound to p that no tracker will complete.
 func (t *opTable) failPeer(p *peer, err error) int {
+	t.c.failMcastPeer(p, err)
 	n := 0
 	for _, o := range t.ops {
 		if o.live && o.peer == p && o.finished {
@@ -194,13 +208,20 @@ func (c *Context) failOp(o *op, err error) {
 		callBoth(o.done, o.rdone, err)
 	case opRDMA:
 		if p := o.parent; p != nil {
+			gen, off := o.parentGen, o.off
 			c.ops.release(o)
-			if p.live {
-				c.childDone(p, 0, err)
+			if p.live && p.gen == gen {
+				c.childOf(p, off, 0, err)
 			}
 			return
 		}
 		callBoth(o.done, o.rdone, err)
+	case opMcOrigin:
+		c.mcAbort(o, -1, err)
+		return
+	case opMcTarget:
+		c.mcFinish(o, err)
+		return
 	case opSendStream:
 		c.finishSend(o, err)
 		return
@@ -229,9 +250,11 @@ func (c *Context) finishRDMA(o *op) {
 	switch o.kind {
 	case opRDMA:
 		if p := o.parent; p != nil {
-			n, err := o.size, o.err
+			n, err, gen, off := o.size, o.err, o.parentGen, o.off
 			c.ops.release(o)
-			c.childDone(p, n, err)
+			if p.live && p.gen == gen {
+				c.childOf(p, off, n, err)
+			}
 			return
 		}
 		callBoth(o.done, o.rdone, o.err)

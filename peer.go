@@ -122,6 +122,9 @@ func (c *Context) execute(in *inst) {
 	case instReject:
 		c.reject(in)
 		return
+	case instMcast:
+		c.mcStart(in)
+		return
 	}
 	p := c.peer(in.dest)
 	if p.failed != nil {
@@ -175,6 +178,8 @@ func (c *Context) inject(p *peer, in *inst) bool {
 		return c.injectRDMA(p, in)
 	case instCtl:
 		return c.injectCtl(p, in)
+	case instRaw:
+		return c.injectRaw(p, in)
 	case instMore:
 		o := c.ops.lookup(in.op)
 		if o == nil {
@@ -347,7 +352,7 @@ func (c *Context) sendACK(idx int32, op uint64, status uint32) {
 // failInst completes an instruction that will never be injected.
 func (c *Context) failInst(in *inst, err error) {
 	switch in.kind {
-	case instSend, instRDMA, instAccept:
+	case instSend, instRDMA, instAccept, instMcast:
 		if in.done != nil {
 			in.done(err)
 		}

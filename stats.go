@@ -31,4 +31,9 @@ type Stats struct {
 	FetchedBytes      uint64 // bytes the receiver fetched by GET
 	PutBytes          uint64 // bytes the sender PUT after a STOP that named a buffer
 	UnexpectedPeak    int    // most bytes held for messages with no buffer yet
+
+	MulticastsSent      uint64 // multicasts started as origin
+	MulticastsReceived  uint64 // multicast announcements received as target
+	MulticastsDelivered uint64 // multicasts whose data a target received whole
+	MulticastBytesPut   uint64 // bytes deposited into the next buffer of a chain
 }

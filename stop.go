@@ -379,7 +379,7 @@ func (c *Context) fetch(o *op, from, to uint64) {
 		return
 	}
 	ch := c.ops.alloc(opRDMA, o.peer)
-	ch.parent = o
+	ch.parent, ch.parentGen = o, o.gen
 	ch.rk = transport.Get
 	ch.local = o.buf[from:to:to]
 	ch.key = o.key
@@ -519,7 +519,7 @@ func (c *Context) onSTOP(src int32, pk *wire.Packet) {
 			return
 		}
 		ch := c.ops.alloc(opRDMA, o.peer)
-		ch.parent = o
+		ch.parent, ch.parentGen = o, o.gen
 		ch.rk = transport.Put
 		ch.local = o.local[from:o.size:o.size]
 		ch.key = transport.Key(pk.Key)

@@ -53,7 +53,16 @@ const (
 	KindCTS   Kind = 7 // the sender's answer to STOP: bytes it streamed
 	KindFIN   Kind = 8 // the sender PUT the rest of the data
 
-	kindMax = KindFIN
+	// Multicast (see MC).
+	KindMCRTS   Kind = 9  // request to send, travelling along the targets
+	KindMCCTS   Kind = 10 // a target checks in with the origin
+	KindMCGO    Kind = 11 // the last target returns every target's storage
+	KindMCDATA  Kind = 12 // a piece of data was deposited; forward it
+	KindMCDONE  Kind = 13 // the last target has everything
+	KindMCABORT Kind = 14 // the origin calls the multicast off
+	KindMCFAIL  Kind = 15 // a target reports a failure to the origin
+
+	kindMax = KindMCFAIL
 )
 
 func (k Kind) String() string {
@@ -74,6 +83,20 @@ func (k Kind) String() string {
 		return "CTS"
 	case KindFIN:
 		return "FIN"
+	case KindMCRTS:
+		return "MCRTS"
+	case KindMCCTS:
+		return "MCCTS"
+	case KindMCGO:
+		return "MCGO"
+	case KindMCDATA:
+		return "MCDATA"
+	case KindMCDONE:
+		return "MCDONE"
+	case KindMCABORT:
+		return "MCABORT"
+	case KindMCFAIL:
+		return "MCFAIL"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -132,6 +155,70 @@ type Packet struct {
 	Off      uint64 // EAGER: offset; CTS: bytes sent; STOP: from
 	Header   []byte
 	Data     []byte // AM: inline data
+	MC       MC     // multicast packets
+}
+
+// MC is the body of every multicast packet:
+//
+//	op uint64, size uint64, off uint64, len uint64, key uint64,
+//	status uint32, pos uint32, origin rank uint32, origin context uint32,
+//	way uint32, n uint32, n entries of (rank uint32, context uint32, key uint64),
+//	header (MCRTS only)
+//
+// op is the origin's operation; pos the index of the target the packet is
+// for or about; entries the targets in chain order with the keys of the
+// buffers they named, where known.
+type MC struct {
+	Op, Size, Off, Len, Key uint64
+	Status, Pos             uint32
+	OriginRank, OriginCtx   uint32
+	Way                     uint32
+	// Entries holds n entries of MCEntrySize bytes; use Entry to read one.
+	Entries []byte
+}
+
+// MCEntrySize is the size of one multicast target entry.
+const MCEntrySize = 16
+
+// MCSize returns the size of a multicast packet with n entries and hlen
+// bytes of header.
+func MCSize(n, hlen int) int { return BaseSize + 64 + n*MCEntrySize + hlen }
+
+// Entry returns target i of the entries.
+func (m *MC) Entry(i int) (rank, ctx uint32, key uint64) {
+	e := m.Entries[i*MCEntrySize:]
+	return binary.LittleEndian.Uint32(e), binary.LittleEndian.Uint32(e[4:]), binary.LittleEndian.Uint64(e[8:])
+}
+
+// NumEntries returns the number of entries.
+func (m *MC) NumEntries() int { return len(m.Entries) / MCEntrySize }
+
+// PutEntry writes one entry into an entries buffer.
+func PutEntry(entries []byte, i int, rank, ctx uint32, key uint64) {
+	e := entries[i*MCEntrySize:]
+	binary.LittleEndian.PutUint32(e, rank)
+	binary.LittleEndian.PutUint32(e[4:], ctx)
+	binary.LittleEndian.PutUint64(e[8:], key)
+}
+
+// PutMC encodes a multicast packet of kind k into b, which must be
+// MCSize(len(m.Entries)/MCEntrySize, len(header)) bytes.
+func PutMC(b []byte, k Kind, dispatch uint16, header []byte, m *MC) {
+	putBase(b, k, 0, dispatch, len(header))
+	le := binary.LittleEndian
+	le.PutUint64(b[8:], m.Op)
+	le.PutUint64(b[16:], m.Size)
+	le.PutUint64(b[24:], m.Off)
+	le.PutUint64(b[32:], m.Len)
+	le.PutUint64(b[40:], m.Key)
+	le.PutUint32(b[48:], m.Status)
+	le.PutUint32(b[52:], m.Pos)
+	le.PutUint32(b[56:], m.OriginRank)
+	le.PutUint32(b[60:], m.OriginCtx)
+	le.PutUint32(b[64:], m.Way)
+	le.PutUint32(b[68:], uint32(len(m.Entries)/MCEntrySize))
+	n := copy(b[72:], m.Entries)
+	copy(b[72+n:], header)
 }
 
 // AMSize returns the size of an AM packet.
@@ -240,6 +327,33 @@ func PutFIN(b []byte, op uint64, status uint32) {
 	b[0] = byte(KindFIN)
 }
 
+func parseMC(p *Packet, b []byte, hlen int) error {
+	if p.Flags != 0 || len(b) < MCSize(0, 0) || (p.Kind != KindMCRTS && (hlen != 0 || p.Dispatch != 0)) {
+		return ErrMalformed
+	}
+	le := binary.LittleEndian
+	m := &p.MC
+	m.Op = le.Uint64(b[8:])
+	m.Size = le.Uint64(b[16:])
+	m.Off = le.Uint64(b[24:])
+	m.Len = le.Uint64(b[32:])
+	m.Key = le.Uint64(b[40:])
+	m.Status = le.Uint32(b[48:])
+	m.Pos = le.Uint32(b[52:])
+	m.OriginRank = le.Uint32(b[56:])
+	m.OriginCtx = le.Uint32(b[60:])
+	m.Way = le.Uint32(b[64:])
+	entries := uint64(le.Uint32(b[68:]))
+	if m.Status > statusMax || uint64(len(b)) != uint64(MCSize(0, hlen))+entries*MCEntrySize {
+		return ErrMalformed
+	}
+	end := 72 + int(entries)*MCEntrySize
+	m.Entries = b[72:end:end]
+	p.Header = b[end:]
+	p.Op = m.Op
+	return nil
+}
+
 // Parse decodes a packet. It returns ErrMalformed for anything a correct
 // sender cannot have produced.
 func Parse(b []byte) (Packet, error) {
@@ -255,6 +369,9 @@ func Parse(b []byte) (Packet, error) {
 		return p, ErrMalformed
 	}
 	n := BaseSize
+	if p.Kind >= KindMCRTS {
+		return p, parseMC(&p, b, hlen)
+	}
 	switch p.Kind {
 	case KindAM:
 		if p.Flags&FlagAck != 0 {

@@ -54,6 +54,26 @@ func TestRoundTrip(t *testing.T) {
 	if p, err = Parse(b); err != nil || p.Kind != KindCTS || p.Off != 777 {
 		t.Fatalf("CTS: %+v %v", p, err)
 	}
+	entries := make([]byte, 3*MCEntrySize)
+	for i := 0; i < 3; i++ {
+		PutEntry(entries, i, uint32(i+1), uint32(i), uint64(100+i))
+	}
+	mc := MC{Op: 11, Size: 1 << 30, Off: 4096, Len: 8192, Key: 42, Status: StatusDeclined, Pos: 2, OriginRank: 5, OriginCtx: 1, Way: 2, Entries: entries}
+	b = make([]byte, MCSize(3, len(hdr)))
+	PutMC(b, KindMCRTS, 6, hdr, &mc)
+	if p, err = Parse(b); err != nil || p.Kind != KindMCRTS || p.Dispatch != 6 || !bytes.Equal(p.Header, hdr) || p.MC.Op != 11 || p.MC.Size != 1<<30 ||
+		p.MC.Off != 4096 || p.MC.Len != 8192 || p.MC.Key != 42 || p.MC.Status != StatusDeclined || p.MC.Pos != 2 || p.MC.OriginRank != 5 ||
+		p.MC.OriginCtx != 1 || p.MC.Way != 2 || p.MC.NumEntries() != 3 {
+		t.Fatalf("MCRTS: %+v %v", p, err)
+	}
+	if r, c, k := p.MC.Entry(2); r != 3 || c != 2 || k != 102 {
+		t.Fatalf("entry 2: %d %d %d", r, c, k)
+	}
+	b = make([]byte, MCSize(0, 0))
+	PutMC(b, KindMCDONE, 0, nil, &MC{Op: 3})
+	if p, err = Parse(b); err != nil || p.Kind != KindMCDONE || p.Op != 3 {
+		t.Fatalf("MCDONE: %+v %v", p, err)
+	}
 	b = make([]byte, FINSize)
 	PutFIN(b, 8, StatusRemoteIO2)
 	if p, err = Parse(b); err != nil || p.Kind != KindFIN || p.Status != StatusRemoteIO2 {
@@ -108,6 +128,13 @@ func FuzzParse(f *testing.F) {
 	b = make([]byte, CTSSize)
 	PutCTS(b, 3, 12345)
 	f.Add(b)
+	entries := make([]byte, 2*MCEntrySize)
+	PutEntry(entries, 0, 1, 0, 5)
+	PutEntry(entries, 1, 2, 0, 6)
+	mc := MC{Op: 1, Size: 2, Off: 3, Len: 4, Key: 5, Pos: 1, OriginRank: 7, Way: 1, Entries: entries}
+	b = make([]byte, MCSize(2, 3))
+	PutMC(b, KindMCRTS, 4, []byte("hdr"), &mc)
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := Parse(b)
 		if err != nil {
@@ -140,6 +167,9 @@ func FuzzParse(f *testing.F) {
 		case KindCTS:
 			out = make([]byte, CTSSize)
 			PutCTS(out, p.Op, p.Off)
+		case KindMCRTS, KindMCCTS, KindMCGO, KindMCDATA, KindMCDONE, KindMCABORT, KindMCFAIL:
+			out = make([]byte, MCSize(p.MC.NumEntries(), len(p.Header)))
+			PutMC(out, p.Kind, p.Dispatch, p.Header, &p.MC)
 		default:
 			t.Fatalf("accepted kind %v", p.Kind)
 		}
