@@ -84,7 +84,7 @@ func (c *Context) pumpEager(o *op) bool {
 	p := o.peer
 	max := uint64(c.eagerMax(p))
 	for !o.stopped && o.sent < o.size {
-		if o.inflight >= c.cfg.EagerInflight {
+		if c.cfg.EagerInflight > 0 && o.inflight >= c.cfg.EagerInflight {
 			return false // retried from progress once a packet was taken
 		}
 		n := o.size - o.sent
