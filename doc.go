@@ -10,9 +10,9 @@
 //
 // Instructions are Send (header and data, a local done callback, optionally a
 // remote-completion callback), SendImmediate (small, copied at once, no
-// callback), Put and Get on a peer's registered memory, and Rput and Rget
-// between registered regions. Active messages are delivered to the Handler
-// registered for their dispatch id with SetDispatch.
+// callback), Put and Get on a peer's registered memory, Rput and Rget
+// between registered regions, and Multicast. Active messages are delivered to
+// the Handler registered for their dispatch id with SetDispatch.
 //
 // # The progress contract
 //
@@ -29,9 +29,10 @@
 //     at once, or from inside a callback, is a programming error and panics.
 //  3. Advance first moves posted instructions into the injection FIFO of
 //     their peer. Small sends are written inline, descriptor and data, into
-//     the peer's descriptor buffer; larger sends are announced by an RTS that
-//     carries the key of the registered send buffer; Put and Get become RDMA
-//     descriptors. An instruction's done callback is listed in the FIFO's
+//     the peer's descriptor buffer; larger sends are announced by a SEND that
+//     carries the key of the registered send buffer, and their data follows
+//     at once as eager packets (stop.go: the receiver may answer STOP and
+//     fetch the rest by RDMA); Put and Get become RDMA descriptors. An instruction's done callback is listed in the FIFO's
 //     pending callback list, in the entry of the slot its descriptor took.
 //     When a FIFO is full the instruction stays queued, in order, behind the
 //     peer's other instructions: Advance does not wait for room.
@@ -47,10 +48,12 @@
 //     A handler sees the header and, for an inline message, the data in place
 //     (valid until it returns); for an announced one it names a receive buffer
 //     (Message.Receive), keeps the announcement (Message.Defer), or declines.
-//     A named buffer is fetched by RDMA GET from the sender's registered
-//     buffer; once the byte counter of the fetch reaches zero the receiver
-//     acknowledges to the sender and calls its own done callback; the ACK
-//     makes the sender call its done callback.
+//     Eager packets land in the named buffer, or, while none is named, in the
+//     context's bounded unexpected-data budget; what they do not bring is
+//     fetched by RDMA GET from the sender's registered buffer (or PUT by the
+//     sender, in the "put" STOP variant). Once the byte counter reaches zero
+//     the receiver acknowledges to the sender and calls its own done
+//     callback; the ACK makes the sender call its done callback.
 //  7. Advance runs the local completions handlers produced, then injects the
 //     instructions that handlers posted, so a reply leaves in the same
 //     Advance.
