@@ -1,0 +1,693 @@
+package mpi
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+)
+
+// Collectives. Every rank of the communicator must call the same
+// collectives in the same order, with matching arguments (the same root, op
+// and element counts). Blocking collectives return once this rank's part is
+// done and its buffers may be reused; ctx bounds the wait. Nonblocking ones
+// (Ibarrier, Ibcast, Iallreduce, ...) return a Request; their buffers belong
+// to the operation until it completes.
+//
+// Where MPI has MPI_IN_PLACE, a nil send buffer means in place: the input
+// is taken from the receive buffer (for Gather and Scatter, from the root's
+// own block of it).
+
+// Barrier returns once every rank of c has called it.
+func (c *Comm) Barrier(ctx context.Context) error {
+	s, err := c.barrierSched()
+	if err != nil {
+		return err
+	}
+	return c.run(ctx, s)
+}
+
+// Ibarrier starts a barrier; the request completes once every rank of c
+// has started it.
+func (c *Comm) Ibarrier() (Request, error) {
+	s, err := c.barrierSched()
+	if err != nil {
+		return Request{}, err
+	}
+	return c.start(s), nil
+}
+
+func (c *Comm) barrierSched() (*sched, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	s := c.e.newSched(c)
+	s.barrier()
+	return s, nil
+}
+
+// Bcast sends buf from rank root to every rank of c, which receive it into
+// their buf of the same length.
+//
+// Small messages, and any message between two ranks, go down a binomial
+// tree; larger ones are pipelined along a chain in segments
+// (Options.BcastShortMax, BcastSegment). Above Options.BcastMulticastMin a
+// broadcast is meant to use the AMI's RDMA multicast (seed 004: one
+// announcement, check-in acknowledgements, one forwarded direct put) once
+// the AMI offers it; bcastMulticast is where it plugs in.
+func Bcast[T Numeric](ctx context.Context, c *Comm, buf []T, root int) error {
+	s, err := bcastSched(c, Bytes(buf), root)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx, s)
+}
+
+// Ibcast starts a Bcast.
+func Ibcast[T Numeric](c *Comm, buf []T, root int) (Request, error) {
+	s, err := bcastSched(c, Bytes(buf), root)
+	if err != nil {
+		return Request{}, err
+	}
+	return c.start(s), nil
+}
+
+func bcastSched(c *Comm, buf []byte, root int) (*sched, error) {
+	if err := c.checkRoot(root); err != nil {
+		return nil, err
+	}
+	s := c.e.newSched(c)
+	n, p := len(buf), c.size
+	o := &c.e.opts
+	switch {
+	case p == 1 || n == 0:
+	case o.BcastMulticastMin > 0 && n >= o.BcastMulticastMin && c.bcastMulticast(s, buf, root):
+	case n <= o.BcastShortMax || p <= 2:
+		s.bcastBinomial(buf, root)
+	default:
+		s.bcastChain(buf, root, o.BcastSegment)
+	}
+	return s, nil
+}
+
+// bcastMulticast is the hook for the AMI's RDMA multicast: once the AMI
+// offers it, it adds to s one step (sched.call) that starts the multicast
+// of buf from root to every rank of c — the root announcing and sending,
+// the others naming buf as their storage — and completes with its
+// callbacks, and reports true. Until then it reports false and Bcast uses
+// its own algorithms.
+func (c *Comm) bcastMulticast(s *sched, buf []byte, root int) bool { return false }
+
+// Reduce combines send of every rank of c element-wise with op, in rank
+// order, into recv at root. recv is used at root only; send nil at root
+// means in place (the input is in recv).
+//
+// Small messages and non-commutative ops go up a binomial tree; larger ones
+// with a commutative op are reduce-scattered by recursive halving and the
+// blocks gathered at the root (Options.ReduceShortMax).
+func Reduce[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op, root int) error {
+	s, err := reduceSched(c, send, recv, op, root)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx, s)
+}
+
+// Ireduce starts a Reduce.
+func Ireduce[T Numeric](c *Comm, send, recv []T, op Op, root int) (Request, error) {
+	s, err := reduceSched(c, send, recv, op, root)
+	if err != nil {
+		return Request{}, err
+	}
+	return c.start(s), nil
+}
+
+func reduceSched[T Numeric](c *Comm, send, recv []T, op Op, root int) (*sched, error) {
+	if err := c.checkRoot(root); err != nil {
+		return nil, err
+	}
+	k := kindOf[T]()
+	if err := op.check(k); err != nil {
+		return nil, err
+	}
+	count := len(send)
+	atRoot := c.rank == root
+	if atRoot {
+		if send == nil {
+			count = len(recv)
+		} else if len(recv) != len(send) {
+			return nil, fmt.Errorf("%w: Reduce: recv of %d elements for send of %d", ErrCount, len(recv), len(send))
+		}
+		if err := noOverlap(send, recv); err != nil {
+			return nil, err
+		}
+	} else if send == nil {
+		return nil, fmt.Errorf("%w: Reduce: nil send buffer away from the root", ErrCount)
+	}
+	es := sizeOf[T]()
+	n := count * es
+	s := c.e.newSched(c)
+	s.k, s.op = k, op
+	var acc []byte
+	if atRoot {
+		acc = Bytes(recv)
+	} else {
+		acc = s.tmp(n)
+	}
+	if send != nil {
+		s.copy(acc, Bytes(send))
+	}
+	if c.size == 1 || n == 0 {
+		return s, nil
+	}
+	if op.commute && n > c.e.opts.ReduceShortMax && count >= pof2(c.size) {
+		var out []byte
+		if atRoot {
+			out = acc
+		}
+		s.reduceRSG(acc, out, count, es, root)
+	} else {
+		s.reduceBinomial(acc, root)
+	}
+	return s, nil
+}
+
+// Allreduce combines send of every rank of c element-wise with op, in rank
+// order, into recv on every rank; send nil means in place. Every rank gets
+// the same result, bit for bit.
+//
+// Small messages and non-commutative ops use recursive doubling; larger
+// ones with a commutative op a reduce-scatter by recursive halving and an
+// allgather by recursive doubling (Rabenseifner's algorithm,
+// Options.AllreduceShortMax). Ranks beyond a power of two hand their data to
+// a neighbour first and get the result back last.
+func Allreduce[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	s, err := allreduceSched(c, send, recv, op)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx, s)
+}
+
+// Iallreduce starts an Allreduce.
+func Iallreduce[T Numeric](c *Comm, send, recv []T, op Op) (Request, error) {
+	s, err := allreduceSched(c, send, recv, op)
+	if err != nil {
+		return Request{}, err
+	}
+	return c.start(s), nil
+}
+
+func allreduceSched[T Numeric](c *Comm, send, recv []T, op Op) (*sched, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	k := kindOf[T]()
+	if err := op.check(k); err != nil {
+		return nil, err
+	}
+	if send != nil && len(send) != len(recv) {
+		return nil, fmt.Errorf("%w: Allreduce: recv of %d elements for send of %d", ErrCount, len(recv), len(send))
+	}
+	if err := noOverlap(send, recv); err != nil {
+		return nil, err
+	}
+	es := sizeOf[T]()
+	count := len(recv)
+	acc := Bytes(recv)
+	s := c.e.newSched(c)
+	s.k, s.op = k, op
+	if send != nil {
+		s.copy(acc, Bytes(send))
+	}
+	switch {
+	case c.size == 1 || count == 0:
+	case op.commute && len(acc) > c.e.opts.AllreduceShortMax && count >= pof2(c.size):
+		s.allreduceRSAG(acc, count, es)
+	default:
+		s.allreduceRD(acc)
+	}
+	return s, nil
+}
+
+// Gather collects send of every rank of c into recv at root, in rank order:
+// recv holds Size blocks of len(send) elements. recv is used at root only;
+// send nil at root means in place (the root's block is already in recv).
+func Gather[T Numeric](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	if err := c.checkRoot(root); err != nil {
+		return err
+	}
+	p := c.size
+	atRoot := c.rank == root
+	count := len(send)
+	if atRoot {
+		if send == nil {
+			if len(recv)%p != 0 {
+				return fmt.Errorf("%w: Gather in place: recv of %d elements for %d ranks", ErrCount, len(recv), p)
+			}
+			count = len(recv) / p
+			send = recv[root*count : (root+1)*count]
+		} else {
+			if len(recv) < p*count {
+				return fmt.Errorf("%w: Gather: recv of %d elements for %d ranks of %d", ErrCount, len(recv), p, count)
+			}
+			if err := noOverlap(send, recv); err != nil {
+				return err
+			}
+		}
+	}
+	es := sizeOf[T]()
+	bs := count * es
+	s := c.e.newSched(c)
+	sb, rb := Bytes(send), Bytes(recv)
+	switch {
+	case p == 1:
+		s.copy(rb[:bs], sb)
+	case p*bs <= c.e.opts.GatherShortMax && p > 2:
+		if !atRoot {
+			rb = nil
+		}
+		s.gatherBinomial(sb, rb, bs, root)
+	default:
+		s.gatherLinear(sb, rb, root, func(i int) (int, int) { return i * bs, (i + 1) * bs })
+	}
+	return c.run(ctx, s)
+}
+
+// Gatherv collects send of every rank of c into recv at root: rank i's
+// block of counts[i] elements at displs[i]. counts and displs are used at
+// root only.
+func Gatherv[T Numeric](ctx context.Context, c *Comm, send, recv []T, counts, displs []int, root int) error {
+	if err := c.checkRoot(root); err != nil {
+		return err
+	}
+	es := sizeOf[T]()
+	var off func(int) (int, int)
+	if c.rank == root {
+		if err := checkBlocks(c.size, counts, displs, len(recv)); err != nil {
+			return fmt.Errorf("Gatherv: %w", err)
+		}
+		if send == nil {
+			send = recv[displs[root] : displs[root]+counts[root]]
+		} else if len(send) != counts[root] {
+			return fmt.Errorf("%w: Gatherv: root sends %d elements, counts says %d", ErrCount, len(send), counts[root])
+		}
+		off = func(i int) (int, int) { return displs[i] * es, (displs[i] + counts[i]) * es }
+	}
+	s := c.e.newSched(c)
+	s.gatherLinear(Bytes(send), Bytes(recv), root, off)
+	return c.run(ctx, s)
+}
+
+func (s *sched) gatherLinear(send, recv []byte, root int, off func(int) (int, int)) {
+	c := s.c
+	if c.rank != root {
+		s.send(send, root)
+		s.end()
+		return
+	}
+	for i := 0; i < c.size; i++ {
+		lo, hi := off(i)
+		if i == root {
+			s.copy(recv[lo:hi], send)
+		} else {
+			s.recv(recv[lo:hi], i)
+		}
+	}
+	s.end()
+}
+
+// Scatter sends block i of send at root (Size blocks of len(recv) elements)
+// to rank i of c, which receives it into recv. send is used at root only;
+// recv nil at root means in place (the root's block stays in send).
+func Scatter[T Numeric](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	if err := c.checkRoot(root); err != nil {
+		return err
+	}
+	p := c.size
+	atRoot := c.rank == root
+	count := len(recv)
+	if atRoot {
+		if recv == nil {
+			if len(send)%p != 0 {
+				return fmt.Errorf("%w: Scatter in place: send of %d elements for %d ranks", ErrCount, len(send), p)
+			}
+			count = len(send) / p
+		} else {
+			if len(send) < p*count {
+				return fmt.Errorf("%w: Scatter: send of %d elements for %d ranks of %d", ErrCount, len(send), p, count)
+			}
+			if err := noOverlap(send, recv); err != nil {
+				return err
+			}
+		}
+	}
+	es := sizeOf[T]()
+	bs := count * es
+	s := c.e.newSched(c)
+	sb, rb := Bytes(send), Bytes(recv)
+	switch {
+	case p == 1:
+		if rb != nil {
+			s.copy(rb, sb[:bs])
+		}
+	case p*bs <= c.e.opts.GatherShortMax && p > 2:
+		s.scatterBinomial(sb, rb, bs, root)
+	default:
+		s.scatterLinear(sb, rb, root, func(i int) (int, int) { return i * bs, (i + 1) * bs })
+	}
+	return c.run(ctx, s)
+}
+
+// Scatterv sends rank i of c the block of counts[i] elements at displs[i]
+// of send at root. send, counts and displs are used at root only.
+func Scatterv[T Numeric](ctx context.Context, c *Comm, send []T, counts, displs []int, recv []T, root int) error {
+	if err := c.checkRoot(root); err != nil {
+		return err
+	}
+	es := sizeOf[T]()
+	var off func(int) (int, int)
+	if c.rank == root {
+		if err := checkBlocks(c.size, counts, displs, len(send)); err != nil {
+			return fmt.Errorf("Scatterv: %w", err)
+		}
+		if recv != nil && len(recv) < counts[root] {
+			return fmt.Errorf("%w: Scatterv: root receives %d elements into %d", ErrCount, counts[root], len(recv))
+		}
+		off = func(i int) (int, int) { return displs[i] * es, (displs[i] + counts[i]) * es }
+	}
+	s := c.e.newSched(c)
+	s.scatterLinear(Bytes(send), Bytes(recv), root, off)
+	return c.run(ctx, s)
+}
+
+func (s *sched) scatterLinear(send, recv []byte, root int, off func(int) (int, int)) {
+	c := s.c
+	if c.rank != root {
+		s.recv(recv, root)
+		s.end()
+		return
+	}
+	for i := 0; i < c.size; i++ {
+		lo, hi := off(i)
+		if i == root {
+			if recv != nil {
+				s.copy(recv[:hi-lo], send[lo:hi])
+			}
+		} else {
+			s.send(send[lo:hi], i)
+		}
+	}
+	s.end()
+}
+
+// Allgather collects send of every rank of c into recv on every rank, in
+// rank order: recv holds Size blocks of len(send) elements. send nil means
+// in place (this rank's block is already in recv).
+//
+// Small results use Bruck's algorithm (ceil(log2 p) rounds); larger ones go
+// around a ring (Options.AllgatherShortMax).
+func Allgather[T Numeric](ctx context.Context, c *Comm, send, recv []T) error {
+	s, err := allgatherSched(c, send, recv)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx, s)
+}
+
+// Iallgather starts an Allgather.
+func Iallgather[T Numeric](c *Comm, send, recv []T) (Request, error) {
+	s, err := allgatherSched(c, send, recv)
+	if err != nil {
+		return Request{}, err
+	}
+	return c.start(s), nil
+}
+
+func allgatherSched[T Numeric](c *Comm, send, recv []T) (*sched, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	p, r := c.size, c.rank
+	count := len(send)
+	if send == nil {
+		if len(recv)%p != 0 {
+			return nil, fmt.Errorf("%w: Allgather in place: recv of %d elements for %d ranks", ErrCount, len(recv), p)
+		}
+		count = len(recv) / p
+	} else {
+		if len(recv) < p*count {
+			return nil, fmt.Errorf("%w: Allgather: recv of %d elements for %d ranks of %d", ErrCount, len(recv), p, count)
+		}
+		if err := noOverlap(send, recv); err != nil {
+			return nil, err
+		}
+	}
+	bs := count * sizeOf[T]()
+	rb := Bytes(recv)
+	s := c.e.newSched(c)
+	if send != nil {
+		s.copy(rb[r*bs:(r+1)*bs], Bytes(send))
+	}
+	switch {
+	case p == 1 || bs == 0:
+	case p*bs <= c.e.opts.AllgatherShortMax:
+		s.allgatherBruck(rb, bs)
+	default:
+		s.allgatherRing(rb, func(i int) (int, int) { return i * bs, (i + 1) * bs })
+	}
+	return s, nil
+}
+
+// Allgatherv collects send of every rank of c into recv on every rank: rank
+// i's block of counts[i] elements at displs[i]. send nil means in place.
+func Allgatherv[T Numeric](ctx context.Context, c *Comm, send, recv []T, counts, displs []int) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	if err := checkBlocks(c.size, counts, displs, len(recv)); err != nil {
+		return fmt.Errorf("Allgatherv: %w", err)
+	}
+	r := c.rank
+	if send != nil && len(send) != counts[r] {
+		return fmt.Errorf("%w: Allgatherv: rank %d sends %d elements, counts says %d", ErrCount, r, len(send), counts[r])
+	}
+	es := sizeOf[T]()
+	rb := Bytes(recv)
+	off := func(i int) (int, int) { return displs[i] * es, (displs[i] + counts[i]) * es }
+	s := c.e.newSched(c)
+	if send != nil {
+		lo, hi := off(r)
+		s.copy(rb[lo:hi], Bytes(send))
+	}
+	if c.size > 1 {
+		s.allgatherRing(rb, off)
+	}
+	return c.run(ctx, s)
+}
+
+// Alltoall sends block i of send to rank i of c and receives rank i's block
+// into block i of recv; send and recv hold Size blocks of the same length.
+// Small blocks are all exchanged at once; larger ones one partner at a time
+// (Options.AlltoallShortMax).
+func Alltoall[T Numeric](ctx context.Context, c *Comm, send, recv []T) error {
+	s, err := alltoallSched(c, send, recv)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx, s)
+}
+
+// Ialltoall starts an Alltoall.
+func Ialltoall[T Numeric](c *Comm, send, recv []T) (Request, error) {
+	s, err := alltoallSched(c, send, recv)
+	if err != nil {
+		return Request{}, err
+	}
+	return c.start(s), nil
+}
+
+func alltoallSched[T Numeric](c *Comm, send, recv []T) (*sched, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	p := c.size
+	if len(send)%p != 0 || len(recv) < len(send) {
+		return nil, fmt.Errorf("%w: Alltoall: send of %d and recv of %d elements for %d ranks", ErrCount, len(send), len(recv), p)
+	}
+	if err := noOverlap(send, recv); err != nil {
+		return nil, err
+	}
+	bs := len(send) / p * sizeOf[T]()
+	off := func(i int) (int, int) { return i * bs, (i + 1) * bs }
+	s := c.e.newSched(c)
+	s.alltoall(Bytes(send), Bytes(recv), off, off, bs > c.e.opts.AlltoallShortMax)
+	return s, nil
+}
+
+// Alltoallv sends rank i of c the block of scounts[i] elements at
+// sdispls[i] of send, and receives rank i's block into the rcounts[i]
+// elements at rdispls[i] of recv.
+func Alltoallv[T Numeric](ctx context.Context, c *Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	if err := checkBlocks(c.size, scounts, sdispls, len(send)); err != nil {
+		return fmt.Errorf("Alltoallv send: %w", err)
+	}
+	if err := checkBlocks(c.size, rcounts, rdispls, len(recv)); err != nil {
+		return fmt.Errorf("Alltoallv recv: %w", err)
+	}
+	if err := noOverlap(send, recv); err != nil {
+		return err
+	}
+	if r := c.rank; scounts[r] != rcounts[r] {
+		return fmt.Errorf("%w: Alltoallv: rank %d sends itself %d elements and receives %d", ErrCount, r, scounts[r], rcounts[r])
+	}
+	es := sizeOf[T]()
+	soff := func(i int) (int, int) { return sdispls[i] * es, (sdispls[i] + scounts[i]) * es }
+	roff := func(i int) (int, int) { return rdispls[i] * es, (rdispls[i] + rcounts[i]) * es }
+	s := c.e.newSched(c)
+	s.alltoall(Bytes(send), Bytes(recv), soff, roff, true)
+	return c.run(ctx, s)
+}
+
+// ReduceScatter combines send of every rank of c element-wise with op, and
+// scatters the result: rank i receives into recv the counts[i] elements
+// that follow those of ranks below it. send holds the sum of counts.
+//
+// With a commutative op, each rank exchanges with every other one block
+// per round; otherwise the result is reduced at rank 0, in rank order, and
+// scattered from there.
+func ReduceScatter[T Numeric](ctx context.Context, c *Comm, send, recv []T, counts []int, op Op) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	k := kindOf[T]()
+	if err := op.check(k); err != nil {
+		return err
+	}
+	p, r := c.size, c.rank
+	if len(counts) != p {
+		return fmt.Errorf("%w: ReduceScatter: %d counts for %d ranks", ErrCount, len(counts), p)
+	}
+	total := 0
+	for _, n := range counts {
+		if n < 0 {
+			return fmt.Errorf("%w: ReduceScatter: negative count", ErrCount)
+		}
+		total += n
+	}
+	if len(send) != total || len(recv) < counts[r] {
+		return fmt.Errorf("%w: ReduceScatter: send of %d elements for counts totalling %d, recv of %d for %d", ErrCount, len(send), total, len(recv), counts[r])
+	}
+	if err := noOverlap(send, recv); err != nil {
+		return err
+	}
+	es := sizeOf[T]()
+	displs := make([]int, p+1)
+	for i, n := range counts {
+		displs[i+1] = displs[i] + n*es
+	}
+	off := func(i int) (int, int) { return displs[i], displs[i+1] }
+	s := c.e.newSched(c)
+	s.k, s.op = k, op
+	sb, rb := Bytes(send), Bytes(recv)
+	switch {
+	case p == 1:
+		s.copy(rb[:len(sb)], sb)
+	case op.commute:
+		s.reduceScatterPairwise(sb, rb, off)
+	default:
+		acc := s.tmp(len(sb))
+		s.copy(acc, sb)
+		if total > 0 {
+			s.reduceBinomial(acc, 0)
+		}
+		s.scatterLinear(acc, rb, 0, off)
+	}
+	return c.run(ctx, s)
+}
+
+// Scan gives rank i the combination with op of send of ranks 0 to i, in
+// rank order, in recv; send nil means in place.
+func Scan[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	return scan(ctx, c, send, recv, op, false)
+}
+
+// Exscan gives rank i the combination with op of send of ranks 0 to i-1, in
+// rank order, in recv; recv of rank 0 is left as it was. send nil means in
+// place.
+func Exscan[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	return scan(ctx, c, send, recv, op, true)
+}
+
+func scan[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op, exclusive bool) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	k := kindOf[T]()
+	if err := op.check(k); err != nil {
+		return err
+	}
+	if send != nil && len(send) != len(recv) {
+		return fmt.Errorf("%w: Scan: recv of %d elements for send of %d", ErrCount, len(recv), len(send))
+	}
+	if err := noOverlap(send, recv); err != nil {
+		return err
+	}
+	s := c.e.newSched(c)
+	s.k, s.op = k, op
+	rb := Bytes(recv)
+	partial := s.tmp(len(rb))
+	if send != nil {
+		s.copy(partial, Bytes(send))
+		if !exclusive {
+			s.copy(rb, Bytes(send))
+		}
+	} else {
+		s.copy(partial, rb)
+	}
+	if c.size > 1 && len(rb) > 0 {
+		s.scan(rb, partial, exclusive)
+	}
+	return c.run(ctx, s)
+}
+
+func (c *Comm) checkRoot(root int) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	if root < 0 || root >= c.size {
+		return fmt.Errorf("%w: root %d of a communicator of %d", ErrRank, root, c.size)
+	}
+	return nil
+}
+
+// checkBlocks checks that counts and displs describe p blocks inside a
+// buffer of n elements.
+func checkBlocks(p int, counts, displs []int, n int) error {
+	if len(counts) != p || len(displs) != p {
+		return fmt.Errorf("%w: %d counts and %d displacements for %d ranks", ErrCount, len(counts), len(displs), p)
+	}
+	for i := range counts {
+		if counts[i] < 0 || displs[i] < 0 || displs[i] > n || counts[i] > n-displs[i] {
+			return fmt.Errorf("%w: block %d (%d elements at %d) outside a buffer of %d", ErrCount, i, counts[i], displs[i], n)
+		}
+	}
+	return nil
+}
+
+// noOverlap reports an error if a and b share memory without being the
+// same slice; MPI forbids aliased send and receive buffers except in place.
+func noOverlap[T Numeric](a, b []T) error {
+	if len(a) == 0 || len(b) == 0 {
+		return nil
+	}
+	pa, pb := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	size := unsafe.Sizeof(a[0])
+	ea, eb := pa+uintptr(len(a))*size, pb+uintptr(len(b))*size
+	if pa < eb && pb < ea {
+		return fmt.Errorf("%w: send and receive buffers overlap (pass a nil send buffer for in place)", ErrCount)
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+package mpi
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+
+	"github.com/amigo-hpc/amigo"
+)
+
+// Wildcards and special values, as MPI names them.
+const (
+	// AnySource, as the source of a receive or probe, matches any rank.
+	AnySource = -1
+	// AnyTag, as the tag of a receive or probe, matches any tag.
+	AnyTag = -1
+	// Undefined, as the color of Split, leaves the rank out of every new
+	// communicator; Waitany returns it when every request is null.
+	Undefined = -1
+	// TagUB is the largest tag.
+	TagUB = math.MaxInt32
+)
+
+// idWords sizes the set of communicator context ids: 64 per word.
+const idWords = 32
+
+// Comm is a communicator: an ordered group of ranks and a context that
+// isolates its messages from every other communicator's. Messages match on
+// (communicator, source, tag); collectives run in a context of their own, so
+// they never match point-to-point messages. A Comm belongs to the goroutine
+// that owns its amigo context.
+type Comm struct {
+	e          *engine
+	id         int
+	p2p, coll  uint32 // context ids of point-to-point and collective traffic
+	rank, size int
+	eps        []amigo.Endpoint // endpoint of each rank
+	seq        uint32           // collectives started, which tags their messages
+	freed      bool
+}
+
+func (c *Comm) setID(id int) {
+	c.id = id
+	c.p2p = uint32(2 * id)
+	c.coll = uint32(2*id + 1)
+}
+
+// Rank returns the calling rank's rank in c.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size returns the number of ranks in c.
+func (c *Comm) Size() int { return c.size }
+
+// WorldRank returns the rank in the world (the job) of rank r of c, or -1
+// if r is out of range.
+func (c *Comm) WorldRank(r int) int {
+	if r < 0 || r >= c.size {
+		return -1
+	}
+	return c.eps[r].Rank
+}
+
+// Context returns the amigo context the communicator runs on.
+func (c *Comm) Context() *amigo.Context { return c.e.ac }
+
+// Stats returns the counters of the mpi layer of c's context, shared by all
+// communicators on it.
+func (c *Comm) Stats() Stats { return c.e.stats }
+
+func (c *Comm) check() error {
+	switch {
+	case c == nil:
+		return fmt.Errorf("%w: nil", ErrComm)
+	case c.freed:
+		return fmt.Errorf("%w: freed", ErrComm)
+	case c.e.closed:
+		return ErrClosed
+	}
+	return nil
+}
+
+// Dup returns a communicator with the same group as c and a new context:
+// collective over c.
+func (c *Comm) Dup(ctx context.Context) (*Comm, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	id, err := c.agreeID(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	d := &Comm{e: c.e, rank: c.rank, size: c.size, eps: slices.Clone(c.eps)}
+	d.setID(id)
+	return d, nil
+}
+
+// Split partitions c into one communicator per color: the ranks that pass
+// the same color form one, ranked by key and then by their rank in c. A rank
+// that passes Undefined gets nil. Collective over c.
+func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	if color < 0 && color != Undefined {
+		return nil, fmt.Errorf("%w: Split color %d: want non-negative or Undefined", ErrCount, color)
+	}
+	mine := []int64{int64(color), int64(key)}
+	all := make([]int64, 2*c.size)
+	if err := Allgather(ctx, c, mine, all); err != nil {
+		return nil, fmt.Errorf("mpi: Split: %w", err)
+	}
+	id, err := c.agreeID(ctx, color != Undefined)
+	if err != nil {
+		return nil, err
+	}
+	if color == Undefined {
+		return nil, nil
+	}
+	var members []int
+	for r := 0; r < c.size; r++ {
+		if all[2*r] == int64(color) {
+			members = append(members, r)
+		}
+	}
+	slices.SortStableFunc(members, func(a, b int) int {
+		ka, kb := all[2*a+1], all[2*b+1]
+		switch {
+		case ka < kb:
+			return -1
+		case ka > kb:
+			return 1
+		}
+		return a - b
+	})
+	s := &Comm{e: c.e, size: len(members), eps: make([]amigo.Endpoint, len(members))}
+	for i, r := range members {
+		s.eps[i] = c.eps[r]
+		if r == c.rank {
+			s.rank = i
+		}
+	}
+	s.setID(id)
+	return s, nil
+}
+
+// agreeID finds a context id free on every rank of c, by a bitwise-and
+// Allreduce of the sets of free ids, and takes it if take is set.
+func (c *Comm) agreeID(ctx context.Context, take bool) (int, error) {
+	mask := c.e.ids
+	if err := Allreduce(ctx, c, nil, mask[:], Band); err != nil {
+		return 0, fmt.Errorf("mpi: agreeing on a context id: %w", err)
+	}
+	for w, bitsFree := range mask {
+		if bitsFree != 0 {
+			b := bits.TrailingZeros64(bitsFree)
+			if take {
+				c.e.ids[w] &^= 1 << b
+			}
+			return w*64 + b, nil
+		}
+	}
+	return 0, ErrContextIDs
+}
+
+// Free releases a communicator made by Dup or Split, and its context id.
+// Operations on it must have completed. Freeing the world communicator
+// detaches the mpi layer from its amigo context: every later message for the
+// layer is dropped, and World may be called again.
+func (c *Comm) Free() error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	c.freed = true
+	if c.id != 0 {
+		c.e.ids[c.id/64] |= 1 << (c.id % 64)
+		return nil
+	}
+	c.e.closed = true
+	c.e.unregister()
+	return nil
+}

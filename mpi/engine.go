@@ -1,0 +1,377 @@
+package mpi
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/amigo-hpc/amigo"
+)
+
+// Header of every message of the layer, in the AMI header:
+//
+//	bytes 0-3   context id of the communicator (little endian)
+//	bytes 4-7   source rank in the communicator
+//	bytes 8-11  tag
+//	byte  12    kind: kindMsg, or kindHello for the World handshake
+//	byte  13    handshake round
+//	bytes 14-15 zero
+const hdrLen = 16
+
+const (
+	kindMsg   = 0
+	kindHello = 1
+)
+
+func putHdr(b *[hdrLen]byte, ctx uint32, src, tag int32) {
+	binary.LittleEndian.PutUint32(b[0:], ctx)
+	binary.LittleEndian.PutUint32(b[4:], uint32(src))
+	binary.LittleEndian.PutUint32(b[8:], uint32(tag))
+	b[12], b[13], b[14], b[15] = kindMsg, 0, 0, 0
+}
+
+// engine is the mpi layer of one amigo context: the dispatch handler, the
+// posted and unexpected queues, the free lists, and the context ids in use.
+// It belongs to the goroutine that owns the context; the handler runs on it
+// inside Advance.
+type engine struct {
+	ac   *amigo.Context
+	opts Options
+	disp amigo.Dispatch
+	rank int // world rank
+	size int
+	cidx int // context index, the same on every rank
+	// immMax is the most data a message carries by SendImmediate.
+	immMax int
+
+	posted  postedQueue
+	unexp   unexpQueue
+	bufs    pool // unexpected inline data
+	scratch pool // collective scratch
+
+	reqFree   *request
+	schedFree *sched
+	ids       [idWords]uint64 // context ids: a set bit is free
+	world     *Comm
+	closed    bool
+	hello     [64]int32
+	stats     Stats
+	hdr       [hdrLen]byte // header of SendImmediate, copied at once
+
+	anyReqs []Request
+	anyCond func() bool
+
+	probeCtx           uint32
+	probeSrc, probeTag int32
+	probeCond          func() bool
+}
+
+// Stats counts what the mpi layer of a context did.
+type Stats struct {
+	Sent          uint64 // messages sent
+	SentImmediate uint64 // of which copied at once by SendImmediate
+	Received      uint64 // messages delivered to receives
+	Unexpected    uint64 // messages that arrived before their receive
+	Deferred      uint64 // of which announcements kept for a later fetch
+	Truncated     uint64 // messages longer than their receive buffer
+	Malformed     uint64 // packets with a header the layer does not know
+	Dropped       uint64 // messages that arrived after the world was freed
+	Collectives   uint64 // collective operations started
+}
+
+var (
+	registryMu sync.Mutex
+	registry   = map[*amigo.Context]*engine{}
+)
+
+// World returns the communicator of all ranks of ac's job, ranked as the
+// job ranks them, with the mpi layer on context ac: every rank must call
+// World on the context of the same index, with the same Options, and all of
+// them before any of them communicates. World is collective: it returns
+// once every rank has registered the layer's dispatch handler, so that no
+// message can find a rank unprepared; ctx bounds the wait. Calling World
+// again on the same context returns the same communicator, and opts is
+// ignored.
+//
+// The goroutine that calls World owns ac for the layer: every operation on
+// the communicator and the ones derived from it must be made from the
+// goroutine that owns ac, which the operations advance while they wait.
+func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error) {
+	if ac == nil {
+		return nil, fmt.Errorf("%w: nil amigo context", ErrComm)
+	}
+	registryMu.Lock()
+	e := registry[ac]
+	registryMu.Unlock()
+	if e != nil {
+		return e.world, nil
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o, err := o.resolve(lookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	cl := ac.Client()
+	inline := cl.Config().InlineMax
+	if inline < hdrLen {
+		return nil, fmt.Errorf("mpi: amigo InlineMax %d is below the layer's %d-byte header", inline, hdrLen)
+	}
+	e = &engine{
+		ac:     ac,
+		opts:   o,
+		disp:   o.Dispatch,
+		rank:   cl.Rank(),
+		size:   cl.Size(),
+		cidx:   ac.Index(),
+		immMax: min(amigo.ImmediateMax, inline) - hdrLen,
+	}
+	e.posted.init(o.MatchBuckets)
+	e.unexp.init(o.MatchBuckets)
+	e.bufs.limit = o.UnexpectedRetain
+	e.scratch.limit = o.ScratchRetain
+	e.anyCond = e.anyDone
+	e.probeCond = e.probed
+	for i := range e.ids {
+		e.ids[i] = ^uint64(0)
+	}
+	e.ids[0] &^= 1 // id 0: the world
+	w := &Comm{e: e, rank: e.rank, size: e.size}
+	w.setID(0)
+	w.eps = make([]amigo.Endpoint, e.size)
+	for r := range w.eps {
+		w.eps[r] = amigo.Endpoint{Rank: r, Context: e.cidx}
+	}
+	e.world = w
+
+	registryMu.Lock()
+	if other := registry[ac]; other != nil {
+		registryMu.Unlock()
+		return other.world, nil
+	}
+	registry[ac] = e
+	registryMu.Unlock()
+	if err := ac.SetDispatch(e.disp, e.handle); err != nil {
+		e.unregister()
+		return nil, err
+	}
+	if err := e.handshake(ctx); err != nil {
+		_ = ac.SetDispatch(e.disp, nil)
+		e.unregister()
+		return nil, fmt.Errorf("mpi: World: %w", err)
+	}
+	return w, nil
+}
+
+func (e *engine) unregister() {
+	registryMu.Lock()
+	if registry[e.ac] == e {
+		delete(registry, e.ac)
+	}
+	registryMu.Unlock()
+}
+
+// handshake is a dissemination barrier over the world whose messages ask
+// for an acknowledgement: one that finds no handler at its destination (a
+// rank that has not called World yet) is sent again, with back-off. When it
+// completes on any rank, every rank has entered it, and so has registered
+// its handler.
+func (e *engine) handshake(ctx context.Context) error {
+	round := 0
+	for k := 1; k < e.size; k <<= 1 {
+		dest := amigo.Endpoint{Rank: (e.rank + k) % e.size, Context: e.cidx}
+		backoff := 20 * time.Microsecond
+		for {
+			hdr := make([]byte, hdrLen)
+			hdr[12], hdr[13] = kindHello, byte(round)
+			state := 0
+			var ackErr error
+			err := e.ac.SendWith(&amigo.SendParams{
+				Dest: dest, Dispatch: e.disp, Header: hdr,
+				RemoteDone: func(err error) {
+					switch {
+					case err == nil:
+						state = 1
+					case errors.Is(err, amigo.ErrNoDispatch):
+						state = 2
+					default:
+						ackErr, state = err, 3
+					}
+				},
+			})
+			if err != nil {
+				return err
+			}
+			if err := e.ac.Wait(ctx, func() bool { return state != 0 }); err != nil {
+				return err
+			}
+			if state == 1 {
+				break
+			}
+			if state == 3 {
+				return ackErr
+			}
+			until := time.Now().Add(backoff)
+			backoff = min(2*backoff, 10*time.Millisecond)
+			if err := e.ac.Wait(ctx, func() bool { return time.Now().After(until) }); err != nil {
+				return err
+			}
+		}
+		r := round
+		if err := e.ac.Wait(ctx, func() bool { return e.hello[r] > 0 }); err != nil {
+			return err
+		}
+		round++
+	}
+	return nil
+}
+
+// handle is the layer's active-message handler: it matches an arriving
+// message against the posted queue, or keeps it in the unexpected queue.
+func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
+	h := m.Header
+	if len(h) != hdrLen {
+		e.stats.Malformed++
+		return // an announcement left unclaimed is declined
+	}
+	ctx := binary.LittleEndian.Uint32(h[0:])
+	src := int32(binary.LittleEndian.Uint32(h[4:]))
+	tag := int32(binary.LittleEndian.Uint32(h[8:]))
+	switch h[12] {
+	case kindMsg:
+	case kindHello:
+		if r := int(h[13]); r < len(e.hello) {
+			e.hello[r]++
+		}
+		return
+	default:
+		e.stats.Malformed++
+		return
+	}
+	if src < 0 || tag < 0 {
+		e.stats.Malformed++
+		return
+	}
+	if e.closed {
+		e.stats.Dropped++
+		return
+	}
+	if r := e.posted.match(ctx, src, tag); r != nil {
+		e.deliver(r, m, src, tag)
+		return
+	}
+	u := e.unexp.alloc()
+	u.ctx, u.src, u.tag = ctx, src, tag
+	u.size = m.Size()
+	if m.Inline() {
+		u.inline = true
+		u.data = e.bufs.get(len(m.Data))
+		copy(u.data, m.Data)
+	} else {
+		d, err := m.Defer()
+		if err != nil {
+			e.unexp.release(u)
+			e.stats.Malformed++
+			return
+		}
+		u.deferred = d
+		e.stats.Deferred++
+	}
+	e.unexp.add(u)
+	e.stats.Unexpected++
+}
+
+// deliver hands message m to the posted receive r it matched.
+func (e *engine) deliver(r *request, m *amigo.Message, src, tag int32) {
+	size := m.Size()
+	r.status = Status{Source: int(src), Tag: int(tag), Count: size}
+	if size > len(r.buf) {
+		// An inline message leaves its first bytes; an announced one is
+		// declined (not claimed), which fails the sender's send.
+		r.status.Count = 0
+		if m.Inline() {
+			r.status.Count = copy(r.buf, m.Data)
+		}
+		e.stats.Truncated++
+		e.complete(r, &TruncateError{Source: int(src), Tag: int(tag), Size: size, Cap: len(r.buf)})
+		return
+	}
+	e.stats.Received++
+	if m.Inline() {
+		copy(r.buf, m.Data)
+		e.complete(r, nil)
+		return
+	}
+	r.inAMI = true
+	if err := m.Receive(r.buf[:size], r.onAMI); err != nil {
+		r.inAMI = false
+		e.complete(r, err)
+	}
+}
+
+// postRecv matches receive r against the unexpected queue, or posts it.
+func (e *engine) postRecv(r *request) {
+	u := e.unexp.find(r.ctx, r.src, r.tag)
+	if u == nil {
+		e.posted.add(r)
+		return
+	}
+	e.unexp.remove(u)
+	r.status = Status{Source: int(u.src), Tag: int(u.tag), Count: u.size}
+	switch {
+	case u.size > len(r.buf):
+		r.status.Count = 0
+		if u.inline {
+			r.status.Count = copy(r.buf, u.data)
+			e.bufs.put(u.data)
+		} else {
+			_ = e.ac.Reject(u.deferred)
+		}
+		e.stats.Truncated++
+		e.complete(r, &TruncateError{Source: int(u.src), Tag: int(u.tag), Size: u.size, Cap: len(r.buf)})
+	case u.inline:
+		copy(r.buf, u.data)
+		e.bufs.put(u.data)
+		e.stats.Received++
+		e.complete(r, nil)
+	default:
+		e.stats.Received++
+		r.inAMI = true
+		if err := e.ac.Accept(u.deferred, r.buf[:u.size], r.onAMI); err != nil {
+			r.inAMI = false
+			e.complete(r, err)
+		}
+	}
+	e.unexp.release(u)
+}
+
+// sendMsg sends buf with match data (ctx, src, tag) to dest. A message
+// small enough is copied at once and needs no request: sendMsg returns nil.
+// Otherwise it takes a request from newReq, which completes when buf may be
+// reused, and returns it.
+func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []byte, k reqKind) (*request, error) {
+	e.stats.Sent++
+	if len(buf) <= e.immMax {
+		putHdr(&e.hdr, ctx, src, tag)
+		e.stats.SentImmediate++
+		return nil, e.ac.SendImmediate(dest, e.disp, e.hdr[:], buf)
+	}
+	r := e.allocReq(k)
+	putHdr(&r.hdr, ctx, src, tag)
+	r.buf = buf
+	r.inAMI = true
+	if err := e.ac.Send(dest, e.disp, r.hdr[:], buf, r.onAMI); err != nil {
+		e.freeReq(r)
+		return nil, err
+	}
+	return r, nil
+}
+
+func (e *engine) probed() bool {
+	return e.unexp.find(e.probeCtx, e.probeSrc, e.probeTag) != nil
+}

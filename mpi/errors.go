@@ -1,0 +1,52 @@
+package mpi
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors reported by package mpi; test with errors.Is. Errors that come from
+// the AMI (a peer that failed, a closed context) are passed on wrapped, so
+// errors.Is also finds amigo's sentinels and errors.As its *amigo.PeerError.
+var (
+	// ErrTruncate reports a message longer than the receive buffer. The
+	// buffer holds the message's first bytes if the message travelled
+	// inline, and is untouched if it was announced (rendezvous); either
+	// way nothing beyond the buffer is written.
+	ErrTruncate = errors.New("mpi: message truncated: receive buffer too small")
+	// ErrRank reports a rank outside the communicator.
+	ErrRank = errors.New("mpi: rank out of range")
+	// ErrTag reports a tag outside [0, TagUB], or AnyTag given to a send.
+	ErrTag = errors.New("mpi: invalid tag")
+	// ErrComm reports a nil or freed communicator, or an operation a
+	// communicator does not allow.
+	ErrComm = errors.New("mpi: invalid communicator")
+	// ErrCount reports buffers whose lengths do not fit the operation's
+	// counts.
+	ErrCount = errors.New("mpi: invalid count or buffer length")
+	// ErrOp reports a reduction operation that does not apply to the
+	// element type.
+	ErrOp = errors.New("mpi: invalid reduction operation")
+	// ErrRequest reports a request handle that was already completed and
+	// released by Wait or Test (a copy of a handle used twice).
+	ErrRequest = errors.New("mpi: request already completed")
+	// ErrCanceled reports a receive canceled before it matched a message.
+	ErrCanceled = errors.New("mpi: request canceled")
+	// ErrContextIDs reports that every communicator context id is in use.
+	ErrContextIDs = errors.New("mpi: out of communicator context ids")
+	// ErrClosed reports an mpi layer whose world was freed.
+	ErrClosed = errors.New("mpi: closed")
+)
+
+// TruncateError describes a truncated receive: Size is the message's length
+// and Cap the receive buffer's, in bytes. It wraps ErrTruncate.
+type TruncateError struct {
+	Source, Tag int
+	Size, Cap   int
+}
+
+func (e *TruncateError) Error() string {
+	return fmt.Sprintf("mpi: message of %d bytes from rank %d tag %d truncated to a receive buffer of %d", e.Size, e.Source, e.Tag, e.Cap)
+}
+
+func (e *TruncateError) Unwrap() error { return ErrTruncate }

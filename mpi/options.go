@@ -1,0 +1,126 @@
+package mpi
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/amigo-hpc/amigo"
+)
+
+// DefaultDispatch is the AMI dispatch id package mpi uses unless
+// Options.Dispatch names another.
+const DefaultDispatch amigo.Dispatch = 1000
+
+// Options configure the mpi layer of one amigo context. The zero value of
+// every field selects its default; the thresholds can also be set by the
+// AMIGO_MPI_* environment variable named in their comment, which wins, as
+// the AMIGO_* variables do for amigo.Config. Every rank must use the same
+// values: the collectives choose their algorithm from them.
+type Options struct {
+	// Dispatch is the AMI dispatch id of all of the layer's messages
+	// (default DefaultDispatch). Every rank must use the same one.
+	Dispatch amigo.Dispatch
+	// UnexpectedRetain bounds the bytes of buffers kept for reuse by
+	// messages that arrive inline before their receive is posted (default
+	// 1 MiB). Buffers beyond it are given back to the garbage collector.
+	UnexpectedRetain int
+	// ScratchRetain bounds the bytes of collective scratch buffers kept for
+	// reuse (AMIGO_MPI_SCRATCH_RETAIN, default 64 MiB).
+	ScratchRetain int
+	// MatchBuckets is the number of hash buckets of the posted and
+	// unexpected queues, a power of two (default 256).
+	MatchBuckets int
+
+	// AllreduceShortMax is the largest Allreduce, in bytes, done by
+	// recursive doubling; larger ones with a commutative op are done by
+	// reduce-scatter and allgather (AMIGO_MPI_ALLREDUCE_SHORT, default
+	// 16384).
+	AllreduceShortMax int
+	// ReduceShortMax is the largest Reduce, in bytes, done along a binomial
+	// tree; larger ones with a commutative op are done by reduce-scatter and
+	// a gather to the root (AMIGO_MPI_REDUCE_SHORT, default 16384).
+	ReduceShortMax int
+	// BcastShortMax is the largest Bcast, in bytes, sent along a binomial
+	// tree; larger ones on more than two ranks are pipelined along a chain
+	// in segments of BcastSegment bytes (AMIGO_MPI_BCAST_SHORT, default
+	// 65536; AMIGO_MPI_BCAST_SEGMENT, default 262144).
+	BcastShortMax int
+	BcastSegment  int
+	// BcastMulticastMin is the smallest Bcast, in bytes, that will use the
+	// AMI's RDMA multicast once the AMI offers one (AMIGO_MPI_BCAST_MULTICAST,
+	// default 0: never). See Comm.Bcast.
+	BcastMulticastMin int
+	// AllgatherShortMax is the largest Allgather result, in bytes, gathered
+	// by Bruck's algorithm; larger ones go around a ring
+	// (AMIGO_MPI_ALLGATHER_SHORT, default 65536).
+	AllgatherShortMax int
+	// GatherShortMax is the largest Gather or Scatter total, in bytes, sent
+	// along a binomial tree; larger ones go directly between the root and
+	// each rank (AMIGO_MPI_GATHER_SHORT, default 16384).
+	GatherShortMax int
+	// AlltoallShortMax is the largest block, in bytes, for which Alltoall
+	// posts every send and receive at once; larger blocks are exchanged in
+	// pairs, one peer a step (AMIGO_MPI_ALLTOALL_SHORT, default 1024).
+	AlltoallShortMax int
+}
+
+type optSetting struct {
+	env string
+	ptr func(*Options) *int
+	def int
+}
+
+var optSettings = []optSetting{
+	{"AMIGO_MPI_SCRATCH_RETAIN", func(o *Options) *int { return &o.ScratchRetain }, 64 << 20},
+	{"AMIGO_MPI_ALLREDUCE_SHORT", func(o *Options) *int { return &o.AllreduceShortMax }, 16 << 10},
+	{"AMIGO_MPI_REDUCE_SHORT", func(o *Options) *int { return &o.ReduceShortMax }, 16 << 10},
+	{"AMIGO_MPI_BCAST_SHORT", func(o *Options) *int { return &o.BcastShortMax }, 64 << 10},
+	{"AMIGO_MPI_BCAST_SEGMENT", func(o *Options) *int { return &o.BcastSegment }, 256 << 10},
+	{"AMIGO_MPI_BCAST_MULTICAST", func(o *Options) *int { return &o.BcastMulticastMin }, 0},
+	{"AMIGO_MPI_ALLGATHER_SHORT", func(o *Options) *int { return &o.AllgatherShortMax }, 64 << 10},
+	{"AMIGO_MPI_GATHER_SHORT", func(o *Options) *int { return &o.GatherShortMax }, 16 << 10},
+	{"AMIGO_MPI_ALLTOALL_SHORT", func(o *Options) *int { return &o.AlltoallShortMax }, 1 << 10},
+}
+
+// Never, as a threshold, selects the algorithm for short messages at every
+// size; a negative threshold selects the one for long messages at every
+// size. Tests and benchmarks use them to force an algorithm.
+const Never = math.MaxInt
+
+func (o Options) resolve(environ func(string) (string, bool)) (Options, error) {
+	for _, s := range optSettings {
+		if v, ok := environ(s.env); ok && v != "" {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return o, fmt.Errorf("mpi: %s=%q: %v", s.env, v, err)
+			}
+			*s.ptr(&o) = n
+		}
+		if p := s.ptr(&o); *p == 0 {
+			*p = s.def
+		}
+	}
+	if o.Dispatch == 0 {
+		o.Dispatch = DefaultDispatch
+	}
+	if o.UnexpectedRetain == 0 {
+		o.UnexpectedRetain = 1 << 20
+	}
+	if o.MatchBuckets == 0 {
+		o.MatchBuckets = 256
+	}
+	switch {
+	case o.Dispatch >= amigo.MaxDispatch:
+		return o, fmt.Errorf("mpi: Dispatch %d: want below %d", o.Dispatch, amigo.MaxDispatch)
+	case o.MatchBuckets < 1 || o.MatchBuckets > 1<<20 || o.MatchBuckets&(o.MatchBuckets-1) != 0:
+		return o, fmt.Errorf("mpi: MatchBuckets %d: want a power of two up to 1<<20", o.MatchBuckets)
+	case o.BcastSegment < 1:
+		return o, fmt.Errorf("mpi: BcastSegment %d: want at least 1", o.BcastSegment)
+	}
+	return o, nil
+}
+
+func lookupEnv(k string) (string, bool) { return os.LookupEnv(k) }

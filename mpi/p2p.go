@@ -1,0 +1,204 @@
+package mpi
+
+import (
+	"context"
+	"fmt"
+)
+
+func (c *Comm) checkPeer(rank int, any bool) error {
+	if rank >= 0 && rank < c.size || any && rank == AnySource {
+		return nil
+	}
+	return fmt.Errorf("%w: rank %d of a communicator of %d", ErrRank, rank, c.size)
+}
+
+func checkTag(tag int, any bool) error {
+	if tag >= 0 && tag <= TagUB || any && tag == AnyTag {
+		return nil
+	}
+	return fmt.Errorf("%w: %d", ErrTag, tag)
+}
+
+func (c *Comm) checkSend(dest, tag int) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	if err := c.checkPeer(dest, false); err != nil {
+		return err
+	}
+	return checkTag(tag, false)
+}
+
+func (c *Comm) checkRecv(src, tag int) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	if err := c.checkPeer(src, true); err != nil {
+		return err
+	}
+	return checkTag(tag, true)
+}
+
+// Send sends buf to rank dest of c with tag, and returns once buf may be
+// reused: at once for a small message, which is copied; after the receiver
+// fetched the data for a large one, which is announced to the receiver and
+// fetched by it (rendezvous). ctx bounds the wait.
+func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
+	if err := c.checkSend(dest, tag); err != nil {
+		return err
+	}
+	e := c.e
+	r, err := e.sendMsg(c.eps[dest], c.p2p, int32(c.rank), int32(tag), buf, reqSend)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		// Copied: push it out now rather than at the next call.
+		e.ac.Advance()
+		return nil
+	}
+	if err := e.ac.Wait(ctx, r.cond); err != nil {
+		r.orphan = true
+		return err
+	}
+	err = r.err
+	e.freeReq(r)
+	return err
+}
+
+// Isend starts sending buf to rank dest of c with tag. buf must not be
+// modified until the request completes.
+func (c *Comm) Isend(buf []byte, dest, tag int) (Request, error) {
+	if err := c.checkSend(dest, tag); err != nil {
+		return Request{}, err
+	}
+	e := c.e
+	r, err := e.sendMsg(c.eps[dest], c.p2p, int32(c.rank), int32(tag), buf, reqSend)
+	if err != nil {
+		return Request{}, err
+	}
+	if r == nil {
+		r = e.allocReq(reqSend)
+		r.done = true
+	}
+	return Request{r: r, gen: r.gen}, nil
+}
+
+// Recv receives into buf a message from rank src (or AnySource) of c with
+// tag (or AnyTag), and returns its status. A message longer than buf is an
+// error (ErrTruncate) that writes nothing beyond buf. If ctx ends first, the
+// receive is canceled, unless its data was already being fetched.
+func (c *Comm) Recv(ctx context.Context, buf []byte, src, tag int) (Status, error) {
+	if err := c.checkRecv(src, tag); err != nil {
+		return Status{}, err
+	}
+	e := c.e
+	r := c.newRecv(c.p2p, buf, src, tag)
+	e.postRecv(r)
+	if !r.done {
+		if err := e.ac.Wait(ctx, r.cond); err != nil {
+			e.abandon(r)
+			return Status{}, err
+		}
+	}
+	st, err := r.status, r.err
+	e.freeReq(r)
+	return st, err
+}
+
+// Irecv starts receiving into buf a message from rank src (or AnySource) of
+// c with tag (or AnyTag). buf must not be used until the request completes.
+func (c *Comm) Irecv(buf []byte, src, tag int) (Request, error) {
+	if err := c.checkRecv(src, tag); err != nil {
+		return Request{}, err
+	}
+	r := c.newRecv(c.p2p, buf, src, tag)
+	c.e.postRecv(r)
+	return Request{r: r, gen: r.gen}, nil
+}
+
+func (c *Comm) newRecv(ctx uint32, buf []byte, src, tag int) *request {
+	r := c.e.allocReq(reqRecv)
+	r.ctx, r.src, r.tag, r.buf = ctx, int32(src), int32(tag), buf
+	return r
+}
+
+// abandon gives up waiting for r: a posted receive is canceled; an
+// operation the AMI still holds is released when it completes.
+func (e *engine) abandon(r *request) {
+	switch {
+	case r.posted:
+		e.posted.remove(r)
+		e.freeReq(r)
+	case r.done:
+		e.freeReq(r)
+	default:
+		r.orphan = true
+	}
+}
+
+// Sendrecv sends sendbuf to dest with sendtag and receives into recvbuf from
+// src with recvtag, both at once, and returns the receive's status.
+func (c *Comm) Sendrecv(ctx context.Context, sendbuf []byte, dest, sendtag int, recvbuf []byte, src, recvtag int) (Status, error) {
+	if err := c.checkSend(dest, sendtag); err != nil {
+		return Status{}, err
+	}
+	rq, err := c.Irecv(recvbuf, src, recvtag)
+	if err != nil {
+		return Status{}, err
+	}
+	sq, err := c.Isend(sendbuf, dest, sendtag)
+	if err != nil {
+		c.e.abandon(rq.r)
+		return Status{}, err
+	}
+	st, rerr := rq.Wait(ctx)
+	if !rq.Null() {
+		// ctx ended: give up both.
+		c.e.abandon(rq.r)
+		c.e.abandon(sq.r)
+		return Status{}, rerr
+	}
+	_, serr := sq.Wait(ctx)
+	if !sq.Null() {
+		c.e.abandon(sq.r)
+	}
+	if rerr != nil {
+		return st, rerr
+	}
+	return st, serr
+}
+
+// Iprobe advances the context once and reports whether a message from src
+// (or AnySource) with tag (or AnyTag) has arrived and waits for a receive;
+// if so it returns the message's status, and a receive with the status's
+// source and tag will take that message.
+func (c *Comm) Iprobe(src, tag int) (bool, Status, error) {
+	if err := c.checkRecv(src, tag); err != nil {
+		return false, Status{}, err
+	}
+	e := c.e
+	u := e.unexp.find(c.p2p, int32(src), int32(tag))
+	if u == nil {
+		e.ac.Advance()
+		if u = e.unexp.find(c.p2p, int32(src), int32(tag)); u == nil {
+			return false, Status{}, nil
+		}
+	}
+	return true, Status{Source: int(u.src), Tag: int(u.tag), Count: u.size}, nil
+}
+
+// Probe waits until a message from src (or AnySource) with tag (or AnyTag)
+// has arrived, and returns its status without receiving it.
+func (c *Comm) Probe(ctx context.Context, src, tag int) (Status, error) {
+	if err := c.checkRecv(src, tag); err != nil {
+		return Status{}, err
+	}
+	e := c.e
+	e.probeCtx, e.probeSrc, e.probeTag = c.p2p, int32(src), int32(tag)
+	if err := e.ac.Wait(ctx, e.probeCond); err != nil {
+		return Status{}, err
+	}
+	u := e.unexp.find(c.p2p, int32(src), int32(tag))
+	return Status{Source: int(u.src), Tag: int(u.tag), Count: u.size}, nil
+}

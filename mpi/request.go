@@ -1,0 +1,267 @@
+package mpi
+
+import (
+	"context"
+	"fmt"
+)
+
+type reqKind uint8
+
+const (
+	reqSend reqKind = iota + 1
+	reqRecv
+	reqColl
+)
+
+// request is the state of one send, receive or nonblocking collective. The
+// engine keeps a free list of them, so a steady stream of operations
+// allocates nothing; a handle (Request) names one by pointer and generation,
+// and the generation changes when the request is released.
+type request struct {
+	e      *engine
+	gen    uint32
+	kind   reqKind
+	done   bool
+	posted bool // listed in the posted queue
+	inAMI  bool // the AMI holds the buffer: a send in flight or a fetch
+	orphan bool // nobody waits: release on completion
+	err    error
+	status Status
+
+	// Target match data of a receive, its posting order and its buffer;
+	// the buffer of a send.
+	ctx        uint32
+	src, tag   int32
+	seq        uint64
+	buf        []byte
+	prev, next *request
+
+	hdr [hdrLen]byte // a send's header, owned by the AMI until onAMI
+
+	// A collective's internal operation reports to its schedule, if the
+	// schedule is still the one that posted it.
+	owner    *sched
+	ownerGen uint32
+
+	sched *sched // reqColl: the schedule the handle waits on
+
+	onAMI    func(error) // made once: the AMI's done callback
+	cond     func() bool // made once: reports done
+	nextFree *request
+}
+
+func (e *engine) allocReq(k reqKind) *request {
+	r := e.reqFree
+	if r == nil {
+		r = &request{e: e}
+		r.onAMI = func(err error) {
+			r.inAMI = false
+			r.e.complete(r, err)
+		}
+		r.cond = func() bool { return r.done }
+	} else {
+		e.reqFree = r.nextFree
+		r.nextFree = nil
+	}
+	r.kind = k
+	return r
+}
+
+func (e *engine) freeReq(r *request) {
+	gen := r.gen + 1
+	onAMI, cond := r.onAMI, r.cond
+	*r = request{e: e, gen: gen, onAMI: onAMI, cond: cond, nextFree: e.reqFree}
+	e.reqFree = r
+}
+
+// complete finishes r with err. An internal request reports to its
+// schedule and is released; a request no one waits for any more is
+// released; a user's request waits for Wait or Test.
+func (e *engine) complete(r *request, err error) {
+	r.done = true
+	r.err = err
+	switch {
+	case r.owner != nil:
+		s, gen := r.owner, r.ownerGen
+		e.freeReq(r)
+		if s.gen == gen {
+			s.commDone(err)
+		}
+	case r.orphan:
+		e.freeReq(r)
+	}
+}
+
+// Status describes a received message: its source rank in the
+// communicator, its tag, and its length in bytes (see Elements for a count
+// of elements).
+type Status struct {
+	Source int
+	Tag    int
+	Count  int
+}
+
+// Request is the handle of a nonblocking operation (Isend, Irecv, Ibcast,
+// ...). The zero Request is the null request: waiting on it returns at once.
+// Wait and a successful Test release the operation and set the handle to
+// null; a copy of the handle made before then reports ErrRequest if used
+// afterwards. Requests belong to the goroutine that owns their
+// communicator's context.
+type Request struct {
+	r   *request
+	gen uint32
+}
+
+// Null reports whether q is the null request.
+func (q Request) Null() bool { return q.r == nil }
+
+func (q Request) live() (*request, error) {
+	if q.r.gen != q.gen {
+		return nil, ErrRequest
+	}
+	return q.r, nil
+}
+
+// Wait advances the context until the operation completes or ctx ends, and
+// returns its status (for a receive) and error. The handle becomes null,
+// unless ctx ended first: then the operation is still pending and the
+// handle still names it.
+func (q *Request) Wait(ctx context.Context) (Status, error) {
+	if q.r == nil {
+		return Status{}, nil
+	}
+	r, err := q.live()
+	if err != nil {
+		return Status{}, err
+	}
+	if !r.done {
+		if err := r.e.ac.Wait(ctx, r.cond); err != nil {
+			return Status{}, err
+		}
+	}
+	st, err := r.status, r.err
+	r.e.release(r)
+	*q = Request{}
+	return st, err
+}
+
+// Test advances the context once and reports whether the operation
+// completed; if it did, it returns its status and error and the handle
+// becomes null.
+func (q *Request) Test() (bool, Status, error) {
+	if q.r == nil {
+		return true, Status{}, nil
+	}
+	r, err := q.live()
+	if err != nil {
+		return true, Status{}, err
+	}
+	if !r.done {
+		r.e.ac.Advance()
+		if !r.done {
+			return false, Status{}, nil
+		}
+	}
+	st, err := r.status, r.err
+	r.e.release(r)
+	*q = Request{}
+	return true, st, err
+}
+
+// Cancel cancels a receive that has not matched a message yet: it leaves the
+// posted queue and completes with ErrCanceled. A send, a collective, or a
+// receive that already matched completes as usual; Cancel reports whether
+// it canceled. The handle must still be waited on or tested.
+func (q *Request) Cancel() bool {
+	if q.r == nil {
+		return false
+	}
+	r, err := q.live()
+	if err != nil || !r.posted {
+		return false
+	}
+	r.e.posted.remove(r)
+	r.e.complete(r, ErrCanceled)
+	return true
+}
+
+// release frees a completed request whose result was read.
+func (e *engine) release(r *request) {
+	if r.kind == reqColl && r.sched != nil {
+		e.freeSched(r.sched)
+	}
+	e.freeReq(r)
+}
+
+// Waitall waits for every request in reqs and sets each to null. If
+// statuses is not nil it receives each request's status. It returns the
+// first error of a request, naming its index, or ctx's error as soon as ctx
+// ends (the requests not yet completed then stay pending).
+func Waitall(ctx context.Context, reqs []Request, statuses []Status) error {
+	if statuses != nil && len(statuses) < len(reqs) {
+		return fmt.Errorf("%w: %d statuses for %d requests", ErrCount, len(statuses), len(reqs))
+	}
+	var first error
+	for i := range reqs {
+		if reqs[i].r != nil && reqs[i].r.gen == reqs[i].gen && !reqs[i].r.done {
+			if err := reqs[i].r.e.ac.Wait(ctx, reqs[i].r.cond); err != nil {
+				return err
+			}
+		}
+		st, err := reqs[i].Wait(ctx)
+		if statuses != nil {
+			statuses[i] = st
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("request %d: %w", i, err)
+		}
+	}
+	return first
+}
+
+// Waitany waits until one of reqs completes, sets it to null and returns
+// its index, status and error. If every request is null it returns
+// Undefined at once.
+func Waitany(ctx context.Context, reqs []Request) (int, Status, error) {
+	var e *engine
+	for i := range reqs {
+		if reqs[i].r == nil {
+			continue
+		}
+		if e == nil {
+			e = reqs[i].r.e
+		}
+		if ready(reqs[i]) {
+			st, err := reqs[i].Wait(ctx)
+			return i, st, err
+		}
+	}
+	if e == nil {
+		return Undefined, Status{}, nil
+	}
+	e.anyReqs = reqs
+	err := e.ac.Wait(ctx, e.anyCond)
+	e.anyReqs = nil
+	if err != nil {
+		return Undefined, Status{}, err
+	}
+	for i := range reqs {
+		if reqs[i].r != nil && ready(reqs[i]) {
+			st, err := reqs[i].Wait(ctx)
+			return i, st, err
+		}
+	}
+	return Undefined, Status{}, nil
+}
+
+// ready reports whether Wait on a non-null q would return at once.
+func ready(q Request) bool { return q.r.gen != q.gen || q.r.done }
+
+func (e *engine) anyDone() bool {
+	for _, q := range e.anyReqs {
+		if q.r != nil && ready(q) {
+			return true
+		}
+	}
+	return false
+}
