@@ -235,3 +235,68 @@ func ExampleShmConfig() {
 	}
 	// Output: AMIGO_SHM_RDMA copy
 }
+
+// BenchmarkShmPingPong measures one-way latency over shared memory between
+// two ranks of this process (each mapping the other's segment), next to the
+// in-process adapter.
+func BenchmarkShmPingPong(b *testing.B) {
+	for _, tr := range []string{"shm", "loop"} {
+		for _, size := range []int{8, 16 << 10, 256 << 10} {
+			b.Run(fmt.Sprintf("%s/%d", tr, size), func(b *testing.B) {
+				var cl []*amigo.Client
+				if tr == "shm" {
+					cl = shmPair(b, amigo.Config{})
+				} else {
+					var err error
+					if cl, err = amigo.NewLocal(2, amigo.Config{}); err != nil {
+						b.Fatal(err)
+					}
+					defer func() { cl[0].Close(); cl[1].Close() }()
+				}
+				c0, c1 := cl[0].Context(0), cl[1].Context(0)
+				buf0, buf1 := make([]byte, size), make([]byte, size)
+				got0, got1 := 0, 0
+				c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+					if m.Inline() {
+						got1++
+						c.Send(m.Source, 1, nil, buf1, nil)
+						return
+					}
+					m.Receive(buf1, func(error) { got1++; c.Send(m.Source, 1, nil, buf1, nil) })
+				})
+				c0.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+					if m.Inline() {
+						got0++
+						return
+					}
+					m.Receive(buf0, func(error) { got0++ })
+				})
+				stop := make(chan struct{})
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					c1.Wait(context.Background(), func() bool {
+						select {
+						case <-stop:
+							return true
+						default:
+							return false
+						}
+					})
+				}()
+				ctx := context.Background()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					want := got0 + 1
+					c0.Send(amigo.EndpointOf(1), 1, nil, buf0, nil)
+					c0.Wait(ctx, func() bool { return got0 == want })
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/one-way")
+				close(stop)
+				c1.Do(func(*amigo.Context) {})
+				<-done
+			})
+		}
+	}
+}

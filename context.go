@@ -197,6 +197,12 @@ func (c *Context) service() int {
 	for i := 0; i < len(c.active); {
 		p := c.active[i]
 		if err := p.link.Err(); err != nil && p.failed == nil {
+			// Complete what the peer took before its link failed: a peer
+			// that closes right after taking our last descriptors must
+			// not see them reported lost. The adapter counted them before
+			// it failed the link, so this snapshot sees them.
+			n += p.msg.Complete()
+			n += p.rdma.Complete()
 			n += c.failPeer(p, err)
 		}
 		if p.failed == nil {

@@ -1,62 +1,229 @@
 // Command amibench measures amigo with the methodology of the OSU
-// micro-benchmarks: one-way latency by ping-pong, and bandwidth by windows of
-// 64 messages acknowledged as a whole, for message sizes from 0 bytes to 4 MiB.
+// micro-benchmarks: the same message sizes (0 bytes to 4 MiB), warm-up and
+// iteration counts, a window of 64 messages for bandwidth, and the columns
+// OSU prints, or with --json one object per line:
 //
-// Run bare, it starts the ranks itself inside this process, over the
-// in-process adapter.
+//	{"benchmark":"latency","size":8,"latency_us":0.11}
+//	{"benchmark":"bw","size":1048576,"mb_per_s":38000}
+//
+// Run bare, amibench starts its ranks itself (-n, default 2) as processes of
+// this host, serving them PMI, with AMIGO_TRANSPORT set from --transport;
+// under a launcher (mpiexec, srun, amirun) every process is one rank; with
+// --transport loop the ranks are goroutines of this process.
+//
+//	go run ./cmd/amibench                       latency and bandwidth, 2 ranks
+//	amibench -b latency,bw,bibw --json          over shared memory
+//	amibench -n 16 -b a2a --min-size 1024 --max-size 1024
+//	amirun -n 4 amibench -b mbw_mr
+//
+// Benchmarks are registered by the files of this command (register), one
+// table for all: pt2pt.go, rma.go, a2a.go, floor.go; a file that adds more
+// needs no other edit. -b list prints them.
 package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/amigo-hpc/amigo"
+	"github.com/amigo-hpc/amigo/internal/launch"
 )
 
-type options struct {
-	benchmarks []string
-	minSize    int
-	maxSize    int
-	iterations int
-	warmup     int
-	window     int
-	json       bool
-	transport  string
+// Benchmark is one measurement amibench runs. Run is called on every rank
+// of the job at once (SPMD); it measures and, on rank 0, prints rows with
+// Env.Header and Env.Row.
+type Benchmark struct {
+	Name string
+	// Doc is one line for -b list.
+	Doc string
+	// MinRanks is the smallest job it runs on (default 2).
+	MinRanks int
+	// Run runs the benchmark on one rank.
+	Run func(e *Env) error
+}
+
+var benchmarks = map[string]*Benchmark{}
+
+// register adds b to the table; each file registers its benchmarks from
+// init.
+func register(b Benchmark) {
+	if _, dup := benchmarks[b.Name]; dup {
+		panic("amibench: benchmark " + b.Name + " registered twice")
+	}
+	if b.MinRanks == 0 {
+		b.MinRanks = 2
+	}
+	benchmarks[b.Name] = &b
+}
+
+// Options are the command's flags.
+type Options struct {
+	Benchmarks []string
+	N          int
+	MinSize    int
+	MaxSize    int
+	Iterations int // 0: OSU's counts
+	Warmup     int // -1: OSU's counts
+	Window     int
+	JSON       bool
+	Transport  string
+	Buffers    string
+	Timeout    time.Duration
 }
 
 func main() {
-	var o options
-	var bench string
-	flag.StringVar(&bench, "b", "latency,bw", "benchmarks to run: latency, bw")
-	flag.IntVar(&o.minSize, "min-size", 0, "smallest message size in bytes")
-	flag.IntVar(&o.maxSize, "max-size", 4<<20, "largest message size in bytes")
-	flag.IntVar(&o.iterations, "iterations", 0, "iterations per size (0: OSU's defaults)")
-	flag.IntVar(&o.window, "window", 64, "messages per bandwidth window")
-	flag.BoolVar(&o.json, "json", false, "print one JSON object per line")
-	flag.StringVar(&o.transport, "transport", "loop", "adapter: loop (ranks as goroutines of this process)")
-	n := flag.Int("n", 2, "ranks")
-	flag.Parse()
-	o.benchmarks = strings.Split(bench, ",")
-	if err := run(os.Stdout, *n, o); err != nil {
-		fmt.Fprintln(os.Stderr, "amibench:", err)
-		os.Exit(1)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func parse(args []string, stderr io.Writer) (*Options, error) {
+	o := &Options{}
+	fs := flag.NewFlagSet("amibench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	bench := fs.String("b", "latency,bw", "benchmarks to run, comma-separated; \"list\" lists them")
+	fs.IntVar(&o.N, "n", 2, "ranks to start when run bare or with --transport loop")
+	fs.IntVar(&o.MinSize, "min-size", 0, "smallest message size in bytes")
+	fs.IntVar(&o.MaxSize, "max-size", 4<<20, "largest message size in bytes")
+	fs.IntVar(&o.Iterations, "iterations", 0, "iterations per size (0: OSU's counts)")
+	fs.IntVar(&o.Warmup, "warmup", -1, "warm-up iterations per size (-1: OSU's counts)")
+	fs.IntVar(&o.Window, "window", 64, "messages per window of the bandwidth tests")
+	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per line")
+	fs.StringVar(&o.Transport, "transport", "shm", "adapter between the ranks: shm, tcp (ranks as processes) or loop (ranks as goroutines of this process)")
+	fs.StringVar(&o.Buffers, "buffers", "heap", "message buffers: heap (Go memory, as OSU's malloc) or shared (AllocMemory, shared segments)")
+	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for _, b := range strings.Split(*bench, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			o.Benchmarks = append(o.Benchmarks, b)
+		}
+	}
+	switch {
+	case o.Transport != "shm" && o.Transport != "tcp" && o.Transport != "loop":
+		return nil, fmt.Errorf("--transport %q: want shm, tcp or loop", o.Transport)
+	case o.Buffers != "heap" && o.Buffers != "shared":
+		return nil, fmt.Errorf("--buffers %q: want heap or shared", o.Buffers)
+	case o.MinSize < 0 || o.MaxSize < o.MinSize || o.MaxSize > 1<<30:
+		return nil, fmt.Errorf("sizes %d to %d", o.MinSize, o.MaxSize)
+	case o.Window < 1 || o.Iterations < 0 || o.N < 1:
+		return nil, fmt.Errorf("window %d, iterations %d, -n %d", o.Window, o.Iterations, o.N)
+	}
+	return o, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parse(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "amibench:", err)
+		return 2
+	}
+	if len(o.Benchmarks) == 1 && o.Benchmarks[0] == "list" {
+		list(stdout)
+		return 0
+	}
+	for _, b := range o.Benchmarks {
+		if benchmarks[b] == nil {
+			fmt.Fprintf(stderr, "amibench: unknown benchmark %q (-b list lists them)\n", b)
+			return 2
+		}
+	}
+	switch {
+	case o.Transport == "loop":
+		err = runLocal(o, stdout)
+	case launch.InRank():
+		err = runRank(o, stdout)
+	default:
+		err = runLauncher(args, o, stdout, stderr)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "amibench:", err)
+		return 1
+	}
+	return 0
+}
+
+func list(w io.Writer) {
+	var names []string
+	for n := range benchmarks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		b := benchmarks[n]
+		fmt.Fprintf(w, "%-12s %s (at least %d ranks)\n", n, b.Doc, b.MinRanks)
 	}
 }
 
-func run(w io.Writer, n int, o options) error {
-	if o.transport != "loop" {
-		return fmt.Errorf("transport %q: this build runs ranks in-process only (loop)", o.transport)
+// runLauncher starts -n copies of this program as the ranks of a job and
+// waits for them. Rank 0's output is amibench's.
+func runLauncher(args []string, o *Options, stdout, stderr io.Writer) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
 	}
-	if n < 2 {
-		return fmt.Errorf("-n %d: point-to-point benchmarks need 2 ranks", n)
+	floor, err := newFloorFile()
+	if err != nil {
+		return err
 	}
-	cl, err := amigo.NewLocal(n, amigo.Config{})
+	defer floor.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout+10*time.Second)
+	defer cancel()
+	job, err := launch.Start(launch.Options{
+		N:     o.N,
+		Argv:  append([]string{self}, args...),
+		Env:   []string{"AMIGO_TRANSPORT=" + o.Transport, floorEnv + "=4"},
+		Files: []*os.File{floor},
+		Output: func(r int) (io.Writer, io.Writer) {
+			if r == 0 {
+				return stdout, stderr
+			}
+			return nil, stderr
+		},
+	})
+	if err != nil {
+		return err
+	}
+	return job.Wait(ctx)
+}
+
+// runRank runs this process as one rank of a launched job.
+func runRank(o *Options, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
+	defer cancel()
+	c, err := amigo.Open(ctx, amigo.Config{})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	e := newEnv(ctx, c, o, stdout, nil)
+	err = e.runAll()
+	// Stay until every rank is done with us.
+	if berr := e.Barrier(); err == nil {
+		err = berr
+	}
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", c.Rank(), err)
+	}
+	return nil
+}
+
+// runLocal runs -n ranks as goroutines of this process.
+func runLocal(o *Options, stdout io.Writer) error {
+	cl, err := amigo.NewLocal(o.N, amigo.Config{})
 	if err != nil {
 		return err
 	}
@@ -65,188 +232,26 @@ func run(w io.Writer, n int, o options) error {
 			c.Close()
 		}
 	}()
-	for _, b := range o.benchmarks {
-		switch strings.TrimSpace(b) {
-		case "latency":
-			if err := latency(w, cl[0].Context(0), cl[1].Context(0), o); err != nil {
-				return err
+	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
+	defer cancel()
+	shared := &localShared{}
+	errs := make([]error, len(cl))
+	var wg sync.WaitGroup
+	for r, c := range cl {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e := newEnv(ctx, c, o, stdout, shared)
+			err := e.runAll()
+			if berr := e.Barrier(); err == nil {
+				err = berr
 			}
-		case "bw":
-			if err := bandwidth(w, cl[0].Context(0), cl[1].Context(0), o); err != nil {
-				return err
+			if err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+				cancel()
 			}
-		default:
-			return fmt.Errorf("unknown benchmark %q", b)
-		}
+		}()
 	}
-	return nil
-}
-
-func sizes(o options) []int {
-	var out []int
-	if o.minSize == 0 {
-		out = append(out, 0)
-	}
-	for s := 1; s <= o.maxSize; s *= 2 {
-		if s >= o.minSize {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// osuIterations returns OSU's iteration and warm-up counts for a size.
-func osuIterations(size int, o options, small, large, warmSmall, warmLarge int) (int, int) {
-	iters, warm := small, warmSmall
-	if size > 8192 {
-		iters, warm = large, warmLarge
-	}
-	if o.iterations > 0 {
-		iters = o.iterations
-	}
-	return iters, warm
-}
-
-// peer runs rank 1's context on its own goroutine until stop.
-func peer(c *amigo.Context) (stop func()) {
-	done := make(chan struct{})
-	quit := false
-	var finished = make(chan struct{})
-	go func() {
-		defer close(finished)
-		_ = c.Wait(context.Background(), func() bool {
-			select {
-			case <-done:
-				quit = true
-			default:
-			}
-			return quit
-		})
-	}()
-	return func() {
-		close(done)
-		_ = c.Do(func(*amigo.Context) {})
-		<-finished
-	}
-}
-
-func latency(w io.Writer, c0, c1 *amigo.Context, o options) error {
-	buf1 := make([]byte, o.maxSize)
-	recv := func(c *amigo.Context, m *amigo.Message, buf []byte, reply func()) {
-		if m.Inline() {
-			reply()
-			return
-		}
-		_ = m.Receive(buf[:m.Size()], func(err error) { reply() })
-	}
-	c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
-		size := m.Size()
-		recv(c, m, buf1, func() { _ = c.Send(m.Source, 1, nil, buf1[:size], nil) })
-	})
-	stop := peer(c1)
-	defer stop()
-	buf0 := make([]byte, o.maxSize)
-	got := 0
-	c0.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
-		recv(c, m, buf0, func() { got++ })
-	})
-	ctx := context.Background()
-	if !o.json {
-		fmt.Fprintf(w, "# amigo latency test (ranks as goroutines, in-process adapter)\n# %-10s %15s\n", "Size", "Latency (us)")
-	}
-	ep := amigo.EndpointOf(1)
-	for _, size := range sizes(o) {
-		iters, warm := osuIterations(size, o, 10000, 1000, 100, 10)
-		var start time.Time
-		for i := 0; i < iters+warm; i++ {
-			if i == warm {
-				start = time.Now()
-			}
-			want := got + 1
-			if err := c0.Send(ep, 1, nil, buf0[:size], nil); err != nil {
-				return err
-			}
-			if err := c0.Wait(ctx, func() bool { return got == want }); err != nil {
-				return err
-			}
-		}
-		us := float64(time.Since(start).Nanoseconds()) / 1e3 / float64(iters) / 2
-		if o.json {
-			out, _ := json.Marshal(map[string]any{"benchmark": "latency", "size": size, "latency_us": round(us)})
-			fmt.Fprintln(w, string(out))
-		} else {
-			fmt.Fprintf(w, "%-12d %15.2f\n", size, us)
-		}
-	}
-	return nil
-}
-
-func bandwidth(w io.Writer, c0, c1 *amigo.Context, o options) error {
-	buf1 := make([]byte, o.maxSize)
-	recvd := 0
-	c1.SetDispatch(2, func(c *amigo.Context, m *amigo.Message) {
-		count := func(error) {
-			recvd++
-			if recvd%o.window == 0 {
-				_ = c.SendImmediate(m.Source, 3, nil, nil)
-			}
-		}
-		if m.Inline() {
-			copy(buf1, m.Data)
-			count(nil)
-			return
-		}
-		_ = m.Receive(buf1[:m.Size()], count)
-	})
-	stop := peer(c1)
-	defer stop()
-	acks := 0
-	c0.SetDispatch(3, func(c *amigo.Context, m *amigo.Message) { acks++ })
-	src := make([]byte, o.maxSize)
-	for i := range src {
-		src[i] = byte(i)
-	}
-	k := amigo.NewCounter()
-	ctx := context.Background()
-	ep := amigo.EndpointOf(1)
-	if !o.json {
-		fmt.Fprintf(w, "# amigo bandwidth test (ranks as goroutines, in-process adapter)\n# %-10s %15s\n", "Size", "Bandwidth (MB/s)")
-	}
-	for _, size := range sizes(o) {
-		if size == 0 {
-			continue
-		}
-		iters, warm := osuIterations(size, o, 100, 20, 10, 2)
-		var start time.Time
-		for i := 0; i < iters+warm; i++ {
-			if i == warm {
-				start = time.Now()
-			}
-			want := acks + 1
-			for j := 0; j < o.window; j++ {
-				k.Add(1)
-				if err := c0.Send(ep, 2, nil, src[:size], k.Done()); err != nil {
-					return err
-				}
-			}
-			if err := c0.WaitCounter(ctx, k); err != nil {
-				return err
-			}
-			if err := c0.Wait(ctx, func() bool { return acks == want }); err != nil {
-				return err
-			}
-		}
-		mbs := float64(size) * float64(iters*o.window) / time.Since(start).Seconds() / 1e6
-		if o.json {
-			out, _ := json.Marshal(map[string]any{"benchmark": "bw", "size": size, "mb_per_s": round(mbs)})
-			fmt.Fprintln(w, string(out))
-		} else {
-			fmt.Fprintf(w, "%-12d %15.2f\n", size, mbs)
-		}
-	}
-	return nil
-}
-
-func round(v float64) float64 {
-	return float64(int64(v*1000+0.5)) / 1000
+	wg.Wait()
+	return errors.Join(errs...)
 }

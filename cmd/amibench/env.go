@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/amigo-hpc/amigo"
+)
+
+// Env is what a benchmark's Run gets on each rank: the rank's client and
+// context 0, the options, and helpers that keep benchmarks short.
+type Env struct {
+	Client *amigo.Client
+	Ctx    *amigo.Context
+	Rank   int
+	Size   int
+	Opts   *Options
+	// Deadline ends when the run's time is up.
+	Deadline context.Context
+
+	out    io.Writer // rank 0 only
+	bench  string
+	fields []Field
+	shared *localShared // ranks as goroutines only
+
+	dispatch amigo.Dispatch // base id of the running benchmark
+	runs     int
+	bar      barrier
+	gat      gather
+	err      error // first error reported by a callback
+}
+
+// Field is one column of a benchmark's output: OSU's column title and the
+// JSON key.
+type Field struct {
+	Column string
+	Key    string
+}
+
+// Common fields.
+var (
+	fLatency  = Field{"Latency (us)", "latency_us"}
+	fBW       = Field{"Bandwidth (MB/s)", "mb_per_s"}
+	fMBs      = Field{"MB/s", "mb_per_s"}
+	fMsgRate  = Field{"Messages/s", "messages_per_s"}
+	fAvgLat   = Field{"Avg Latency(us)", "latency_us"}
+	fMaxLat   = Field{"Max Latency(us)", "max_latency_us"}
+	fOneWayNs = Field{"Latency (us)", "latency_us"}
+)
+
+// barrierDispatch is the dispatch id of Env.Barrier; benchmarks use ids from
+// dispatchBase up.
+const (
+	barrierDispatch amigo.Dispatch = amigo.MaxDispatch - 1
+	gatherDispatch  amigo.Dispatch = amigo.MaxDispatch - 2
+	dispatchBase    amigo.Dispatch = 16
+	dispatchPerRun                 = 16
+)
+
+func newEnv(ctx context.Context, c *amigo.Client, o *Options, out io.Writer, shared *localShared) *Env {
+	e := &Env{Client: c, Ctx: c.Context(0), Rank: c.Rank(), Size: c.Size(), Opts: o, Deadline: ctx, shared: shared}
+	if e.Rank == 0 {
+		e.out = out
+	}
+	e.bar.init(e)
+	e.gat.init(e)
+	return e
+}
+
+func (e *Env) runAll() error {
+	for _, name := range e.Opts.Benchmarks {
+		b := benchmarks[name]
+		if e.Size < b.MinRanks {
+			return fmt.Errorf("%s needs at least %d ranks, the job has %d", name, b.MinRanks, e.Size)
+		}
+		e.bench = name
+		e.fields = nil
+		e.dispatch = dispatchBase + amigo.Dispatch(e.runs*dispatchPerRun)
+		e.runs++
+		if err := e.Barrier(); err != nil {
+			return err
+		}
+		if err := b.Run(e); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if e.err != nil {
+			return fmt.Errorf("%s: %w", name, e.err)
+		}
+		if err := e.Barrier(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// D returns the k-th dispatch id of the running benchmark (k < 16). A
+// benchmark sets its handlers, then calls Barrier, then sends: a message
+// that finds no handler is lost.
+func (e *Env) D(k int) amigo.Dispatch { return e.dispatch + amigo.Dispatch(k) }
+
+// Fail records the first error a callback saw.
+func (e *Env) Fail(err error) {
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+}
+
+// Check is a done callback that records an error.
+func (e *Env) Check(err error) { e.Fail(err) }
+
+// Wait advances context 0 until cond holds.
+func (e *Env) Wait(cond func() bool) error {
+	if err := e.Ctx.Wait(e.Deadline, cond); err != nil {
+		return err
+	}
+	return e.err
+}
+
+// Sizes returns the message sizes to measure: 0 (if from0 and in range),
+// then powers of two from 1 up to the largest.
+func (e *Env) Sizes(from0 bool) []int {
+	var out []int
+	if from0 && e.Opts.MinSize == 0 {
+		out = append(out, 0)
+	}
+	for s := 1; s <= e.Opts.MaxSize; s *= 2 {
+		if s >= e.Opts.MinSize {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 || out[len(out)-1] != e.Opts.MaxSize && e.Opts.MaxSize == e.Opts.MinSize {
+		out = append(out[:0], e.Opts.MinSize)
+	}
+	return out
+}
+
+// OSU's iteration and warm-up counts, by kind of benchmark; sizes above
+// largeSize use the second pair.
+const largeSize = 8192
+
+type counts struct{ iters, skip, itersLarge, skipLarge int }
+
+var (
+	latCounts  = counts{10000, 100, 1000, 10}
+	bwCounts   = counts{100, 10, 20, 2}
+	collCounts = counts{1000, 100, 100, 10}
+)
+
+// Iters returns the iterations and warm-up iterations for size.
+func (e *Env) Iters(size int, c counts) (iters, warm int) {
+	iters, warm = c.iters, c.skip
+	if size > largeSize {
+		iters, warm = c.itersLarge, c.skipLarge
+	}
+	if e.Opts.Iterations > 0 {
+		iters = e.Opts.Iterations
+	}
+	if e.Opts.Warmup >= 0 {
+		warm = e.Opts.Warmup
+	}
+	return iters, warm
+}
+
+// Buffer returns n bytes for messages: Go memory, or with --buffers shared
+// memory from AllocMemory.
+func (e *Env) Buffer(n int) ([]byte, error) {
+	if n == 0 {
+		n = 1
+	}
+	var b []byte
+	if e.Opts.Buffers == "shared" {
+		r, err := e.Client.AllocMemory(n)
+		if err != nil {
+			return nil, err
+		}
+		b = r.Bytes()
+	} else {
+		b = make([]byte, n)
+	}
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return b, nil
+}
+
+// Header prints the benchmark's title and column titles (rank 0, not with
+// --json) and sets the fields of its rows.
+func (e *Env) Header(title string, fields ...Field) {
+	e.fields = fields
+	if e.out == nil || e.Opts.JSON {
+		return
+	}
+	tr := e.Opts.Transport
+	fmt.Fprintf(e.out, "# amigo %s (amibench: %d ranks, transport %s, %s buffers)\n", title, e.Size, tr, e.Opts.Buffers)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-10s", "# Size")
+	for _, f := range fields {
+		fmt.Fprintf(&b, "%20s", f.Column)
+	}
+	fmt.Fprintln(e.out, b.String())
+}
+
+// Row prints one size's results (rank 0 only).
+func (e *Env) Row(size int, vals ...float64) {
+	if e.out == nil {
+		return
+	}
+	if e.Opts.JSON {
+		var b strings.Builder
+		fmt.Fprintf(&b, `{"benchmark":%q,"size":%d`, e.bench, size)
+		for i, f := range e.fields {
+			v, _ := json.Marshal(round(vals[i]))
+			fmt.Fprintf(&b, ",%q:%s", f.Key, v)
+		}
+		if e.Opts.Transport != "shm" {
+			fmt.Fprintf(&b, `,"transport":%q`, e.Opts.Transport)
+		}
+		if e.Size != 2 {
+			fmt.Fprintf(&b, `,"ranks":%d`, e.Size)
+		}
+		b.WriteString("}")
+		fmt.Fprintln(e.out, b.String())
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-10d", size)
+	for _, v := range vals {
+		fmt.Fprintf(&b, "%20.2f", v)
+	}
+	fmt.Fprintln(e.out, b.String())
+}
+
+// round keeps three decimals.
+func round(v float64) float64 {
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		return 0
+	}
+	return math.Round(v*1000) / 1000
+}
+
+// Elapsed returns microseconds since t.
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+// barrier is a message barrier on context 0 that keeps advancing while it
+// waits: every rank tells every other rank it arrived.
+type barrier struct {
+	e      *Env
+	epoch  uint32
+	pair   uint32 // epochs of Barrier2, between ranks 0 and 1
+	counts map[uint32]int
+}
+
+func (b *barrier) init(e *Env) {
+	b.e = e
+	b.counts = map[uint32]int{}
+	_ = e.Ctx.SetDispatch(barrierDispatch, func(c *amigo.Context, m *amigo.Message) {
+		if len(m.Header) == 4 {
+			b.counts[binary.LittleEndian.Uint32(m.Header)]++
+		}
+	})
+}
+
+// Barrier returns once every rank called it as often as this one and its
+// own messages were taken by their receivers, so that a rank may stop
+// advancing (or exit) right after it.
+func (e *Env) Barrier() error {
+	b := &e.bar
+	b.epoch++
+	ep := b.epoch
+	var hdr [4]byte
+	binary.LittleEndian.PutUint32(hdr[:], ep)
+	k := amigo.NewCounter()
+	for p := 0; p < e.Size; p++ {
+		if p != e.Rank {
+			k.Add(1)
+			if err := e.Ctx.Send(amigo.EndpointOf(p), barrierDispatch, hdr[:], nil, k.Done()); err != nil {
+				return err
+			}
+		}
+	}
+	err := e.Ctx.Wait(e.Deadline, func() bool { return b.counts[ep] >= e.Size-1 && k.Pending() == 0 })
+	delete(b.counts, ep)
+	if err == nil {
+		err = k.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("barrier %d: %w", ep, err)
+	}
+	return nil
+}
+
+// Gather sends v from every rank to rank 0, which returns all of them by
+// rank (others return nil). Every rank must call it.
+func (e *Env) Gather(v float64) ([]float64, error) {
+	g := &e.gat
+	g.epoch++
+	ep := g.epoch
+	if e.Rank != 0 {
+		var b [12]byte
+		binary.LittleEndian.PutUint32(b[:], ep)
+		binary.LittleEndian.PutUint64(b[4:], math.Float64bits(v))
+		k := amigo.NewCounter()
+		k.Add(1)
+		if err := e.Ctx.Send(amigo.EndpointOf(0), gatherDispatch, nil, b[:], k.Done()); err != nil {
+			return nil, err
+		}
+		return nil, e.Ctx.WaitCounter(e.Deadline, k)
+	}
+	err := e.Wait(func() bool { return len(g.vals[ep]) == e.Size-1 })
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, e.Size)
+	out[0] = v
+	for r, x := range g.vals[ep] {
+		out[r] = x
+	}
+	delete(g.vals, ep)
+	return out, nil
+}
+
+// gather holds the values sent to rank 0, by epoch and rank.
+type gather struct {
+	epoch uint32
+	vals  map[uint32]map[int]float64
+}
+
+func (g *gather) init(e *Env) {
+	g.vals = map[uint32]map[int]float64{}
+	_ = e.Ctx.SetDispatch(gatherDispatch, func(c *amigo.Context, m *amigo.Message) {
+		if len(m.Data) != 12 || m.Source.Rank <= 0 || m.Source.Rank >= e.Size {
+			return
+		}
+		ep := binary.LittleEndian.Uint32(m.Data)
+		if g.vals[ep] == nil {
+			g.vals[ep] = map[int]float64{}
+		}
+		g.vals[ep][m.Source.Rank] = math.Float64frombits(binary.LittleEndian.Uint64(m.Data[4:]))
+	})
+}

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"time"
+
+	"github.com/amigo-hpc/amigo"
+)
+
+// Point-to-point benchmarks after osu_latency, osu_bw, osu_bibw and
+// osu_mbw_mr. Messages are active messages: data up to Config.InlineMax
+// travels in the descriptor buffer and the handler copies it into the
+// receive buffer, as MPI_Recv does; larger data goes by the eager/STOP
+// protocol into the buffer the handler names.
+
+func init() {
+	register(Benchmark{Name: "latency", Doc: "one-way latency by ping-pong between ranks 0 and 1 (osu_latency)", Run: latency})
+	register(Benchmark{Name: "bw", Doc: "bandwidth from rank 0 to rank 1, windows of 64 messages (osu_bw)", Run: bandwidth})
+	register(Benchmark{Name: "bibw", Doc: "bidirectional bandwidth between ranks 0 and 1 (osu_bibw)", Run: bibw})
+	register(Benchmark{Name: "mbw_mr", Doc: "aggregate bandwidth and message rate of n/2 pairs (osu_mbw_mr)", Run: mbwMR})
+}
+
+// receiver counts messages arriving on a dispatch id, landing each in buf.
+type receiver struct {
+	e     *Env
+	buf   []byte
+	got   int
+	onGot func() // after each message, if set
+}
+
+func (r *receiver) handler(c *amigo.Context, m *amigo.Message) {
+	if m.Inline() {
+		copy(r.buf, m.Data)
+		r.arrived(nil)
+		return
+	}
+	if err := m.Receive(r.buf[:m.Size()], r.arrived); err != nil {
+		r.e.Fail(err)
+	}
+}
+
+func (r *receiver) arrived(err error) {
+	r.e.Fail(err)
+	r.got++
+	if r.onGot != nil {
+		r.onGot()
+	}
+}
+
+func latency(e *Env) error {
+	sbuf, err := e.Buffer(e.Opts.MaxSize)
+	if err != nil {
+		return err
+	}
+	rbuf, err := e.Buffer(e.Opts.MaxSize)
+	if err != nil {
+		return err
+	}
+	rcv := &receiver{e: e, buf: rbuf}
+	e.Ctx.SetDispatch(e.D(0), rcv.handler)
+	e.Header("Latency Test", fLatency)
+	if err := e.Barrier(); err != nil {
+		return err
+	}
+	if e.Rank > 1 {
+		return nil
+	}
+	peer := amigo.EndpointOf(1 - e.Rank)
+	k := amigo.NewCounter()
+	want := 0
+	cond := func() bool { return rcv.got >= want }
+	for _, size := range e.Sizes(true) {
+		iters, warm := e.Iters(size, latCounts)
+		if err := e.Barrier2(); err != nil {
+			return err
+		}
+		var start time.Time
+		for i := 0; i < iters+warm; i++ {
+			if i == warm {
+				start = time.Now()
+			}
+			want++
+			if e.Rank == 0 {
+				k.Add(1)
+				if err := e.Ctx.Send(peer, e.D(0), nil, sbuf[:size], k.Done()); err != nil {
+					return err
+				}
+				if err := e.Wait(cond); err != nil {
+					return err
+				}
+			} else {
+				if err := e.Wait(cond); err != nil {
+					return err
+				}
+				k.Add(1)
+				if err := e.Ctx.Send(peer, e.D(0), nil, sbuf[:size], k.Done()); err != nil {
+					return err
+				}
+			}
+		}
+		elapsed := time.Since(start)
+		e.Row(size, us(elapsed)/float64(2*iters))
+	}
+	return e.Ctx.WaitCounter(e.Deadline, k)
+}
+
+// Barrier2 synchronizes ranks 0 and 1 only.
+func (e *Env) Barrier2() error {
+	b := &e.bar
+	return e.pairBarrier(b)
+}
+
+func (e *Env) pairBarrier(b *barrier) error {
+	b.pair++
+	ep := b.pair | 1<<31
+	var hdr [4]byte
+	hdr[0], hdr[1], hdr[2], hdr[3] = byte(ep), byte(ep>>8), byte(ep>>16), byte(ep>>24)
+	k := amigo.NewCounter()
+	k.Add(1)
+	if err := e.Ctx.Send(amigo.EndpointOf(1-e.Rank), barrierDispatch, hdr[:], nil, k.Done()); err != nil {
+		return err
+	}
+	err := e.Ctx.Wait(e.Deadline, func() bool { return b.counts[ep] >= 1 && k.Pending() == 0 })
+	delete(b.counts, ep)
+	return err
+}
+
+// window sends window messages of size bytes to peer and waits until they
+// are done locally.
+func (e *Env) window(peer amigo.Endpoint, d amigo.Dispatch, buf []byte, k *amigo.Counter) error {
+	for j := 0; j < e.Opts.Window; j++ {
+		k.Add(1)
+		if err := e.Ctx.Send(peer, d, nil, buf, k.Done()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func bandwidth(e *Env) error {
+	return streams(e, "Bandwidth Test", e.Rank == 0, e.Rank == 1, fBW)
+}
+
+// streams runs osu_bw between senders and receivers, pairing rank r with
+// rank r+pairs. A sender sends windows of messages and waits after each for
+// the receiver's acknowledgement; the time is the senders' slowest.
+func streams(e *Env, title string, sender, recv bool, fields ...Field) error {
+	pairs := 1
+	if len(fields) > 1 {
+		pairs = e.Size / 2
+	}
+	sbuf, err := e.Buffer(e.Opts.MaxSize)
+	if err != nil {
+		return err
+	}
+	rbuf, err := e.Buffer(e.Opts.MaxSize)
+	if err != nil {
+		return err
+	}
+	acks := 0
+	rcv := &receiver{e: e, buf: rbuf}
+	var peer amigo.Endpoint
+	if sender {
+		peer = amigo.EndpointOf(e.Rank + pairs)
+	} else if recv {
+		peer = amigo.EndpointOf(e.Rank - pairs)
+		rcv.onGot = func() {
+			if rcv.got%e.Opts.Window == 0 {
+				e.Fail(e.Ctx.SendImmediate(peer, e.D(1), nil, nil))
+			}
+		}
+	}
+	e.Ctx.SetDispatch(e.D(0), rcv.handler)
+	e.Ctx.SetDispatch(e.D(1), func(c *amigo.Context, m *amigo.Message) { acks++ })
+	e.Header(title, fields...)
+	if err := e.Barrier(); err != nil {
+		return err
+	}
+	k := amigo.NewCounter()
+	want := 0
+	for _, size := range e.Sizes(false) {
+		if size == 0 {
+			continue
+		}
+		iters, warm := e.Iters(size, bwCounts)
+		if err := e.Barrier(); err != nil {
+			return err
+		}
+		var start time.Time
+		if sender {
+			for i := 0; i < iters+warm; i++ {
+				if i == warm {
+					start = time.Now()
+				}
+				if err := e.window(peer, e.D(0), sbuf[:size], k); err != nil {
+					return err
+				}
+				want++
+				if err := e.Ctx.WaitCounter(e.Deadline, k); err != nil {
+					return err
+				}
+				if err := e.Wait(func() bool { return acks >= want }); err != nil {
+					return err
+				}
+			}
+		} else if recv {
+			want += (iters + warm) * e.Opts.Window
+			if err := e.Wait(func() bool { return rcv.got >= want }); err != nil {
+				return err
+			}
+		}
+		var elapsed float64
+		if sender {
+			elapsed = time.Since(start).Seconds()
+		}
+		all, err := e.Gather(elapsed)
+		if err != nil {
+			return err
+		}
+		if e.Rank == 0 {
+			tmax := 0.0
+			for r := 0; r < pairs; r++ {
+				tmax = max(tmax, all[r])
+			}
+			msgs := float64(pairs * iters * e.Opts.Window)
+			mbs := float64(size) * msgs / tmax / 1e6
+			if len(fields) > 1 {
+				e.Row(size, mbs, msgs/tmax)
+			} else {
+				e.Row(size, mbs)
+			}
+		}
+	}
+	return nil
+}
+
+func mbwMR(e *Env) error {
+	pairs := e.Size / 2
+	return streams(e, "Multiple Bandwidth / Message Rate Test", e.Rank < pairs, e.Rank >= pairs && e.Rank < 2*pairs, fMBs, fMsgRate)
+}
+
+func bibw(e *Env) error {
+	sbuf, err := e.Buffer(e.Opts.MaxSize)
+	if err != nil {
+		return err
+	}
+	rbuf, err := e.Buffer(e.Opts.MaxSize)
+	if err != nil {
+		return err
+	}
+	rcv := &receiver{e: e, buf: rbuf}
+	e.Ctx.SetDispatch(e.D(0), rcv.handler)
+	e.Header("Bi-Directional Bandwidth Test", fBW)
+	if err := e.Barrier(); err != nil {
+		return err
+	}
+	if e.Rank > 1 {
+		return nil
+	}
+	peer := amigo.EndpointOf(1 - e.Rank)
+	k := amigo.NewCounter()
+	want := 0
+	for _, size := range e.Sizes(false) {
+		if size == 0 {
+			continue
+		}
+		iters, warm := e.Iters(size, bwCounts)
+		if err := e.Barrier2(); err != nil {
+			return err
+		}
+		var start time.Time
+		for i := 0; i < iters+warm; i++ {
+			if i == warm {
+				start = time.Now()
+			}
+			if err := e.window(peer, e.D(0), sbuf[:size], k); err != nil {
+				return err
+			}
+			want += e.Opts.Window
+			if err := e.Ctx.WaitCounter(e.Deadline, k); err != nil {
+				return err
+			}
+			if err := e.Wait(func() bool { return rcv.got >= want }); err != nil {
+				return err
+			}
+		}
+		t := time.Since(start).Seconds()
+		e.Row(size, float64(size)*2*float64(iters*e.Opts.Window)/t/1e6)
+	}
+	return nil
+}
