@@ -22,12 +22,22 @@ func wayName(w amigo.MulticastWay) string {
 // Both ways, 1 to 16 targets, sizes across piece boundaries: every target
 // gets every byte, and the origin sends the data once.
 func TestMulticast(t *testing.T) {
+	for _, over := range []string{"loop", "shm"} {
+		t.Run(over, func(t *testing.T) { testMulticast(t, over) })
+	}
+}
+
+func testMulticast(t *testing.T, over string) {
 	const chunk = 64 << 10
 	sizes := []int{0, 1, chunk, 3*chunk + 17, 2 << 20}
+	counts := []int{1, 2, 3, 5, 8, 16}
+	if over != "loop" {
+		counts = []int{1, 3, 7} // ranks with segments of their own: keep it short
+	}
 	for _, way := range ways {
-		for _, targets := range []int{1, 2, 3, 5, 8, 16} {
+		for _, targets := range counts {
 			t.Run(fmt.Sprintf("%s/%d", wayName(way), targets), func(t *testing.T) {
-				amigotest.Run(t, targets+1, amigotest.Options{Config: amigo.Config{McastChunk: chunk}}, func(r *amigotest.Rank) error {
+				amigotest.Run(t, targets+1, amigotest.Options{Over: over, Config: amigo.Config{McastChunk: chunk}}, func(r *amigotest.Rank) error {
 					c := r.Ctx
 					got, errs := 0, 0
 					var buf []byte
@@ -97,10 +107,18 @@ func TestMulticast(t *testing.T) {
 // A target that declines fails the multicast at the origin and at the
 // targets that took part, with an error naming it.
 func TestMulticastDecline(t *testing.T) {
-	for _, way := range ways {
-		t.Run(wayName(way), func(t *testing.T) {
+	for _, over := range []string{"loop", "shm"} {
+		for _, way := range ways {
+			t.Run(over+"/"+wayName(way), func(t *testing.T) { testMulticastDecline(t, over, way) })
+		}
+	}
+}
+
+func testMulticastDecline(t *testing.T, over string, way amigo.MulticastWay) {
+	{
+		{
 			const targets, decliner = 5, 3
-			amigotest.Run(t, targets+1, amigotest.Options{}, func(r *amigotest.Rank) error {
+			amigotest.Run(t, targets+1, amigotest.Options{Over: over}, func(r *amigotest.Rank) error {
 				c := r.Ctx
 				var recvErr error
 				got := false
@@ -141,7 +159,7 @@ func TestMulticastDecline(t *testing.T) {
 				}
 				return r.Barrier()
 			})
-		})
+		}
 	}
 }
 
@@ -149,11 +167,19 @@ func TestMulticastDecline(t *testing.T) {
 // within a bounded time: the origin's error names it, and every other target
 // either has all the data or an error.
 func TestMulticastTargetDies(t *testing.T) {
-	for _, way := range ways {
-		t.Run(wayName(way), func(t *testing.T) {
+	for _, over := range []string{"loop", "shm"} {
+		for _, way := range ways {
+			t.Run(over+"/"+wayName(way), func(t *testing.T) { testMulticastTargetDies(t, over, way) })
+		}
+	}
+}
+
+func testMulticastTargetDies(t *testing.T, over string, way amigo.MulticastWay) {
+	{
+		{
 			const targets, victim, size = 6, 3, 16 << 20
 			cfg := amigo.Config{McastChunk: 64 << 10}
-			amigotest.Run(t, targets+1, amigotest.Options{Config: cfg}, func(r *amigotest.Rank) error {
+			amigotest.Run(t, targets+1, amigotest.Options{Config: cfg, Over: over}, func(r *amigotest.Rank) error {
 				c := r.Ctx
 				var recvErr error
 				got := false
@@ -203,7 +229,7 @@ func TestMulticastTargetDies(t *testing.T) {
 				}
 				return nil
 			})
-		})
+		}
 	}
 }
 

@@ -26,9 +26,14 @@ type stopRig struct {
 	mode   string // "early": name the buffer in the handler; "late": Defer
 }
 
+// rigTransport is the adapter the STOP tests run over; TestStopOverShm
+// runs them again over shared memory.
+var rigTransport = "loop"
+
 func newStopRig(t *testing.T, cfg amigo.Config, mode string) *stopRig {
 	t.Helper()
-	c0, c1 := twoRanks(t, cfg)
+	cl := openOver(t, 2, cfg, rigTransport)
+	c0, c1 := cl[0].Context(0), cl[1].Context(0)
 	r := &stopRig{t: t, c0: c0, c1: c1, mode: mode}
 	c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
 		if m.Inline() {
@@ -335,7 +340,8 @@ func TestStopBudgetManySmall(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v, func(t *testing.T) {
 			const msgs, size, budget = 20, 60 << 10, 256 << 10
-			c0, c1 := twoRanks(t, amigo.Config{StopVariant: v, UnexpectedBudget: budget})
+			cl := openOver(t, 2, amigo.Config{StopVariant: v, UnexpectedBudget: budget}, rigTransport)
+			c0, c1 := cl[0].Context(0), cl[1].Context(0)
 			var defd []amigo.Deferred
 			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
 				d, err := m.Defer()
@@ -386,4 +392,18 @@ func TestStopBudgetManySmall(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The deterministic STOP scenarios again, between ranks that reach each
+// other through shared memory.
+func TestStopOverShm(t *testing.T) {
+	rigTransport = "shm"
+	defer func() { rigTransport = "loop" }()
+	t.Run("EarlyReceiver", TestStopEarlyReceiver)
+	t.Run("LateReceiver", TestStopLateReceiver)
+	t.Run("CrossesLastEagerPacket", TestStopCrossesLastEagerPacket)
+	t.Run("AfterAllSent", TestStopAfterAllSent)
+	t.Run("ReceivePostedBeforeCTS", TestStopReceivePostedBeforeCTS)
+	t.Run("PacketBoundaries", TestStopPacketBoundaries)
+	t.Run("BudgetManySmall", TestStopBudgetManySmall)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/amigo-hpc/amigo"
+	"github.com/amigo-hpc/amigo/bootstrap"
 )
 
 // DefaultTimeout bounds a job run by Run unless Options says otherwise.
@@ -22,6 +23,10 @@ const DefaultTimeout = 2 * time.Minute
 type Options struct {
 	Config  amigo.Config
 	Timeout time.Duration // default DefaultTimeout
+	// Over names the adapter between the ranks: "" or "loop" for the
+	// in-process adapter, or an adapter between processes ("shm", "tcp"),
+	// which the ranks then use although they share this process.
+	Over string
 }
 
 // Rank is what each rank's function gets.
@@ -52,10 +57,11 @@ func RunErr(n int, opts Options, fn func(r *Rank) error) error {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	clients, err := amigo.NewLocal(n, opts.Config)
+	clients, closeJobs, err := open(n, opts)
 	if err != nil {
 		return err
 	}
+	defer closeJobs()
 	deadline, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	errs := make([]error, n)
@@ -140,6 +146,47 @@ func RunErr(n int, opts Options, fn func(r *Rank) error) error {
 		return fmt.Errorf("amigotest: %s", strings.Join(msgs, "\n"))
 	}
 	return nil
+}
+
+// open makes the clients of the job.
+func open(n int, opts Options) ([]*amigo.Client, func(), error) {
+	if opts.Over == "" || opts.Over == "loop" {
+		cl, err := amigo.NewLocal(n, opts.Config)
+		return cl, func() {}, err
+	}
+	cfg := opts.Config
+	cfg.Transport = opts.Over
+	jobs := bootstrap.NewLocal(n)
+	closeJobs := func() {
+		for _, j := range jobs {
+			_ = j.Close()
+		}
+	}
+	cl := make([]*amigo.Client, n)
+	errs := make([]error, n)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for r := range jobs {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			cl[r], errs[r] = amigo.OpenJob(ctx, jobs[r], cfg)
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			for _, c := range cl {
+				if c != nil {
+					_ = c.Close()
+				}
+			}
+			closeJobs()
+			return nil, nil, fmt.Errorf("amigotest: rank %d over %s: %w", r, opts.Over, err)
+		}
+	}
+	return cl, closeJobs, nil
 }
 
 // BarrierDispatch is the dispatch id the test barrier uses on context 0.
