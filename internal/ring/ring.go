@@ -295,6 +295,48 @@ func (c *Reader) Peek() ([]byte, error) {
 	}
 }
 
+// Position returns the slot position that follows the descriptors returned by
+// Next or Peek since the last release.
+func (c *Reader) Position() uint64 { return c.head + c.k }
+
+// ReleaseFirst releases the first n descriptors returned by Peek since the
+// last release, with the pads before and among them, and counts each as a
+// completed transfer; the later ones stay unreleased. It returns how many
+// descriptors (pads not counted) it released: fewer than n when fewer were
+// peeked. It lets an engine give slots back only once the far side
+// acknowledged their descriptors, while it goes on peeking at later ones.
+func (c *Reader) ReleaseFirst(n int) int {
+	done := 0
+	var slots, count uint64
+	pos := c.head
+	for slots < c.k {
+		w := c.r.word(pos).Load()
+		k := uint64(uint16(w))
+		pad := uint16(w>>16)&FlagPad != 0
+		if !pad {
+			if done == n {
+				break
+			}
+			done++
+		}
+		for i := uint64(0); i < k; i++ {
+			*(*uint64)(unsafe.Pointer(&c.r.slots[((pos+i)&c.r.mask)*SlotSize])) = 0
+		}
+		pos += k
+		slots += k
+		count++
+	}
+	if count == 0 {
+		return 0
+	}
+	c.head = pos
+	c.k -= slots
+	c.nd -= count
+	c.r.ctl.head.Store(c.head)
+	c.r.ctl.xfer.Add(count)
+	return done
+}
+
 // Release gives the slots of the descriptors returned by Next or Peek back to
 // the producer and counts each of them (pads included) as a completed
 // transfer.

@@ -348,3 +348,63 @@ func TestPeekBatch(t *testing.T) {
 		want = want[:0]
 	}
 }
+
+// ReleaseFirst gives back the oldest peeked descriptors only, in any
+// number of steps, while peeking goes on; the transfer counter counts each
+// descriptor and pad once.
+func TestReleaseFirst(t *testing.T) {
+	r, err := NewHeap(32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &producer{r: r}
+	rd := r.NewReader()
+	rng := rand.New(rand.NewPCG(1, 2))
+	var peeked [][]byte // peeked, not released, oldest first
+	sent, got := 0, 0
+	for step := 0; step < 20000; step++ {
+		switch rng.IntN(3) {
+		case 0:
+			msg := pattern(rng.IntN(300), byte(sent))
+			if p.put(msg) {
+				sent++
+			}
+		case 1:
+			b, err := rd.Peek()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b != nil {
+				if want := pattern(len(b), byte(got)); !bytes.Equal(b, want) {
+					t.Fatalf("descriptor %d differs", got)
+				}
+				peeked = append(peeked, b)
+				got++
+			}
+		case 2:
+			n := rng.IntN(len(peeked) + 2)
+			before := r.TransferCounter().Load()
+			done := rd.ReleaseFirst(n)
+			if want := min(n, len(peeked)); done != want {
+				t.Fatalf("ReleaseFirst(%d) with %d peeked released %d", n, len(peeked), done)
+			}
+			if moved := r.TransferCounter().Load() - before; moved < uint64(done) || moved > uint64(done)+1 {
+				t.Fatalf("released %d descriptors, counter moved %d", done, moved)
+			}
+			peeked = peeked[done:]
+			// The ones still peeked are intact.
+			for i, b := range peeked {
+				if !bytes.Equal(b, pattern(len(b), byte(got-len(peeked)+i))) {
+					t.Fatalf("descriptor still peeked changed after a partial release")
+				}
+			}
+			if rd.Position() != r.HeadCounter().Load()+uint64(rd.k) {
+				t.Fatal("Position inconsistent")
+			}
+		}
+	}
+	rd.Release()
+	if r.HeadCounter().Load() != rd.Position() {
+		t.Fatal("head behind after Release")
+	}
+}
