@@ -1,0 +1,1038 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/amigo-hpc/amigo/internal/ring"
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// conn is one TCP connection: the path of one link, from a context of the
+// initiator to a context of the target. The initiator writes packets (from
+// the link's descriptor buffer) and GET and PUT requests (from its RDMA FIFO)
+// and reads the replies; the target reads packets into a reception ring,
+// serves the requests from its rank's registered regions and writes the
+// replies.
+//
+// # Who does the I/O
+//
+// Each side of a connection has a read side and a write side, each guarded by
+// a try-lock (rlock, wlock: 0 free, 1 held; taken with CompareAndSwap, given
+// back with Store; nobody ever waits for one while holding the other). Whoever
+// holds a side does only non-blocking system calls on the socket, so it
+// holds it briefly, except the connection's own goroutines, which may hold it
+// while parked on the network poller:
+//
+//   - While the owning context polls (Port.Poll and Port.Progress are called
+//     and its doorbell is not armed), its goroutine does the I/O itself: it
+//     writes what it injected during Progress, and reads during Poll (target)
+//     or Progress (initiator, while answers are due), taking the lock for the
+//     duration of a call. A ping-pong then never hands work to another
+//     goroutine.
+//   - A write that would block hands the write side to the connection's
+//     writer goroutine, which holds it until the socket has taken everything,
+//     waiting on the network poller.
+//   - When the context stops polling (its doorbell is armed to sleep, or the
+//     adapter's watcher sees no poll for Options.Handoff), the connection's
+//     reader goroutine takes the read side and holds it while the context is
+//     away, polling the socket for Options.ReadSpin after each burst and
+//     then parking on the network poller; it serves requests and puts packets
+//     into the reception ring, ringing the context's doorbell. It gives the
+//     read side back at its first wake-up after the context polls again.
+//
+// A party that made work for a side it cannot take leaves it to the holder:
+// it stores 1 to the side's pending word and then tries the lock; the holder
+// stores 0 to the lock and then loads the pending word, and takes the side
+// again if it is set. Go's atomics are sequentially consistent, so either the
+// CompareAndSwap succeeds or the holder sees the pending word: no work is left
+// behind.
+//
+// # Failure
+//
+// fail records the first error, closes done and the socket, and starts
+// finish, which waits for the connection's goroutines, takes both locks for
+// good, releases what the sides held (region accesses), fails the link with
+// the error and completes its RDMA descriptors with it, fails the reverse
+// link of the pair, and rings the context's doorbell. Only then may the AMI
+// see the error and give buffers back to the program: nothing touches them
+// afterwards.
+type conn struct {
+	a         *Adapter
+	p         *port
+	initiator bool
+	peer      transport.Addr // the context at the other end
+	remote    string         // its network address, for messages
+
+	ncMu   sync.Mutex // guards nc between attach and fail
+	nc     *net.TCPConn
+	rc     syscall.RawConn
+	ready  atomic.Bool // authenticated and attached
+	cancel context.CancelFunc
+
+	failure  atomic.Pointer[error]
+	done     chan struct{} // closed by fail
+	finished chan struct{} // closed at the end of finish
+	wg       sync.WaitGroup
+
+	// Read side, guarded by rlock.
+	rlock     atomic.Uint32
+	netpoll   atomic.Bool   // the reader goroutine holds the read side
+	handoff   chan struct{} // the context stopped polling
+	space     chan struct{} // the context freed reception-ring space
+	needSpace atomic.Bool
+	stalled   atomic.Bool   // reading stopped on a full reception ring or reply queue
+	rcvd      atomic.Uint64 // bytes received
+	rd        readState
+	pumpWork  int
+	pumpSt    pumpStatus
+	wantKick  bool // the pump made work for the write side (replies, acks received)
+
+	// Target: the reception ring. Produced by the read side, consumed by
+	// Poll on the context's goroutine.
+	rx        *ring.Ring
+	rxTail    uint64
+	rxRead    *ring.Reader
+	maxPacket int
+	rxDone    atomic.Uint64 // packets delivered, stored by Poll
+	ackSent   atomic.Uint64 // packets acknowledged, stored by the write side
+
+	// Write side, guarded by wlock.
+	wlock     atomic.Uint32
+	wpend     atomic.Uint32
+	wblocked  atomic.Bool // the writer goroutine waits for the socket
+	wake      chan struct{}
+	sent      atomic.Uint64 // bytes written
+	ping, bye atomic.Bool   // control frames to send
+	wr        writeState
+	flushWork int
+	flushSt   flushStatus
+
+	// Initiator: the link.
+	link     *transport.Link
+	msg      *ring.Reader // consumer of link.Msg, used by the write side
+	q        *transport.RDMAQueue
+	issued   atomic.Uint64 // next RDMA position to send a request for; replies answer positions below it
+	wpos     atomic.Uint64 // link.Msg position the write side has peeked up to
+	peeked   atomic.Uint64 // packets peeked (put in a batch), stored by the write side
+	acked    atomic.Uint64 // packets the target acknowledged, stored by the read side
+	released atomic.Uint64 // packets given back to the context, stored by the write side
+
+	// Target: replies, a single-producer single-consumer queue from the
+	// read side (producer) to the write side (consumer). The producer fills
+	// replies[repTail mod N] and then stores repTail; the consumer loads
+	// repTail before it reads an entry, and stores repHead once the reply is
+	// written and its region access released.
+	replies [replySlots]reply
+	repHead atomic.Uint64
+	repTail atomic.Uint64
+
+	// Watcher bookkeeping, used by the watcher goroutine only.
+	lastRcvd, lastSent uint64
+	silent             time.Duration
+
+	// Callbacks handed to RawConn, made once so that passing them does not
+	// allocate.
+	pumpFn  func(fd uintptr)
+	flushFn func(fd uintptr)
+	readFn  func(fd uintptr) bool
+	writeFn func(fd uintptr) bool
+}
+
+const (
+	replySlots  = 64
+	rbufSize    = 64 << 10
+	directMin   = 16 << 10 // data at least this long is read straight to its destination
+	maxIov      = 256
+	scratchSize = 16 << 10
+	copyMax     = 256 // packets up to this long are copied next to their header
+)
+
+type reply struct {
+	hdr  [frameRep]byte
+	data []byte
+	acc  transport.Access
+}
+
+func newConn(a *Adapter, p *port, initiator bool, peer transport.Addr) *conn {
+	c := &conn{
+		a:         a,
+		p:         p,
+		initiator: initiator,
+		peer:      peer,
+		done:      make(chan struct{}),
+		finished:  make(chan struct{}),
+		handoff:   make(chan struct{}, 1),
+		space:     make(chan struct{}, 1),
+		wake:      make(chan struct{}, 1),
+	}
+	c.rd.buf = make([]byte, rbufSize)
+	c.pumpFn = c.pumpInline
+	c.flushFn = c.flushInline
+	c.readFn = c.readPoller
+	c.writeFn = c.writePoller
+	return c
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// err returns the error that failed the connection, or nil.
+func (c *conn) err() error {
+	if p := c.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// attach makes an authenticated socket the connection's and starts its
+// goroutines.
+func (c *conn) attach(nc *net.TCPConn) error {
+	rc, err := nc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	if err := setSockopts(nc, c.a.opts); err != nil {
+		return err
+	}
+	c.rc = rc
+	c.wg.Add(2)
+	go c.readLoop()
+	go c.writeLoop()
+	c.ready.Store(true)
+	c.a.stats.connected.Add(1)
+	processStats.connected.Add(1)
+	if !c.p.attended.Load() {
+		signal(c.handoff)
+	}
+	// The context may have injected before the connection was up.
+	if c.kick() > 0 {
+		c.p.bell.Ring()
+	}
+	return nil
+}
+
+func setSockopts(nc *net.TCPConn, o Options) error {
+	if err := nc.SetNoDelay(true); err != nil {
+		return err
+	}
+	ka := net.KeepAliveConfig{Enable: true, Idle: o.Timeout / 2, Interval: o.Timeout / 8, Count: 4}
+	if ka.Idle < time.Second {
+		ka.Idle = time.Second
+	}
+	if ka.Interval < time.Second {
+		ka.Interval = time.Second
+	}
+	if err := nc.SetKeepAliveConfig(ka); err != nil {
+		return err
+	}
+	if o.SocketBuffer > 0 {
+		if err := nc.SetReadBuffer(o.SocketBuffer); err != nil {
+			return err
+		}
+		if err := nc.SetWriteBuffer(o.SocketBuffer); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ---- failure
+
+// fail records err as the reason the connection ended, once, and finishes
+// the connection in the background. It may be called from anywhere,
+// including inside a RawConn callback.
+func (c *conn) fail(err error) {
+	if !c.failure.CompareAndSwap(nil, &err) {
+		return
+	}
+	close(c.done)
+	if c.cancel != nil {
+		c.cancel()
+	}
+	go c.finish(err)
+}
+
+// failPeer fails the connection with an error naming the peer.
+func (c *conn) failPeer(err error) {
+	c.fail(&transport.PeerError{Addr: c.peer, Err: err})
+}
+
+func (c *conn) finish(err error) {
+	// Closing waits for the system calls in progress on the socket, which
+	// may be those of the goroutine that called fail: hence here.
+	c.ncMu.Lock()
+	nc := c.nc
+	c.ncMu.Unlock()
+	if nc != nil {
+		_ = nc.Close()
+	}
+	c.wg.Wait()
+	for !c.rlock.CompareAndSwap(0, 1) {
+		time.Sleep(10 * time.Microsecond)
+	}
+	for !c.wlock.CompareAndSwap(0, 1) {
+		time.Sleep(10 * time.Microsecond)
+	}
+	// Both sides are ours for good: release what they held.
+	for i := c.repHead.Load(); i != c.repTail.Load(); i++ {
+		r := &c.replies[i%replySlots]
+		r.acc.Release()
+		r.acc, r.data = transport.Access{}, nil
+	}
+	c.repHead.Store(c.repTail.Load())
+	c.rd.acc.Release()
+	c.rd.acc = transport.Access{}
+	c.rd.dst = nil
+	for i := range c.wr.iov {
+		c.wr.iov[i] = unix.Iovec{}
+	}
+	if c.initiator {
+		c.link.Fail(err)
+		for op := c.q.Next(); op != nil; op = c.q.Next() {
+			c.q.Done(err)
+		}
+	}
+	c.a.stats.failed.Add(1)
+	processStats.failed.Add(1)
+	if !c.p.closed.Load() && !c.a.closed.Load() {
+		side := "from"
+		if c.initiator {
+			side = "to"
+		}
+		c.a.opts.Logf("rank %d context %d: connection %s %v (%s) failed: %v", c.a.rank, c.p.ctx, side, c.peer, c.remote, err)
+	}
+	c.p.failPair(c.peer, err)
+	c.p.bell.Ring()
+	close(c.finished)
+}
+
+// ---- write side
+
+type flushStatus uint8
+
+const (
+	flushIdle    flushStatus = iota // everything written
+	flushBlocked                    // the socket takes no more for now
+	flushFailed
+)
+
+type writeState struct {
+	iov     [maxIov]unix.Iovec
+	cur, n  int // iov[cur:n] remain to be written
+	scratch [scratchSize]byte
+	sn      int
+	// What completes once the batch is written.
+	reps int // replies in the batch
+}
+
+// hasOutgoing reports whether the initiator side has something to write or
+// descriptors to give back.
+func (c *conn) hasOutgoing() bool {
+	return c.link.Msg.Tail() != c.wpos.Load() || c.q.At(c.issued.Load()) != nil || c.acked.Load() != c.released.Load() || c.ping.Load() || c.bye.Load()
+}
+
+// ackDue reports whether the target side owes the initiator an ack.
+func (c *conn) ackDue() bool { return c.rxDone.Load() != c.ackSent.Load() }
+
+// kick makes the write side send what waits for it, without blocking: it
+// writes itself if it can take the write side, and otherwise leaves the work
+// to whoever holds it. It returns the number of descriptors and replies it
+// completed.
+func (c *conn) kick() int {
+	work := 0
+	c.wpend.Store(1)
+	for c.wpend.Load() != 0 {
+		if !c.ready.Load() || c.wblocked.Load() || !c.wlock.CompareAndSwap(0, 1) {
+			return work
+		}
+		c.wpend.Store(0)
+		c.flushWork, c.flushSt = 0, flushFailed
+		if c.failure.Load() == nil {
+			_ = c.rc.Control(c.flushFn)
+		}
+		work += c.flushWork
+		if c.flushSt == flushBlocked {
+			c.wblocked.Store(true)
+			c.wlock.Store(0)
+			signal(c.wake)
+			return work
+		}
+		c.wlock.Store(0)
+	}
+	return work
+}
+
+func (c *conn) flushInline(fd uintptr) {
+	c.flushWork, c.flushSt = c.flush(int(fd))
+}
+
+// writeLoop is the writer goroutine: it takes the write side over when a
+// write would block and keeps it until the socket took everything.
+func (c *conn) writeLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+			return
+		}
+		for !c.wlock.CompareAndSwap(0, 1) {
+			if c.failure.Load() != nil {
+				return
+			}
+			runtime.Gosched()
+		}
+		c.flushWork, c.flushSt = 0, flushIdle
+		err := c.rc.Write(c.writeFn)
+		work := c.flushWork
+		c.wblocked.Store(false)
+		c.wlock.Store(0)
+		if err != nil {
+			c.failPeer(fmt.Errorf("%w: %v", ErrConnLost, err))
+			return
+		}
+		if c.wpend.Load() != 0 {
+			work += c.kick()
+		}
+		if work > 0 && c.initiator {
+			c.p.bell.Ring()
+		}
+	}
+}
+
+func (c *conn) writePoller(fd uintptr) bool {
+	if c.failure.Load() != nil {
+		return true
+	}
+	n, st := c.flush(int(fd))
+	c.flushWork += n
+	c.flushSt = st
+	return st != flushBlocked
+}
+
+// flush writes batches until there is nothing left or the socket takes no
+// more. The caller holds the write side.
+func (c *conn) flush(fd int) (int, flushStatus) {
+	w := &c.wr
+	work := 0
+	for {
+		if w.cur == w.n {
+			work += c.completeBatch()
+			if !c.buildBatch() {
+				return work, flushIdle
+			}
+		}
+		r1, _, e := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&w.iov[w.cur])), uintptr(w.n-w.cur))
+		if e != 0 {
+			if e == unix.EINTR {
+				continue
+			}
+			if e == unix.EAGAIN {
+				return work, flushBlocked
+			}
+			c.failPeer(fmt.Errorf("%w: write: %v", ErrConnLost, e))
+			return work, flushFailed
+		}
+		c.sent.Add(uint64(r1))
+		c.a.stats.sent.Add(uint64(r1))
+		processStats.sent.Add(uint64(r1))
+		n := uint64(r1)
+		for n > 0 {
+			v := &w.iov[w.cur]
+			if n < v.Len {
+				v.Base = (*byte)(unsafe.Add(unsafe.Pointer(v.Base), n))
+				v.Len -= n
+				break
+			}
+			n -= v.Len
+			w.cur++
+		}
+	}
+}
+
+// completeBatch completes what the batch just written carried.
+func (c *conn) completeBatch() int {
+	w := &c.wr
+	work := 0
+	if w.n > 0 {
+		for i := 0; i < w.n; i++ {
+			w.iov[i].Base = nil
+		}
+		w.n, w.cur, w.sn = 0, 0, 0
+	}
+	if c.initiator {
+		// Give back the descriptors the target acknowledged.
+		if n := c.acked.Load() - c.released.Load(); n > 0 {
+			done := c.msg.ReleaseFirst(int(n))
+			c.released.Add(uint64(done))
+			work += done
+		}
+		return work
+	}
+	if w.reps > 0 {
+		h := c.repHead.Load()
+		for i := 0; i < w.reps; i++ {
+			r := &c.replies[(h+uint64(i))%replySlots]
+			r.acc.Release()
+			r.acc, r.data = transport.Access{}, nil
+		}
+		c.repHead.Store(h + uint64(w.reps))
+		work += w.reps
+		w.reps = 0
+	}
+	return work
+}
+
+// addScratch appends b to the batch through the scratch buffer, which must
+// have room.
+func (w *writeState) addScratch(b []byte) {
+	dst := w.scratch[w.sn : w.sn+len(b)]
+	copy(dst, b)
+	w.addScratchLen(len(b))
+}
+
+// scratchTail returns the unused part of the scratch buffer, for the caller
+// to fill n bytes of and then call addScratchLen(n).
+func (w *writeState) scratchTail() []byte { return w.scratch[w.sn:] }
+
+func (w *writeState) addScratchLen(n int) {
+	start := &w.scratch[w.sn]
+	if w.n > 0 {
+		last := &w.iov[w.n-1]
+		if uintptr(unsafe.Pointer(last.Base))+uintptr(last.Len) == uintptr(unsafe.Pointer(start)) {
+			last.Len += uint64(n)
+			w.sn += n
+			return
+		}
+	}
+	w.iov[w.n] = unix.Iovec{Base: start, Len: uint64(n)}
+	w.n++
+	w.sn += n
+}
+
+func (w *writeState) addData(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	w.iov[w.n] = unix.Iovec{Base: &b[0], Len: uint64(len(b))}
+	w.n++
+}
+
+func (w *writeState) room(scratch int) bool {
+	return w.n+2 <= maxIov && w.sn+scratch <= scratchSize
+}
+
+// buildBatch gathers the next batch to write and reports whether there is
+// one.
+func (c *conn) buildBatch() bool {
+	w := &c.wr
+	if c.ping.Load() {
+		c.ping.Store(false)
+		putBase(w.scratchTail(), fPing, 0)
+		w.addScratchLen(frameBase)
+	}
+	if c.initiator {
+		pos := c.issued.Load()
+		for w.room(frameRDMA) {
+			op := c.q.At(pos)
+			if op == nil {
+				break
+			}
+			typ := fGet
+			if op.Kind == transport.Put {
+				typ = fPut
+			}
+			putRDMA(w.scratchTail(), typ, uint64(op.Key), op.Off, uint64(len(op.Local)))
+			w.addScratchLen(frameRDMA)
+			if typ == fPut {
+				w.addData(op.Local)
+			}
+			pos++
+		}
+		c.issued.Store(pos)
+		peeked := c.peeked.Load()
+		for w.room(frameBase + copyMax) {
+			b, err := c.msg.Peek()
+			if err != nil {
+				// Only this process writes the descriptor buffer.
+				c.fail(fmt.Errorf("tcp: own descriptor buffer: %w", err))
+				return false
+			}
+			if b == nil {
+				break
+			}
+			peeked++
+			if len(b) <= copyMax {
+				t := w.scratchTail()
+				putBase(t, fPacket, uint32(len(b)))
+				copy(t[frameBase:], b)
+				w.addScratchLen(frameBase + len(b))
+				continue
+			}
+			putBase(w.scratchTail(), fPacket, uint32(len(b)))
+			w.addScratchLen(frameBase)
+			w.addData(b)
+		}
+		c.peeked.Store(peeked)
+		c.wpos.Store(c.msg.Position())
+	} else {
+		if d := c.rxDone.Load() - c.ackSent.Load(); d > 0 && w.room(frameBase) {
+			if d > 1<<31 {
+				d = 1 << 31
+			}
+			putBase(w.scratchTail(), fAck, uint32(d))
+			w.addScratchLen(frameBase)
+			c.ackSent.Add(d)
+		}
+		h, t := c.repHead.Load(), c.repTail.Load()
+		for i := h; i != t && w.room(frameRep); i++ {
+			r := &c.replies[i%replySlots]
+			w.addScratch(r.hdr[:])
+			w.addData(r.data)
+			w.reps++
+		}
+	}
+	if w.n == 0 && c.bye.Load() {
+		c.bye.Store(false)
+		putBase(w.scratchTail(), fBye, 0)
+		w.addScratchLen(frameBase)
+	}
+	return w.n > 0
+}
+
+// ---- read side
+
+type pumpStatus uint8
+
+const (
+	pumpIdle   pumpStatus = iota // the socket has nothing more for now
+	pumpMore                     // stopped for the budget; more may be waiting
+	pumpFull                     // stopped on a full reception ring or reply queue
+	pumpFailed                   // the connection failed
+)
+
+// Read states.
+const (
+	stFrame   uint8 = iota // expecting a frame header
+	stData                 // filling dst
+	stDiscard              // skipping the data of a refused put
+)
+
+// What dst is.
+const (
+	dstPacket uint8 = iota + 1
+	dstPut
+	dstGet
+)
+
+type readState struct {
+	buf   []byte
+	r, w  int // buf[r:w] is received and not yet consumed
+	st    uint8
+	dst   []byte
+	kind  uint8
+	acc   transport.Access // held while a put fills a region
+	skip  uint64
+	stat  uint32 // reply status of a put whose data is skipped
+	aux   uint64
+	pktN  int    // length of the packet being received
+	pktAt uint64 // its position in the reception ring
+}
+
+// pollInline reads on the calling (context's) goroutine, if the read side
+// is free. It returns the number of frames completed.
+func (c *conn) pollInline() int {
+	if c.netpoll.Load() || !c.rlock.CompareAndSwap(0, 1) {
+		return 0
+	}
+	c.pumpWork, c.pumpSt, c.wantKick = 0, pumpFailed, false
+	if c.failure.Load() == nil {
+		_ = c.rc.Control(c.pumpFn)
+	}
+	work, kick := c.pumpWork, c.wantKick
+	c.rlock.Store(0)
+	if kick {
+		c.kick()
+	}
+	return work
+}
+
+func (c *conn) pumpInline(fd uintptr) {
+	c.pumpWork, c.pumpSt = c.pump(int(fd), 4)
+}
+
+// readLoop is the reader goroutine: it holds the read side while the
+// context does not poll.
+func (c *conn) readLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.handoff:
+		case <-c.done:
+			return
+		}
+		if c.p.attended.Load() {
+			continue
+		}
+		for !c.rlock.CompareAndSwap(0, 1) {
+			if c.failure.Load() != nil {
+				return
+			}
+			runtime.Gosched()
+		}
+		c.netpoll.Store(true)
+		for c.failure.Load() == nil && !c.p.attended.Load() {
+			c.pumpSt = pumpIdle
+			err := c.rc.Read(c.readFn)
+			if err != nil {
+				c.failPeer(fmt.Errorf("%w: %v", ErrConnLost, err))
+				break
+			}
+			if c.pumpSt == pumpFull {
+				select {
+				case <-c.space:
+				case <-c.done:
+				}
+			}
+		}
+		c.netpoll.Store(false)
+		c.rlock.Store(0)
+		if c.failure.Load() != nil {
+			return
+		}
+	}
+}
+
+// readPoller runs inside RawConn.Read: it pumps, polls a quiet socket for
+// ReadSpin, and then asks to park until the socket is readable.
+func (c *conn) readPoller(fd uintptr) bool {
+	var spinUntil time.Time
+	for {
+		if c.failure.Load() != nil || c.p.attended.Load() {
+			return true
+		}
+		c.wantKick = false
+		work, st := c.pump(int(fd), 64)
+		c.pumpSt = st
+		if c.wantKick {
+			c.kick()
+		}
+		if work > 0 {
+			c.p.bell.Ring()
+			spinUntil = time.Time{}
+		}
+		switch st {
+		case pumpFull, pumpFailed:
+			return true
+		case pumpMore:
+			continue
+		}
+		if c.a.opts.ReadSpin < 0 {
+			return false
+		}
+		now := time.Now()
+		if spinUntil.IsZero() {
+			spinUntil = now.Add(c.a.opts.ReadSpin)
+		} else if now.After(spinUntil) {
+			return false
+		}
+	}
+}
+
+// pump consumes buffered bytes and reads more from fd, at most budget
+// reads. The caller holds the read side.
+func (c *conn) pump(fd int, budget int) (int, pumpStatus) {
+	rd := &c.rd
+	work := 0
+	for reads := 0; ; {
+		for {
+			n, need, err := c.step()
+			work += n
+			if err != nil {
+				c.failPeer(err)
+				return work, pumpFailed
+			}
+			if need == needFull {
+				if !c.stalled.Load() {
+					c.stalled.Store(true)
+				}
+				c.needSpace.Store(true)
+				return work, pumpFull
+			}
+			if need == needBytes {
+				break
+			}
+		}
+		if c.stalled.Load() {
+			c.stalled.Store(false)
+		}
+		if reads >= budget {
+			return work, pumpMore
+		}
+		direct := rd.st == stData && rd.r == rd.w && len(rd.dst) >= directMin
+		var p []byte
+		if direct {
+			p = rd.dst
+		} else {
+			if rd.r == rd.w {
+				rd.r, rd.w = 0, 0
+			} else if rd.w == len(rd.buf) || rd.r > len(rd.buf)/2 {
+				rd.w = copy(rd.buf, rd.buf[rd.r:rd.w])
+				rd.r = 0
+			}
+			p = rd.buf[rd.w:]
+		}
+		n, err := unix.Read(fd, p)
+		reads++
+		if err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			if err == unix.EAGAIN {
+				return work, pumpIdle
+			}
+			c.failPeer(fmt.Errorf("%w: read: %v", ErrConnLost, err))
+			return work, pumpFailed
+		}
+		if n == 0 {
+			c.failPeer(fmt.Errorf("%w: closed by the peer without notice", ErrConnLost))
+			return work, pumpFailed
+		}
+		c.rcvd.Add(uint64(n))
+		c.a.stats.rcvd.Add(uint64(n))
+		processStats.rcvd.Add(uint64(n))
+		if direct {
+			rd.dst = rd.dst[n:]
+			if len(rd.dst) == 0 {
+				work += c.dataDone()
+			}
+		} else {
+			rd.w += n
+		}
+	}
+}
+
+type need uint8
+
+const (
+	needNothing need = iota // progress made; call again
+	needBytes               // more bytes must be read
+	needFull                // no room to go on
+)
+
+// step consumes one frame, or part of one's data, from the buffer.
+func (c *conn) step() (int, need, error) {
+	rd := &c.rd
+	switch rd.st {
+	case stData:
+		if rd.r == rd.w {
+			return 0, needBytes, nil
+		}
+		m := copy(rd.dst, rd.buf[rd.r:rd.w])
+		rd.r += m
+		rd.dst = rd.dst[m:]
+		if len(rd.dst) > 0 {
+			return 0, needBytes, nil
+		}
+		return c.dataDone(), needNothing, nil
+	case stDiscard:
+		m := uint64(rd.w - rd.r)
+		if m > rd.skip {
+			m = rd.skip
+		}
+		rd.r += int(m)
+		rd.skip -= m
+		if rd.skip > 0 {
+			return 0, needBytes, nil
+		}
+		c.pushReply(fPutRep, rd.stat, rd.aux, nil, transport.Access{})
+		rd.st = stFrame
+		return 1, needNothing, nil
+	}
+	f, err := parseFrame(rd.buf[rd.r:rd.w], c.initiator, c.maxPacket)
+	if err == errShort {
+		return 0, needBytes, nil
+	}
+	if err != nil {
+		return 0, needBytes, err
+	}
+	return c.handle(f)
+}
+
+// handle acts on a frame header at the start of the buffer, consuming it
+// unless there is no room to act.
+func (c *conn) handle(f frame) (int, need, error) {
+	rd := &c.rd
+	switch f.typ {
+	case fPacket:
+		n := int(f.u32)
+		k := ring.SlotsFor(n)
+		pad := c.rx.PadFor(c.rxTail, k)
+		free := uint64(c.rx.Slots()) - (c.rxTail - c.rx.HeadCounter().Load())
+		if uint64(pad+k) > free {
+			return 0, needFull, nil
+		}
+		rd.r += f.headerLength
+		if pad > 0 {
+			c.rx.WritePad(c.rxTail, pad)
+			c.rxTail += uint64(pad)
+		}
+		rd.pktN, rd.pktAt = n, c.rxTail
+		rd.dst = c.rx.Payload(c.rxTail, n)
+		rd.kind, rd.st = dstPacket, stData
+		if n == 0 {
+			return c.dataDone(), needNothing, nil
+		}
+		return 0, needNothing, nil
+	case fGet:
+		if c.repTail.Load()-c.repHead.Load() == replySlots {
+			return 0, needFull, nil
+		}
+		rd.r += f.headerLength
+		mem, acc, err := c.a.regions.Acquire(transport.Key(f.key), f.off, f.n)
+		if err != nil {
+			st, aux := accessStatus(err)
+			c.pushReply(fGetRep, st, aux, nil, transport.Access{})
+		} else {
+			c.pushReply(fGetRep, statusOK, f.n, mem, acc)
+		}
+		return 1, needNothing, nil
+	case fPut:
+		if c.repTail.Load()-c.repHead.Load() == replySlots {
+			return 0, needFull, nil
+		}
+		rd.r += f.headerLength
+		mem, acc, err := c.a.regions.Acquire(transport.Key(f.key), f.off, f.n)
+		if err != nil {
+			rd.stat, rd.aux = accessStatus(err)
+			rd.skip, rd.st = f.n, stDiscard
+			return 0, needNothing, nil
+		}
+		rd.dst, rd.acc = mem, acc
+		rd.kind, rd.st = dstPut, stData
+		if f.n == 0 {
+			return c.dataDone(), needNothing, nil
+		}
+		return 0, needNothing, nil
+	case fGetRep, fPutRep:
+		head := c.q.HeadCounter().Load()
+		if head >= c.issued.Load() {
+			return 0, needBytes, corruptf("a reply to no request")
+		}
+		op := c.q.Next()
+		if op == nil || (op.Kind == transport.Get) != (f.typ == fGetRep) {
+			return 0, needBytes, corruptf("a reply of the wrong kind")
+		}
+		rd.r += f.headerLength
+		if f.u32 != statusOK {
+			c.q.Done(&transport.PeerError{Addr: c.peer, Err: statusError(f.u32, f.aux, op)})
+			return 1, needNothing, nil
+		}
+		if f.typ == fPutRep {
+			c.q.Done(nil)
+			return 1, needNothing, nil
+		}
+		if f.aux != uint64(len(op.Local)) {
+			return 0, needBytes, corruptf("get reply of %d bytes for a request of %d", f.aux, len(op.Local))
+		}
+		rd.dst, rd.kind, rd.st = op.Local, dstGet, stData
+		if f.aux == 0 {
+			return c.dataDone(), needNothing, nil
+		}
+		return 0, needNothing, nil
+	case fAck:
+		if c.acked.Load()+uint64(f.u32) > c.peeked.Load() {
+			return 0, needBytes, corruptf("ack of %d packets, %d unacknowledged were sent", f.u32, c.peeked.Load()-c.acked.Load())
+		}
+		rd.r += f.headerLength
+		c.acked.Add(uint64(f.u32))
+		c.wantKick = true
+		return 1, needNothing, nil
+	case fPing:
+		rd.r += f.headerLength
+		return 0, needNothing, nil
+	case fBye:
+		rd.r += f.headerLength
+		return 0, needBytes, fmt.Errorf("%w (it said goodbye)", transport.ErrClosed)
+	}
+	return 0, needBytes, corruptf("unexpected frame type %d", f.typ)
+}
+
+// dataDone completes the frame whose data just filled dst.
+func (c *conn) dataDone() int {
+	rd := &c.rd
+	rd.st, rd.dst = stFrame, nil
+	switch rd.kind {
+	case dstPacket:
+		c.rx.Seal(rd.pktAt, rd.pktN)
+		c.rxTail = rd.pktAt + uint64(ring.SlotsFor(rd.pktN))
+		c.rx.Publish(c.rxTail)
+	case dstPut:
+		c.pushReply(fPutRep, statusOK, 0, nil, rd.acc)
+		rd.acc = transport.Access{}
+	case dstGet:
+		c.q.Done(nil)
+	}
+	return 1
+}
+
+// pushReply queues a reply; the caller checked that there is room. acc, if
+// set, is released once the reply is written (a put's is released at once).
+func (c *conn) pushReply(typ uint8, status uint32, aux uint64, data []byte, acc transport.Access) {
+	if typ == fPutRep {
+		acc.Release()
+		acc = transport.Access{}
+	}
+	t := c.repTail.Load()
+	r := &c.replies[t%replySlots]
+	putRep(r.hdr[:], typ, status, aux)
+	r.data, r.acc = data, acc
+	c.repTail.Store(t + 1)
+	c.wantKick = true
+}
+
+// deliver hands up to budget packets of the reception ring to r. It runs on
+// the context's goroutine.
+func (c *conn) deliver(r transport.Receiver, budget int) int {
+	n := 0
+	for n < budget {
+		pkt, err := c.rxRead.Next()
+		if err != nil || pkt == nil {
+			break
+		}
+		r.Receive(c.peer, pkt)
+		c.rxRead.Release()
+		n++
+	}
+	if n > 0 {
+		c.rxDone.Add(uint64(n))
+		if c.needSpace.Load() {
+			c.needSpace.Store(false)
+			signal(c.space)
+		}
+	}
+	return n
+}
+
+// ErrConnLost reports a connection that broke: reset, closed without
+// notice, or failing a system call.
+var ErrConnLost = errors.New("connection lost")
+
+// ErrSilent reports a peer that sent nothing, not even a ping, for longer
+// than Options.Timeout.
+var ErrSilent = errors.New("peer silent for longer than the timeout")

@@ -1,0 +1,146 @@
+package tcp
+
+import (
+	"fmt"
+	"log"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/amigo-hpc/amigo/internal/ring"
+)
+
+// Options configure an adapter. The zero value of every field selects its
+// default; FromEnv applies the AMIGO_TCP_* variables named in the comments.
+type Options struct {
+	// Addr is the host or host:port the adapter listens on and publishes to
+	// its peers (AMIGO_TCP_ADDR). Empty: all interfaces, published as the
+	// address of the interface that routes to the launcher (PMI_PORT), or
+	// 127.0.0.1 when every rank shares this host, or else the first
+	// non-loopback IPv4 address of an interface that is up.
+	Addr string
+	// RingSlots is the number of 64-byte slots of each link's descriptor
+	// buffer, and of the reception ring a target keeps per link
+	// (default 1024).
+	RingSlots int
+	// RDMASlots is the number of descriptors of each link's RDMA FIFO
+	// (default 256).
+	RDMASlots int
+	// Timeout bounds how long a peer may stay silent, while it has no
+	// reason to, before its connection is failed; it also bounds connection
+	// set-up and the handshake (AMIGO_TCP_TIMEOUT, default 10s). Idle
+	// connections carry a ping every Timeout/4, and TCP keepalive probes a
+	// silent host within Timeout.
+	Timeout time.Duration
+	// Handoff is how long a context may go without polling its adapter
+	// before the adapter's own goroutines take its sockets over, serving
+	// GET and PUT and delivering packets while the program computes
+	// (AMIGO_TCP_HANDOFF, default 1ms). While a context polls, its own
+	// goroutine does the socket I/O, without any goroutine hand-off.
+	Handoff time.Duration
+	// ReadSpin is how long a goroutine that took a socket over keeps
+	// polling it after it went quiet before it parks on the network poller
+	// (AMIGO_TCP_READ_SPIN, default 20µs; negative: park at once).
+	ReadSpin time.Duration
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of every connection; zero
+	// leaves the kernel's autotuning on (AMIGO_TCP_SOCKBUF, bytes).
+	SocketBuffer int
+	// Logf receives one line per refused connection and per failed
+	// connection, saying why; nil logs to standard error.
+	Logf func(format string, args ...any)
+}
+
+// Defaults for Options' zero values.
+const (
+	DefaultRingSlots = 1024
+	DefaultRDMASlots = 256
+	DefaultTimeout   = 10 * time.Second
+	DefaultHandoff   = time.Millisecond
+	DefaultReadSpin  = 20 * time.Microsecond
+)
+
+// maxContexts bounds the context index a peer may name.
+const maxContexts = 1 << 16
+
+// EnvSettings lists the environment variables FromEnv reads, with what they
+// set.
+var EnvSettings = []struct{ Name, Doc string }{
+	{"AMIGO_TCP_ADDR", "TCP adapter: host[:port] to listen on and publish"},
+	{"AMIGO_TCP_TIMEOUT", "TCP adapter: silence after which a peer is dead"},
+	{"AMIGO_TCP_HANDOFF", "TCP adapter: time without polling before its goroutines take the sockets over"},
+	{"AMIGO_TCP_READ_SPIN", "TCP adapter: polling time of a socket before parking"},
+	{"AMIGO_TCP_SOCKBUF", "TCP adapter: SO_SNDBUF/SO_RCVBUF bytes (0: autotuning)"},
+}
+
+// FromEnv returns o with the AMIGO_TCP_* variables that lookup finds
+// applied.
+func (o Options) FromEnv(lookup func(string) (string, bool)) (Options, error) {
+	dur := func(name string, dst *time.Duration) error {
+		if v, ok := lookup(name); ok && v != "" {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil || d < 0 && name != "AMIGO_TCP_READ_SPIN" {
+				return fmt.Errorf("tcp: %s=%q: want a duration", name, v)
+			}
+			*dst = d
+		}
+		return nil
+	}
+	if v, ok := lookup("AMIGO_TCP_ADDR"); ok && v != "" {
+		o.Addr = strings.TrimSpace(v)
+	}
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"AMIGO_TCP_TIMEOUT", &o.Timeout}, {"AMIGO_TCP_HANDOFF", &o.Handoff}, {"AMIGO_TCP_READ_SPIN", &o.ReadSpin}} {
+		if err := dur(d.name, d.dst); err != nil {
+			return o, err
+		}
+	}
+	if v, ok := lookup("AMIGO_TCP_SOCKBUF"); ok && v != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 {
+			return o, fmt.Errorf("tcp: AMIGO_TCP_SOCKBUF=%q: want a byte count", v)
+		}
+		o.SocketBuffer = n
+	}
+	return o, nil
+}
+
+// resolve fills in the defaults and validates.
+func (o Options) resolve() (Options, error) {
+	if o.RingSlots == 0 {
+		o.RingSlots = DefaultRingSlots
+	}
+	if o.RDMASlots == 0 {
+		o.RDMASlots = DefaultRDMASlots
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Handoff == 0 {
+		o.Handoff = DefaultHandoff
+	}
+	if o.ReadSpin == 0 {
+		o.ReadSpin = DefaultReadSpin
+	}
+	if o.Logf == nil {
+		l := log.New(os.Stderr, "amigo tcp: ", log.LstdFlags|log.Lmicroseconds)
+		o.Logf = l.Printf
+	}
+	switch {
+	case o.RingSlots < 16 || o.RingSlots > ring.MaxSlots || o.RingSlots&(o.RingSlots-1) != 0:
+		return o, fmt.Errorf("tcp: RingSlots %d: want a power of two in [16, %d]", o.RingSlots, ring.MaxSlots)
+	case o.RDMASlots < 1 || o.RDMASlots > 1<<16 || o.RDMASlots&(o.RDMASlots-1) != 0:
+		return o, fmt.Errorf("tcp: RDMASlots %d: want a power of two up to 65536", o.RDMASlots)
+	case o.Timeout < 10*time.Millisecond:
+		return o, fmt.Errorf("tcp: Timeout %v: want at least 10ms", o.Timeout)
+	case o.Handoff < 10*time.Microsecond || o.Handoff > o.Timeout/4:
+		return o, fmt.Errorf("tcp: Handoff %v: want 10µs to Timeout/4", o.Handoff)
+	case o.ReadSpin > time.Second:
+		return o, fmt.Errorf("tcp: ReadSpin %v: want at most 1s", o.ReadSpin)
+	case o.SocketBuffer < 0:
+		return o, fmt.Errorf("tcp: SocketBuffer %d", o.SocketBuffer)
+	}
+	return o, nil
+}

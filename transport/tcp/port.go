@@ -1,0 +1,441 @@
+package tcp
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/amigo-hpc/amigo/internal/ring"
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// port is a local context's attachment to the adapter: the connections of
+// its links to peers (outs, as initiator) and of its peers' links to it
+// (ins, as target).
+type port struct {
+	a    *Adapter
+	ctx  int
+	addr transport.Addr
+	bell *transport.Doorbell
+
+	// attended is true while the context polls: its goroutine does the
+	// socket I/O. The context stores it in Poll and Progress; the watcher
+	// stores false when the context stopped polling.
+	attended  atomic.Bool
+	polls     atomic.Uint64 // Poll and Progress calls
+	lastPolls uint64        // the watcher's last look at polls
+
+	mu     sync.Mutex // guards changes to ins and outs, and failed
+	ins    atomic.Pointer[[]*conn]
+	outs   atomic.Pointer[[]*conn]
+	failed map[transport.Addr]error // pairs that failed: no new link to or from them
+
+	links map[transport.Addr]*transport.Link // owner goroutine only
+	rr    int
+	calls uint64
+	extra  int  // work done in Poll beyond the packets it returned, reported by Progress
+	ackDue bool // Poll delivered packets: Progress acknowledges them
+
+	closed atomic.Bool
+}
+
+func newPort(a *Adapter, ctx int, bell *transport.Doorbell) *port {
+	p := &port{
+		a:     a,
+		ctx:   ctx,
+		addr:  transport.Addr{Rank: int32(a.rank), Context: int32(ctx)},
+		bell:  bell,
+		links: make(map[transport.Addr]*transport.Link),
+	}
+	empty := []*conn{}
+	p.ins.Store(&empty)
+	p.outs.Store(&empty)
+	return p
+}
+
+func (p *port) list(which *atomic.Pointer[[]*conn]) []*conn { return *which.Load() }
+
+func (p *port) all() []*conn {
+	ins, outs := p.list(&p.ins), p.list(&p.outs)
+	return append(append(make([]*conn, 0, len(ins)+len(outs)), ins...), outs...)
+}
+
+// add appends c to a connection list; the caller holds p.mu.
+func add(which *atomic.Pointer[[]*conn], c *conn) {
+	old := *which.Load()
+	grown := append(old[:len(old):len(old)], c)
+	which.Store(&grown)
+}
+
+// Link returns the link to the context to, creating it on first use; the
+// connection is made and authenticated in the background, and packets
+// injected meanwhile leave once it is up.
+func (p *port) Link(to transport.Addr) (*transport.Link, error) {
+	if l, ok := p.links[to]; ok {
+		return l, nil
+	}
+	if p.closed.Load() {
+		return nil, transport.ErrClosed
+	}
+	a := p.a
+	addr := a.peerAddr(int(to.Rank))
+	if addr == "" || to.Context < 0 || to.Context > maxContexts {
+		return nil, &transport.PeerError{Addr: to, Err: transport.ErrUnreachable}
+	}
+	r, err := ring.NewHeap(a.opts.RingSlots)
+	if err != nil {
+		return nil, err
+	}
+	l := &transport.Link{To: to, Msg: r, RDMA: transport.NewRDMAQueue(a.opts.RDMASlots)}
+	c := newConn(a, p, true, to)
+	c.link, c.msg, c.q = l, r.NewReader(), l.RDMA
+	c.remote = addr
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.Timeout)
+	c.cancel = cancel
+	p.mu.Lock()
+	if err := p.failed[to]; err != nil {
+		p.mu.Unlock()
+		cancel()
+		return nil, err
+	}
+	add(&p.outs, c)
+	p.mu.Unlock()
+	p.links[to] = l
+	c.wg.Add(1)
+	go c.connect(ctx, addr)
+	return l, nil
+}
+
+// connect dials the target, runs the handshake and attaches the socket.
+func (c *conn) connect(ctx context.Context, addr string) {
+	defer c.wg.Done()
+	a := c.a
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		c.failPeer(fmt.Errorf("%w: connect to %s: %v", transport.ErrUnreachable, addr, err))
+		return
+	}
+	tc := nc.(*net.TCPConn)
+	if dl, ok := ctx.Deadline(); ok {
+		_ = tc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
+	err = initiate(tc, &a.keys, hello{ringSlots: uint32(a.opts.RingSlots), from: c.p.addr, to: c.peer}, addr)
+	stop()
+	c.cancel()
+	if err == nil {
+		err = tc.SetDeadline(time.Time{})
+	}
+	if err != nil {
+		tc.Close()
+		c.failPeer(err)
+		return
+	}
+	c.attachOrClose(tc)
+}
+
+// attachOrClose attaches nc unless the connection failed meanwhile.
+func (c *conn) attachOrClose(nc *net.TCPConn) {
+	c.ncMu.Lock()
+	if c.failure.Load() != nil {
+		c.ncMu.Unlock()
+		nc.Close()
+		return
+	}
+	c.nc = nc
+	c.ncMu.Unlock()
+	if err := c.attach(nc); err != nil {
+		c.failPeer(fmt.Errorf("%w: %v", ErrConnLost, err))
+	}
+}
+
+// admitLocked decides whether a link from from may connect to this port.
+// The caller holds a.mu.
+func (p *port) admitLocked(from transport.Addr) uint8 {
+	if p.closed.Load() {
+		return verdictClosed
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failed[from] != nil {
+		return verdictClosed
+	}
+	for _, c := range p.list(&p.ins) {
+		if c.peer == from && c.failure.Load() == nil {
+			return verdictDuplicate
+		}
+	}
+	return verdictOK
+}
+
+// adoptLocked makes an authenticated connection one of the port's links
+// in. The caller holds a.mu.
+func (p *port) adoptLocked(pc pendingConn) {
+	if p.admitLocked(pc.h.from) != verdictOK {
+		pc.nc.Close()
+		return
+	}
+	c := newConn(p.a, p, false, pc.h.from)
+	c.remote = pc.remote
+	// Twice the initiator's descriptor buffer: what it has in flight always
+	// fits, whatever padding each side needs at the end of its ring.
+	rx, err := ring.NewHeap(min(2*int(pc.h.ringSlots), ring.MaxSlots))
+	if err != nil {
+		pc.nc.Close()
+		return
+	}
+	c.rx, c.rxRead, c.maxPacket = rx, rx.NewReader(), ring.MaxPayload(int(pc.h.ringSlots))
+	p.mu.Lock()
+	add(&p.ins, c)
+	p.mu.Unlock()
+	c.attachOrClose(pc.nc)
+}
+
+// touch records a poll by the context and reports whether the context is
+// attending: polling, its doorbell not armed for a sleep.
+func (p *port) touch() bool {
+	p.polls.Add(1)
+	if p.bell.Armed() {
+		if p.attended.Load() {
+			p.setAttended(false)
+		}
+		return false
+	}
+	if !p.attended.Load() {
+		p.setAttended(true)
+	}
+	return true
+}
+
+// setAttended records whether the context polls, and hands the read sides
+// over accordingly.
+func (p *port) setAttended(v bool) {
+	p.attended.Store(v)
+	for _, l := range []*atomic.Pointer[[]*conn]{&p.ins, &p.outs} {
+		for _, c := range p.list(l) {
+			if v {
+				signal(c.space)
+			} else {
+				signal(c.handoff)
+			}
+		}
+	}
+}
+
+// Poll delivers arrived packets to r: first those the reception rings hold,
+// then, while the context attends, those it reads from the sockets itself.
+func (p *port) Poll(r transport.Receiver, budget int) int {
+	attended := p.touch()
+	ins := p.list(&p.ins)
+	if p.ackDue {
+		// Acknowledge what the previous Poll delivered. This Poll's
+		// context ran Progress since, so a reply written there leaves
+		// before the ack of the packet that caused it.
+		p.ackDue = false
+		for _, c := range ins {
+			if c.ready.Load() && c.failure.Load() == nil && c.ackDue() {
+				c.kick()
+			}
+		}
+	}
+	n := len(ins)
+	if n == 0 || budget <= 0 {
+		return 0
+	}
+	got, dead := 0, false
+	if p.rr >= n {
+		p.rr = 0
+	}
+	for i := 0; i < n && got < budget; i++ {
+		c := ins[(p.rr+i)%n]
+		got += c.deliver(r, budget-got)
+		if !attended && c.ackDue() {
+			// The context is about to sleep: acknowledge now.
+			c.kick()
+		}
+		if c.failure.Load() != nil {
+			if !c.rxRead.Pending() {
+				dead = true
+			}
+			continue
+		}
+		if attended && got < budget && c.ready.Load() {
+			if w := c.pollInline(); w > 0 {
+				p.extra += w
+				got += c.deliver(r, budget-got)
+			}
+		}
+	}
+	p.rr++
+	if got > 0 {
+		p.ackDue = true
+	}
+	if dead {
+		p.prune()
+	}
+	return got
+}
+
+// Progress writes what the context injected, and reads the answers to its
+// GET and PUT requests while it attends.
+func (p *port) Progress() int {
+	attended := p.touch()
+	n := p.extra
+	p.extra = 0
+	p.calls++
+	dead := false
+	for _, c := range p.list(&p.outs) {
+		if !c.ready.Load() {
+			continue
+		}
+		if c.failure.Load() != nil {
+			dead = true
+			continue
+		}
+		if c.hasOutgoing() {
+			n += c.kick()
+		}
+		if attended && (c.issued.Load() != c.q.HeadCounter().Load() ||
+			c.acked.Load() != c.peeked.Load() && p.calls&7 == 0 || p.calls&63 == 0) {
+			n += c.pollInline()
+		}
+	}
+
+	if dead {
+		p.prune()
+	}
+	return n
+}
+
+// prune drops finished connections, and those in with nothing left to
+// deliver.
+func (p *port) prune() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range []*atomic.Pointer[[]*conn]{&p.ins, &p.outs} {
+		old := p.list(l)
+		kept := make([]*conn, 0, len(old))
+		for _, c := range old {
+			gone := false
+			if c.failure.Load() != nil {
+				select {
+				case <-c.finished:
+					gone = c.initiator || !c.rxRead.Pending()
+				default:
+				}
+			}
+			if !gone {
+				kept = append(kept, c)
+			}
+		}
+		l.Store(&kept)
+	}
+}
+
+// failPair fails every connection between this port and peer, and refuses
+// new ones: a broken path in either direction is the loss of the peer.
+func (p *port) failPair(peer transport.Addr, err error) {
+	p.mu.Lock()
+	if p.failed == nil {
+		p.failed = make(map[transport.Addr]error)
+	}
+	if _, ok := p.failed[peer]; !ok {
+		p.failed[peer] = err
+	}
+	var victims []*conn
+	for _, c := range p.all() {
+		if c.peer == peer && c.failure.Load() == nil {
+			victims = append(victims, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range victims {
+		c.fail(err)
+	}
+}
+
+// watch is the watcher's look at the port. It reports whether the port
+// needs the watcher's fast tick.
+func (p *port) watch() bool {
+	polls := p.polls.Load()
+	stale := polls == p.lastPolls
+	p.lastPolls = polls
+	if p.attended.Load() {
+		if !stale {
+			return true
+		}
+		p.setAttended(false)
+	}
+	// The context stopped polling: write what it left in its FIFOs, and
+	// the acks it owes.
+	fast := false
+	for _, c := range p.list(&p.outs) {
+		if c.ready.Load() && c.failure.Load() == nil && c.hasOutgoing() {
+			if c.kick() > 0 {
+				p.bell.Ring()
+			}
+			fast = true
+		}
+	}
+	for _, c := range p.list(&p.ins) {
+		if c.ready.Load() && c.failure.Load() == nil && c.ackDue() {
+			c.kick()
+			fast = true
+		}
+	}
+	return fast
+}
+
+// keepalive sends pings on connections that wrote nothing since the last
+// call, and fails those that received nothing for longer than the timeout
+// while they were reading.
+func (p *port) keepalive(elapsed time.Duration) {
+	for _, c := range p.all() {
+		if !c.ready.Load() || c.failure.Load() != nil {
+			continue
+		}
+		if r := c.rcvd.Load(); r != c.lastRcvd || c.stalled.Load() {
+			c.lastRcvd, c.silent = r, 0
+		} else if c.silent += elapsed; c.silent >= p.a.opts.Timeout {
+			c.failPeer(fmt.Errorf("%w (%v without a byte)", ErrSilent, c.silent.Round(time.Millisecond)))
+			continue
+		}
+		if c.sent.Load() == c.lastSent {
+			c.ping.Store(true)
+			c.kick()
+		}
+		c.lastSent = c.sent.Load()
+	}
+}
+
+// Close detaches the context: it says goodbye on every connection, closes
+// them and fails its links with transport.ErrClosed.
+func (p *port) Close() error {
+	if !p.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	p.mu.Lock()
+	conns := p.all()
+	p.mu.Unlock()
+	for _, c := range conns {
+		if c.ready.Load() && c.failure.Load() == nil {
+			c.bye.Store(true)
+			c.kick()
+		}
+	}
+	for _, c := range conns {
+		if c.initiator {
+			c.fail(transport.ErrClosed)
+		} else {
+			c.fail(&transport.PeerError{Addr: c.peer, Err: transport.ErrClosed})
+		}
+	}
+	for _, c := range conns {
+		<-c.finished
+	}
+	return nil
+}
