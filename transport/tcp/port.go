@@ -33,9 +33,9 @@ type port struct {
 	outs   atomic.Pointer[[]*conn]
 	failed map[transport.Addr]error // pairs that failed: no new link to or from them
 
-	links map[transport.Addr]*transport.Link // owner goroutine only
-	rr    int
-	calls uint64
+	links  map[transport.Addr]*transport.Link // owner goroutine only
+	rr     int
+	calls  uint64
 	extra  int  // work done in Poll beyond the packets it returned, reported by Progress
 	ackDue bool // Poll delivered packets: Progress acknowledges them
 
