@@ -42,6 +42,19 @@ type Options struct {
 	// Grace is how long ranks have between SIGTERM and SIGKILL when the job
 	// is stopped (default 2s).
 	Grace time.Duration
+	// KeepGoing lets the other ranks run on when one fails; Wait then
+	// reports every failed rank. Tests of rank failures use it.
+	KeepGoing bool
+}
+
+// ExitErrors reports the ranks that failed.
+type ExitErrors struct {
+	Ranks []int
+	Errs  []error
+}
+
+func (e *ExitErrors) Error() string {
+	return errors.Join(e.Errs...).Error()
 }
 
 // Job is a running job.
@@ -140,6 +153,7 @@ func (j *Job) Pid(rank int) int { return j.ranks[rank].cmd.Process.Pid }
 // names the rank; ranks stopped because of it are not reported.
 func (j *Job) Wait(ctx context.Context) error {
 	var first error
+	var all ExitErrors
 	live := len(j.ranks)
 	var kill <-chan time.Time
 	stopping := false
@@ -157,8 +171,14 @@ func (j *Job) Wait(ctx context.Context) error {
 			live--
 			j.ranks[e.rank].exit = &e
 			if e.state == nil || !e.state.Success() {
+				err := fmt.Errorf("rank %d (pid %d): %s", e.rank, j.Pid(e.rank), describe(e))
+				if j.opts.KeepGoing {
+					all.Ranks = append(all.Ranks, e.rank)
+					all.Errs = append(all.Errs, err)
+					continue
+				}
 				if first == nil && !stopping {
-					first = fmt.Errorf("rank %d (pid %d): %s", e.rank, j.Pid(e.rank), describe(e))
+					first = &ExitErrors{Ranks: []int{e.rank}, Errs: []error{err}}
 				}
 				stop()
 			}
@@ -177,6 +197,9 @@ func (j *Job) Wait(ctx context.Context) error {
 	j.mu.Lock()
 	j.done = true
 	j.mu.Unlock()
+	if first == nil && len(all.Ranks) > 0 {
+		return &all
+	}
 	return first
 }
 
@@ -185,7 +208,7 @@ func describe(e exit) string {
 		return e.err.Error()
 	}
 	if ws, ok := e.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "killed by " + ws.Signal().String()
+		return fmt.Sprintf("killed by signal %d (%v)", int(ws.Signal()), ws.Signal())
 	}
 	return fmt.Sprintf("exited with status %d", e.state.ExitCode())
 }

@@ -22,7 +22,7 @@ type ExitError struct {
 }
 
 func (e *ExitError) Error() string {
-	return fmt.Sprintf("rank %d (pid %d): %v", e.Rank, e.PID, ErrExited)
+	return fmt.Sprintf("process %d of rank %d exited", e.PID, e.Rank)
 }
 
 func (e *ExitError) Unwrap() error { return ErrExited }

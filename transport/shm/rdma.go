@@ -6,6 +6,8 @@ import (
 	"math/bits"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/amigo-hpc/amigo/transport"
 )
 
@@ -371,6 +373,11 @@ func (p *port) move(x *xfer, s, e uint64) error {
 		err = p.cma.write(x.pr.pub.pid, local, reg.addr+x.off+s)
 	}
 	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			// The owner is gone; say so now rather than when the
+			// watcher notices.
+			a.peerGone(x.pr)
+		}
 		if x.pr.gone() {
 			return peerErr(x.l.tl.To, x.pr.err())
 		}
