@@ -24,12 +24,14 @@ run() { # label, env...
     --min-size 8 --max-size "$max" --json |
     sed "s/^{/{\"config\":\"$label\",/" >>"$out"
 }
-lock() { if command -v flock >/dev/null; then flock /tmp/amigo-bench.lock "$@"; else "$@"; fi; }
-lock run rendezvous AMIGO_PROTOCOL=rendezvous
-lock run eager AMIGO_PROTOCOL=eager
-lock run stop-keep AMIGO_PROTOCOL=stop AMIGO_STOP_VARIANT=keep
-lock run stop-discard AMIGO_PROTOCOL=stop AMIGO_STOP_VARIANT=discard
-lock run stop-put AMIGO_PROTOCOL=stop AMIGO_STOP_VARIANT=put
+# One measurement at a time on this machine.
+exec 9>/tmp/amigo-bench.lock
+flock 9
+run rendezvous AMIGO_PROTOCOL=rendezvous
+run eager AMIGO_PROTOCOL=eager
+run stop-keep AMIGO_PROTOCOL=stop AMIGO_STOP_VARIANT=keep
+run stop-discard AMIGO_PROTOCOL=stop AMIGO_STOP_VARIANT=discard
+run stop-put AMIGO_PROTOCOL=stop AMIGO_STOP_VARIANT=put
 python3 - "$out" <<'PY'
 import json, sys, collections
 rows = collections.defaultdict(dict)
