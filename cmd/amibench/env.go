@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strings"
 	"time"
 
@@ -95,6 +96,9 @@ func (e *Env) runAll() error {
 		if err := e.Barrier(); err != nil {
 			return err
 		}
+	}
+	if e.Opts.Stats {
+		fmt.Fprintf(os.Stderr, "rank %d: %+v\n", e.Rank, e.Ctx.Stats())
 	}
 	return nil
 }

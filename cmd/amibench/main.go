@@ -77,6 +77,7 @@ type Options struct {
 	Transport  string
 	Buffers    string
 	Timeout    time.Duration
+	Stats      bool
 }
 
 func main() {
@@ -98,6 +99,7 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.Transport, "transport", "shm", "adapter between the ranks: shm, tcp (ranks as processes) or loop (ranks as goroutines of this process)")
 	fs.StringVar(&o.Buffers, "buffers", "heap", "message buffers: heap (Go memory, as OSU's malloc) or shared (AllocMemory, shared segments)")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long")
+	fs.BoolVar(&o.Stats, "stats", false, "print each rank's amigo counters to standard error at the end")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

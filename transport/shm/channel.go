@@ -18,9 +18,12 @@ import "sync/atomic"
 //   - Response. The owner stores ack = id once it took a pipelined request.
 //     status holds id<<8 | code when the owner refused or abandoned request
 //     id (code != 0); a status with another id is stale.
-//   - Cooperative copy. claim holds id<<16 | the next unclaimed piece; both
-//     sides claim a piece by compare-and-swap, which fails once the id
-//     changed, so a late owner never claims a piece of a newer request.
+//   - Cooperative copy. claim holds id<<16 | front<<8 | back: the pieces in
+//     [front, back) are unclaimed. The initiator claims from the front, the
+//     owner from the back, each by compare-and-swap, which fails once the id
+//     changed, so a late owner never claims a piece of a newer request. Each
+//     side thus copies the same end of a buffer that is sent again and
+//     again, and keeps its lines in its cache.
 //     Whoever finished a piece (its bytes written) sets its bit in done;
 //     the owner also sets it in redo if it could not move the piece, which
 //     the initiator then moves itself. The request is complete when done
@@ -77,3 +80,9 @@ const (
 )
 
 const idMask = 1<<48 - 1
+
+// claimWord packs the claim word of a cooperative copy.
+func claimWord(id, front, back uint64) uint64 { return id<<16 | front<<8 | back }
+
+// claimParts unpacks it.
+func claimParts(w uint64) (id, front, back uint64) { return w >> 16, w >> 8 & 0xff, w & 0xff }

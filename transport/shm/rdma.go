@@ -227,7 +227,7 @@ func (p *port) startHelp(x *xfer) {
 	ch.lseg.Store(uint64(seg))
 	ch.loff.Store(off)
 	ch.laddr.Store(addrOf(x.op.Local))
-	ch.claim.Store(x.id << 16)
+	ch.claim.Store(claimWord(x.id, 0, x.pieces))
 	p.post(x, reqHelp)
 }
 
@@ -284,11 +284,12 @@ func (p *port) step(x *xfer) (moved, fin bool) {
 func (p *port) exhaust(x *xfer) {
 	for {
 		w := x.ch.claim.Load()
-		if w>>16 != x.id || w&0xffff >= x.pieces {
+		id, front, back := claimParts(w)
+		if id != x.id || front >= back {
 			return
 		}
-		if x.ch.claim.CompareAndSwap(w, x.id<<16|x.pieces) {
-			for k := w & 0xffff; k < x.pieces; k++ {
+		if x.ch.claim.CompareAndSwap(w, claimWord(id, back, back)) {
+			for k := front; k < back; k++ {
 				x.ch.done.Or(1 << k)
 			}
 			return
@@ -301,13 +302,13 @@ func (p *port) stepHelp(x *xfer) (moved, fin bool) {
 	budget := p.a.opts.Piece
 	for budget > 0 {
 		w := ch.claim.Load()
-		if w>>16 != x.id || w&0xffff >= x.pieces {
+		id, k, back := claimParts(w)
+		if id != x.id || k >= back {
 			break
 		}
-		if !ch.claim.CompareAndSwap(w, w+1) {
+		if !ch.claim.CompareAndSwap(w, claimWord(id, k+1, back)) {
 			continue
 		}
-		k := w & 0xffff
 		s, e := k*x.piece, min(x.n, (k+1)*x.piece)
 		if x.err == nil {
 			if err := p.move(x, s, e); err != nil {

@@ -216,24 +216,30 @@ func (s *server) step(r *serving) (int, bool) {
 
 func (s *server) stepHelp(r *serving, pr *peer) (int, bool) {
 	ch := r.ch
-	w := ch.claim.Load()
-	if w>>16 != r.id || w&0xffff >= r.pieces {
-		return 0, true
+	n := 0
+	for budget := s.a.opts.Piece; budget > 0; {
+		w := ch.claim.Load()
+		id, front, back := claimParts(w)
+		if id != r.id || front >= back || back > r.pieces {
+			return n, true
+		}
+		k := back - 1
+		if !ch.claim.CompareAndSwap(w, claimWord(id, front, k)) {
+			continue
+		}
+		start, end := k*r.piece, min(r.n, (k+1)*r.piece)
+		if s.helpPiece(r, pr, start, end) != nil {
+			ch.redo.Or(1 << k)
+		} else {
+			s.a.stats.helped.Add(end - start)
+		}
+		raceRelease()
+		ch.done.Or(1 << k)
+		n++
+		budget -= int(end - start)
 	}
-	if !ch.claim.CompareAndSwap(w, w+1) {
-		return 0, false
-	}
-	k := w & 0xffff
-	start, end := k*r.piece, min(r.n, (k+1)*r.piece)
-	if s.helpPiece(r, pr, start, end) != nil {
-		ch.redo.Or(1 << k)
-	} else {
-		s.a.stats.helped.Add(end - start)
-	}
-	raceRelease()
-	ch.done.Or(1 << k)
 	transport.RingShared(pr.seg.portBell(r.d))
-	return 1, false
+	return n, false
 }
 
 // helpPiece moves bytes [start, end) of a cooperative copy on the owner's

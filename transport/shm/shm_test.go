@@ -18,7 +18,7 @@ import (
 // world starts n adapters in this process, each as if it were a process of
 // its own: each maps the others' segments through /proc, exactly as ranks
 // in different processes do.
-func world(t *testing.T, n int, opts shm.Options) ([]*shm.Adapter, []*transport.Regions) {
+func world(t testing.TB, n int, opts shm.Options) ([]*shm.Adapter, []*transport.Regions) {
 	t.Helper()
 	jobs := bootstrap.NewLocal(n)
 	ads := make([]*shm.Adapter, n)
