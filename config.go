@@ -95,6 +95,8 @@ type Config struct {
 	// Shm tunes the shared-memory adapter between processes of one host
 	// (AMIGO_SHM_*; see ShmConfig).
 	Shm ShmConfig
+	// TCP tunes the TCP adapter between hosts (AMIGO_TCP_*; see TCPConfig).
+	TCP TCPConfig
 	// OnError, if set, receives errors that belong to no operation: a packet
 	// for an unregistered dispatch id that asked for no acknowledgement, a
 	// malformed packet, an acknowledgement of an unknown operation. It runs

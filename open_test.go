@@ -36,13 +36,14 @@ func TestOpenSingleton(t *testing.T) {
 	}
 }
 
-// A job whose ranks no adapter reaches is refused with a clear error.
+// A job whose ranks no adapter reaches is refused with a clear error: here
+// two hosts, with only the shared-memory adapter allowed.
 func TestOpenJobUnreachable(t *testing.T) {
-	jobs := bootstrap.NewLocal(2)
+	jobs := bootstrap.NewLocalOnNodes([]int{0, 1})
 	errs := make(chan error, 2)
 	for _, j := range jobs {
 		go func(j bootstrap.Job) {
-			c, err := amigo.OpenJob(context.Background(), j, amigo.Config{Transport: "tcp"})
+			c, err := amigo.OpenJob(context.Background(), j, amigo.Config{Transport: "shm"})
 			if c != nil {
 				c.Close()
 			}

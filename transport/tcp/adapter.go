@@ -43,6 +43,7 @@ type Adapter struct {
 	stop       chan struct{}
 	wg         sync.WaitGroup
 	inflight   atomic.Int32 // handshakes in progress
+	eng        *engine
 
 	stats counters
 }
@@ -58,7 +59,7 @@ type pendingConn struct {
 // become reachable once every rank published and Start ran (after the job's
 // fence).
 func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Adapter, error) {
-	opts, err := opts.resolve()
+	opts, err := opts.Validate()
 	if err != nil {
 		return nil, err
 	}
@@ -85,9 +86,14 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 		return nil, fmt.Errorf("tcp: listen: %w", err)
 	}
 	a.ln = l.(*net.TCPListener)
+	if a.eng, err = newEngine(a); err != nil {
+		a.ln.Close()
+		return nil, fmt.Errorf("tcp: engine: %w", err)
+	}
 	a.addr = net.JoinHostPort(publish, strconv.Itoa(a.ln.Addr().(*net.TCPAddr).Port))
 	if err := job.Put(KVSKey, []byte(a.addr)); err != nil {
 		a.ln.Close()
+		a.eng.close()
 		return nil, fmt.Errorf("tcp: publish address: %w", err)
 	}
 	a.wg.Add(2)
@@ -186,8 +192,7 @@ func (a *Adapter) Start(ctx context.Context) error {
 		}
 		v, err := a.job.Get(ctx, r, KVSKey)
 		if err != nil {
-			// That rank does not use this adapter: it is not reachable.
-			continue
+			return fmt.Errorf("tcp: address of rank %d: %w", r, err)
 		}
 		if _, _, err := net.SplitHostPort(string(v)); err != nil {
 			return fmt.Errorf("tcp: rank %d published %q: %v", r, v, err)
@@ -277,6 +282,10 @@ func (a *Adapter) Close() error {
 		}
 	}
 	a.wg.Wait()
+	a.eng.close()
+	if os.Getenv("AMIGO_TCP_STATS") != "" {
+		a.opts.Logf("rank %d: %+v", a.rank, a.Stats())
+	}
 	return nil
 }
 
@@ -431,10 +440,14 @@ type Stats struct {
 	Failed        uint64 // connections ended by an error or a close
 	BytesSent     uint64
 	BytesReceived uint64
+	Handoffs      uint64 // times a context stopped polling and goroutines took its sockets
+	PollerWakes   uint64 // socket events the engine handled
+	WriterWakes   uint64 // writes that would have blocked, left to the engine
 }
 
 type counters struct {
 	accepted, refused, connected, failed, sent, rcvd atomic.Uint64
+	handoffs, pollerWakes, writerWakes               atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -445,6 +458,9 @@ func (c *counters) snapshot() Stats {
 		Failed:        c.failed.Load(),
 		BytesSent:     c.sent.Load(),
 		BytesReceived: c.rcvd.Load(),
+		Handoffs:      c.handoffs.Load(),
+		PollerWakes:   c.pollerWakes.Load(),
+		WriterWakes:   c.writerWakes.Load(),
 	}
 }
 

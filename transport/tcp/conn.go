@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -21,35 +19,42 @@ import (
 // conn is one TCP connection: the path of one link, from a context of the
 // initiator to a context of the target. The initiator writes packets (from
 // the link's descriptor buffer) and GET and PUT requests (from its RDMA FIFO)
-// and reads the replies; the target reads packets into a reception ring,
-// serves the requests from its rank's registered regions and writes the
-// replies.
+// and reads acks and replies; the target reads packets into a reception
+// ring, serves the requests from its rank's registered regions and writes
+// acks and replies.
+//
+// # The socket
+//
+// Once authenticated, the socket leaves Go's network poller: the connection
+// keeps a duplicate of its descriptor and does non-blocking system calls on
+// it directly. A socket that the runtime's poller watches makes the runtime
+// wake a thread for every segment that arrives as soon as any goroutine of
+// the process waits on the poller or any timer runs (measured here: about
+// 2 µs more per hop of a ping-pong); amigo's sockets cause no wake-up the
+// program did not ask for. The adapter's engine goroutine watches the
+// sockets that need watching with an epoll instance of its own (see
+// engine.go).
 //
 // # Who does the I/O
 //
-// Each side of a connection has a read side and a write side, each guarded by
-// a try-lock (rlock, wlock: 0 free, 1 held; taken with CompareAndSwap, given
-// back with Store; nobody ever waits for one while holding the other). Whoever
-// holds a side does only non-blocking system calls on the socket, so it
-// holds it briefly, except the connection's own goroutines, which may hold it
-// while parked on the network poller:
+// Each connection has a read side and a write side, each guarded by a
+// try-lock (rlock, wlock: 0 free, 1 held; taken with CompareAndSwap, given
+// back with Store). Whoever holds a side does only non-blocking system calls,
+// so it holds it briefly, and nobody waits for a side while holding the
+// other.
 //
 //   - While the owning context polls (Port.Poll and Port.Progress are called
 //     and its doorbell is not armed), its goroutine does the I/O itself: it
 //     writes what it injected during Progress, and reads during Poll (target)
-//     or Progress (initiator, while answers are due), taking the lock for the
-//     duration of a call. A ping-pong then never hands work to another
-//     goroutine.
-//   - A write that would block hands the write side to the connection's
-//     writer goroutine, which holds it until the socket has taken everything,
-//     waiting on the network poller.
+//     or Progress (initiator, while acks or replies are due). A ping-pong
+//     never hands work to another goroutine.
+//   - A write that would block marks the write side blocked (wblocked) and
+//     asks the engine to write once the socket takes more; until then the
+//     engine owns the write side.
 //   - When the context stops polling (its doorbell is armed to sleep, or the
-//     adapter's watcher sees no poll for Options.Handoff), the connection's
-//     reader goroutine takes the read side and holds it while the context is
-//     away, polling the socket for Options.ReadSpin after each burst and
-//     then parking on the network poller; it serves requests and puts packets
-//     into the reception ring, ringing the context's doorbell. It gives the
-//     read side back at its first wake-up after the context polls again.
+//     adapter's watcher sees no poll for Options.Handoff), the engine reads
+//     the socket whenever it is readable: it serves requests, puts packets
+//     into the reception ring and rings the context's doorbell.
 //
 // A party that made work for a side it cannot take leaves it to the holder:
 // it stores 1 to the side's pending word and then tries the lock; the holder
@@ -60,13 +65,14 @@ import (
 //
 // # Failure
 //
-// fail records the first error, closes done and the socket, and starts
-// finish, which waits for the connection's goroutines, takes both locks for
-// good, releases what the sides held (region accesses), fails the link with
-// the error and completes its RDMA descriptors with it, fails the reverse
-// link of the pair, and rings the context's doorbell. Only then may the AMI
-// see the error and give buffers back to the program: nothing touches them
-// afterwards.
+// fail records the first error and starts finish, which waits for the
+// connection's set-up goroutine, takes both locks for good, takes the socket
+// out of the engine's epoll and closes it, releases what the sides held
+// (region accesses), counts complete what the target acknowledged, fails the
+// link with the error and completes its RDMA descriptors with it, fails the
+// reverse link of the pair, and rings the context's doorbell. Only then may
+// the AMI see the error and give buffers back to the program: nothing
+// touches them afterwards.
 type conn struct {
 	a         *Adapter
 	p         *port
@@ -74,29 +80,25 @@ type conn struct {
 	peer      transport.Addr // the context at the other end
 	remote    string         // its network address, for messages
 
-	ncMu   sync.Mutex // guards nc between attach and fail
-	nc     *net.TCPConn
-	rc     syscall.RawConn
+	fd     int         // the socket, once ready
 	ready  atomic.Bool // authenticated and attached
 	cancel context.CancelFunc
 
+	// Engine registration, guarded by armMu.
+	armMu  sync.Mutex
+	slot   int  // index in the engine's table, -1 if none
+	closed bool // fd closed
+
 	failure  atomic.Pointer[error]
-	done     chan struct{} // closed by fail
 	finished chan struct{} // closed at the end of finish
 	wg       sync.WaitGroup
 
 	// Read side, guarded by rlock.
-	rlock     atomic.Uint32
-	netpoll   atomic.Bool   // the reader goroutine holds the read side
-	handoff   chan struct{} // the context stopped polling
-	space     chan struct{} // the context freed reception-ring space
-	needSpace atomic.Bool
-	stalled   atomic.Bool   // reading stopped on a full reception ring or reply queue
-	rcvd      atomic.Uint64 // bytes received
-	rd        readState
-	pumpWork  int
-	pumpSt    pumpStatus
-	wantKick  bool // the pump made work for the write side (replies, acks received)
+	rlock    atomic.Uint32
+	stalled  atomic.Bool   // reading stopped on a full reception ring or reply queue
+	rcvd     atomic.Uint64 // bytes received
+	rd       readState
+	wantKick bool // the pump made work for the write side (replies, acks received)
 
 	// Target: the reception ring. Produced by the read side, consumed by
 	// Poll on the context's goroutine.
@@ -110,13 +112,10 @@ type conn struct {
 	// Write side, guarded by wlock.
 	wlock     atomic.Uint32
 	wpend     atomic.Uint32
-	wblocked  atomic.Bool // the writer goroutine waits for the socket
-	wake      chan struct{}
+	wblocked  atomic.Bool   // the socket took no more: the engine writes once it does
 	sent      atomic.Uint64 // bytes written
 	ping, bye atomic.Bool   // control frames to send
 	wr        writeState
-	flushWork int
-	flushSt   flushStatus
 
 	// Initiator: the link.
 	link     *transport.Link
@@ -140,13 +139,6 @@ type conn struct {
 	// Watcher bookkeeping, used by the watcher goroutine only.
 	lastRcvd, lastSent uint64
 	silent             time.Duration
-
-	// Callbacks handed to RawConn, made once so that passing them does not
-	// allocate.
-	pumpFn  func(fd uintptr)
-	flushFn func(fd uintptr)
-	readFn  func(fd uintptr) bool
-	writeFn func(fd uintptr) bool
 }
 
 const (
@@ -170,25 +162,12 @@ func newConn(a *Adapter, p *port, initiator bool, peer transport.Addr) *conn {
 		p:         p,
 		initiator: initiator,
 		peer:      peer,
-		done:      make(chan struct{}),
+		fd:        -1,
+		slot:      -1,
 		finished:  make(chan struct{}),
-		handoff:   make(chan struct{}, 1),
-		space:     make(chan struct{}, 1),
-		wake:      make(chan struct{}, 1),
 	}
 	c.rd.buf = make([]byte, rbufSize)
-	c.pumpFn = c.pumpInline
-	c.flushFn = c.flushInline
-	c.readFn = c.readPoller
-	c.writeFn = c.writePoller
 	return c
-}
-
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
 }
 
 // err returns the error that failed the connection, or nil.
@@ -199,26 +178,42 @@ func (c *conn) err() error {
 	return nil
 }
 
-// attach makes an authenticated socket the connection's and starts its
-// goroutines.
+// attach takes an authenticated socket over: it keeps a duplicate of its
+// descriptor, outside Go's network poller, and closes the original.
 func (c *conn) attach(nc *net.TCPConn) error {
+	defer nc.Close()
+	if err := setSockopts(nc, c.a.opts); err != nil {
+		return err
+	}
 	rc, err := nc.SyscallConn()
 	if err != nil {
 		return err
 	}
-	if err := setSockopts(nc, c.a.opts); err != nil {
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
 		return err
 	}
-	c.rc = rc
-	c.wg.Add(2)
-	go c.readLoop()
-	go c.writeLoop()
+	if derr != nil {
+		return derr
+	}
+	// The duplicate shares the socket's file status flags: it is
+	// non-blocking, as Go made it.
+	c.armMu.Lock()
+	if c.failure.Load() != nil {
+		c.armMu.Unlock()
+		unix.Close(fd)
+		return nil
+	}
+	c.fd = fd
+	err = c.a.eng.add(c)
+	c.armMu.Unlock()
+	if err != nil {
+		return err
+	}
 	c.ready.Store(true)
 	c.a.stats.connected.Add(1)
 	processStats.connected.Add(1)
-	if !c.p.attended.Load() {
-		signal(c.handoff)
-	}
+	c.rearm()
 	// The context may have injected before the connection was up.
 	if c.kick() > 0 {
 		c.p.bell.Ring()
@@ -251,16 +246,32 @@ func setSockopts(nc *net.TCPConn, o Options) error {
 	return nil
 }
 
+// rearm tells the engine what to watch the socket for: readable while the
+// context does not poll (unless the reception ring is full), writable while
+// a write is blocked.
+func (c *conn) rearm() {
+	var ev uint32
+	if !c.p.attended.Load() && !c.stalled.Load() {
+		ev |= unix.EPOLLIN | unix.EPOLLRDHUP
+	}
+	if c.wblocked.Load() {
+		ev |= unix.EPOLLOUT
+	}
+	c.armMu.Lock()
+	if !c.closed && c.slot >= 0 {
+		c.a.eng.arm(c, ev)
+	}
+	c.armMu.Unlock()
+}
+
 // ---- failure
 
 // fail records err as the reason the connection ended, once, and finishes
-// the connection in the background. It may be called from anywhere,
-// including inside a RawConn callback.
+// the connection in the background. It may be called from anywhere.
 func (c *conn) fail(err error) {
 	if !c.failure.CompareAndSwap(nil, &err) {
 		return
 	}
-	close(c.done)
 	if c.cancel != nil {
 		c.cancel()
 	}
@@ -273,14 +284,6 @@ func (c *conn) failPeer(err error) {
 }
 
 func (c *conn) finish(err error) {
-	// Closing waits for the system calls in progress on the socket, which
-	// may be those of the goroutine that called fail: hence here.
-	c.ncMu.Lock()
-	nc := c.nc
-	c.ncMu.Unlock()
-	if nc != nil {
-		_ = nc.Close()
-	}
 	c.wg.Wait()
 	for !c.rlock.CompareAndSwap(0, 1) {
 		time.Sleep(10 * time.Microsecond)
@@ -288,7 +291,14 @@ func (c *conn) finish(err error) {
 	for !c.wlock.CompareAndSwap(0, 1) {
 		time.Sleep(10 * time.Microsecond)
 	}
-	// Both sides are ours for good: release what they held.
+	// Both sides are ours for good.
+	c.armMu.Lock()
+	if c.fd >= 0 {
+		c.a.eng.remove(c)
+		unix.Close(c.fd)
+	}
+	c.closed = true
+	c.armMu.Unlock()
 	for i := c.repHead.Load(); i != c.repTail.Load(); i++ {
 		r := &c.replies[i%replySlots]
 		r.acc.Release()
@@ -302,6 +312,11 @@ func (c *conn) finish(err error) {
 		c.wr.iov[i] = unix.Iovec{}
 	}
 	if c.initiator {
+		// Count complete what the target acknowledged before the failure,
+		// before the link reports it.
+		if n := c.acked.Load() - c.released.Load(); n > 0 {
+			c.released.Add(uint64(c.msg.ReleaseFirst(int(n))))
+		}
 		c.link.Fail(err)
 		for op := c.q.Next(); op != nil; op = c.q.Next() {
 			c.q.Done(err)
@@ -309,7 +324,7 @@ func (c *conn) finish(err error) {
 	}
 	c.a.stats.failed.Add(1)
 	processStats.failed.Add(1)
-	if !c.p.closed.Load() && !c.a.closed.Load() {
+	if !c.p.closed.Load() && !c.a.closed.Load() && !errors.Is(err, transport.ErrClosed) {
 		side := "from"
 		if c.initiator {
 			side = "to"
@@ -336,8 +351,7 @@ type writeState struct {
 	cur, n  int // iov[cur:n] remain to be written
 	scratch [scratchSize]byte
 	sn      int
-	// What completes once the batch is written.
-	reps int // replies in the batch
+	reps    int // replies in the batch
 }
 
 // hasOutgoing reports whether the initiator side has something to write or
@@ -351,8 +365,8 @@ func (c *conn) ackDue() bool { return c.rxDone.Load() != c.ackSent.Load() }
 
 // kick makes the write side send what waits for it, without blocking: it
 // writes itself if it can take the write side, and otherwise leaves the work
-// to whoever holds it. It returns the number of descriptors and replies it
-// completed.
+// to whoever holds it (or to the engine, if the socket is full). It returns
+// the number of descriptors and replies it completed.
 func (c *conn) kick() int {
 	work := 0
 	c.wpend.Store(1)
@@ -361,15 +375,17 @@ func (c *conn) kick() int {
 			return work
 		}
 		c.wpend.Store(0)
-		c.flushWork, c.flushSt = 0, flushFailed
+		n, st := 0, flushFailed
 		if c.failure.Load() == nil {
-			_ = c.rc.Control(c.flushFn)
+			n, st = c.flush(c.fd)
 		}
-		work += c.flushWork
-		if c.flushSt == flushBlocked {
+		work += n
+		if st == flushBlocked {
 			c.wblocked.Store(true)
 			c.wlock.Store(0)
-			signal(c.wake)
+			c.a.stats.writerWakes.Add(1)
+			processStats.writerWakes.Add(1)
+			c.rearm()
 			return work
 		}
 		c.wlock.Store(0)
@@ -377,52 +393,23 @@ func (c *conn) kick() int {
 	return work
 }
 
-func (c *conn) flushInline(fd uintptr) {
-	c.flushWork, c.flushSt = c.flush(int(fd))
-}
-
-// writeLoop is the writer goroutine: it takes the write side over when a
-// write would block and keeps it until the socket took everything.
-func (c *conn) writeLoop() {
-	defer c.wg.Done()
-	for {
-		select {
-		case <-c.wake:
-		case <-c.done:
-			return
-		}
-		for !c.wlock.CompareAndSwap(0, 1) {
-			if c.failure.Load() != nil {
-				return
-			}
-			runtime.Gosched()
-		}
-		c.flushWork, c.flushSt = 0, flushIdle
-		err := c.rc.Write(c.writeFn)
-		work := c.flushWork
+// writable is the engine's turn at a blocked write side.
+func (c *conn) writable() int {
+	if !c.wlock.CompareAndSwap(0, 1) {
+		return 0
+	}
+	n, st := 0, flushFailed
+	if c.failure.Load() == nil {
+		n, st = c.flush(c.fd)
+	}
+	if st != flushBlocked {
 		c.wblocked.Store(false)
-		c.wlock.Store(0)
-		if err != nil {
-			c.failPeer(fmt.Errorf("%w: %v", ErrConnLost, err))
-			return
-		}
-		if c.wpend.Load() != 0 {
-			work += c.kick()
-		}
-		if work > 0 && c.initiator {
-			c.p.bell.Ring()
-		}
 	}
-}
-
-func (c *conn) writePoller(fd uintptr) bool {
-	if c.failure.Load() != nil {
-		return true
+	c.wlock.Store(0)
+	if st != flushBlocked && c.wpend.Load() != 0 {
+		n += c.kick()
 	}
-	n, st := c.flush(int(fd))
-	c.flushWork += n
-	c.flushSt = st
-	return st != flushBlocked
+	return n
 }
 
 // flush writes batches until there is nothing left or the socket takes no
@@ -437,6 +424,7 @@ func (c *conn) flush(fd int) (int, flushStatus) {
 				return work, flushIdle
 			}
 		}
+		raceReleaseMerge()
 		r1, _, e := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&w.iov[w.cur])), uintptr(w.n-w.cur))
 		if e != 0 {
 			if e == unix.EINTR {
@@ -494,8 +482,18 @@ func (c *conn) completeBatch() int {
 		c.repHead.Store(h + uint64(w.reps))
 		work += w.reps
 		w.reps = 0
+		c.unstall()
 	}
 	return work
+}
+
+// unstall lets a read side that stopped on a full reception ring or reply
+// queue go on, once there is room.
+func (c *conn) unstall() {
+	if c.stalled.Load() {
+		c.stalled.Store(false)
+		c.rearm()
+	}
 }
 
 // addScratch appends b to the batch through the scratch buffer, which must
@@ -657,14 +655,15 @@ type readState struct {
 // pollInline reads on the calling (context's) goroutine, if the read side
 // is free. It returns the number of frames completed.
 func (c *conn) pollInline() int {
-	if c.netpoll.Load() || !c.rlock.CompareAndSwap(0, 1) {
+	if !c.rlock.CompareAndSwap(0, 1) {
 		return 0
 	}
-	c.pumpWork, c.pumpSt, c.wantKick = 0, pumpFailed, false
+	work, kick := 0, false
 	if c.failure.Load() == nil {
-		_ = c.rc.Control(c.pumpFn)
+		c.wantKick = false
+		work, _ = c.pump(c.fd, 4)
+		kick = c.wantKick
 	}
-	work, kick := c.pumpWork, c.wantKick
 	c.rlock.Store(0)
 	if kick {
 		c.kick()
@@ -672,86 +671,27 @@ func (c *conn) pollInline() int {
 	return work
 }
 
-func (c *conn) pumpInline(fd uintptr) {
-	c.pumpWork, c.pumpSt = c.pump(int(fd), 4)
-}
-
-// readLoop is the reader goroutine: it holds the read side while the
-// context does not poll.
-func (c *conn) readLoop() {
-	defer c.wg.Done()
-	for {
-		select {
-		case <-c.handoff:
-		case <-c.done:
-			return
-		}
-		if c.p.attended.Load() {
-			continue
-		}
-		for !c.rlock.CompareAndSwap(0, 1) {
-			if c.failure.Load() != nil {
-				return
-			}
-			runtime.Gosched()
-		}
-		c.netpoll.Store(true)
-		for c.failure.Load() == nil && !c.p.attended.Load() {
-			c.pumpSt = pumpIdle
-			err := c.rc.Read(c.readFn)
-			if err != nil {
-				c.failPeer(fmt.Errorf("%w: %v", ErrConnLost, err))
-				break
-			}
-			if c.pumpSt == pumpFull {
-				select {
-				case <-c.space:
-				case <-c.done:
-				}
-			}
-		}
-		c.netpoll.Store(false)
-		c.rlock.Store(0)
-		if c.failure.Load() != nil {
-			return
-		}
+// readable is the engine's turn at the read side of a socket that became
+// readable (or failed) while the context does not poll. It reports whether
+// it did any work.
+func (c *conn) readable() int {
+	if !c.rlock.CompareAndSwap(0, 1) {
+		return 0
 	}
-}
-
-// readPoller runs inside RawConn.Read: it pumps, polls a quiet socket for
-// ReadSpin, and then asks to park until the socket is readable.
-func (c *conn) readPoller(fd uintptr) bool {
-	var spinUntil time.Time
-	for {
-		if c.failure.Load() != nil || c.p.attended.Load() {
-			return true
-		}
+	work, kick := 0, false
+	if c.failure.Load() == nil {
 		c.wantKick = false
-		work, st := c.pump(int(fd), 64)
-		c.pumpSt = st
-		if c.wantKick {
-			c.kick()
-		}
-		if work > 0 {
-			c.p.bell.Ring()
-			spinUntil = time.Time{}
-		}
-		switch st {
-		case pumpFull, pumpFailed:
-			return true
-		case pumpMore:
-			continue
-		}
-		if c.a.opts.ReadSpin < 0 {
-			return false
-		}
-		now := time.Now()
-		if spinUntil.IsZero() {
-			spinUntil = now.Add(c.a.opts.ReadSpin)
-		} else if now.After(spinUntil) {
-			return false
-		}
+		work, _ = c.pump(c.fd, 64)
+		kick = c.wantKick
 	}
+	c.rlock.Store(0)
+	if kick {
+		c.kick()
+	}
+	if work > 0 {
+		c.p.bell.Ring()
+	}
+	return work
 }
 
 // pump consumes buffered bytes and reads more from fd, at most budget
@@ -769,9 +709,11 @@ func (c *conn) pump(fd int, budget int) (int, pumpStatus) {
 			}
 			if need == needFull {
 				if !c.stalled.Load() {
+					// Publish the stall, then look once more: whoever
+					// makes room either sees it or is seen.
 					c.stalled.Store(true)
+					continue
 				}
-				c.needSpace.Store(true)
 				return work, pumpFull
 			}
 			if need == needBytes {
@@ -813,6 +755,7 @@ func (c *conn) pump(fd int, budget int) (int, pumpStatus) {
 			c.failPeer(fmt.Errorf("%w: closed by the peer without notice", ErrConnLost))
 			return work, pumpFailed
 		}
+		raceAcquire()
 		c.rcvd.Add(uint64(n))
 		c.a.stats.rcvd.Add(uint64(n))
 		processStats.rcvd.Add(uint64(n))
@@ -1021,10 +964,7 @@ func (c *conn) deliver(r transport.Receiver, budget int) int {
 	}
 	if n > 0 {
 		c.rxDone.Add(uint64(n))
-		if c.needSpace.Load() {
-			c.needSpace.Store(false)
-			signal(c.space)
-		}
+		c.unstall()
 	}
 	return n
 }

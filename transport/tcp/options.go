@@ -4,15 +4,14 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/amigo-hpc/amigo/internal/ring"
 )
 
 // Options configure an adapter. The zero value of every field selects its
-// default; FromEnv applies the AMIGO_TCP_* variables named in the comments.
+// default. Through package amigo, the AMIGO_TCP_* variables named in the
+// comments override them (amigo.TCPConfig).
 type Options struct {
 	// Addr is the host or host:port the adapter listens on and publishes to
 	// its peers (AMIGO_TCP_ADDR). Empty: all interfaces, published as the
@@ -63,52 +62,9 @@ const (
 // maxContexts bounds the context index a peer may name.
 const maxContexts = 1 << 16
 
-// EnvSettings lists the environment variables FromEnv reads, with what they
-// set.
-var EnvSettings = []struct{ Name, Doc string }{
-	{"AMIGO_TCP_ADDR", "TCP adapter: host[:port] to listen on and publish"},
-	{"AMIGO_TCP_TIMEOUT", "TCP adapter: silence after which a peer is dead"},
-	{"AMIGO_TCP_HANDOFF", "TCP adapter: time without polling before its goroutines take the sockets over"},
-	{"AMIGO_TCP_READ_SPIN", "TCP adapter: polling time of a socket before parking"},
-	{"AMIGO_TCP_SOCKBUF", "TCP adapter: SO_SNDBUF/SO_RCVBUF bytes (0: autotuning)"},
-}
-
-// FromEnv returns o with the AMIGO_TCP_* variables that lookup finds
-// applied.
-func (o Options) FromEnv(lookup func(string) (string, bool)) (Options, error) {
-	dur := func(name string, dst *time.Duration) error {
-		if v, ok := lookup(name); ok && v != "" {
-			d, err := time.ParseDuration(strings.TrimSpace(v))
-			if err != nil || d < 0 && name != "AMIGO_TCP_READ_SPIN" {
-				return fmt.Errorf("tcp: %s=%q: want a duration", name, v)
-			}
-			*dst = d
-		}
-		return nil
-	}
-	if v, ok := lookup("AMIGO_TCP_ADDR"); ok && v != "" {
-		o.Addr = strings.TrimSpace(v)
-	}
-	for _, d := range []struct {
-		name string
-		dst  *time.Duration
-	}{{"AMIGO_TCP_TIMEOUT", &o.Timeout}, {"AMIGO_TCP_HANDOFF", &o.Handoff}, {"AMIGO_TCP_READ_SPIN", &o.ReadSpin}} {
-		if err := dur(d.name, d.dst); err != nil {
-			return o, err
-		}
-	}
-	if v, ok := lookup("AMIGO_TCP_SOCKBUF"); ok && v != "" {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 0 {
-			return o, fmt.Errorf("tcp: AMIGO_TCP_SOCKBUF=%q: want a byte count", v)
-		}
-		o.SocketBuffer = n
-	}
-	return o, nil
-}
-
-// resolve fills in the defaults and validates.
-func (o Options) resolve() (Options, error) {
+// Validate returns o with the defaults filled in, or the reason it is
+// refused.
+func (o Options) Validate() (Options, error) {
 	if o.RingSlots == 0 {
 		o.RingSlots = DefaultRingSlots
 	}

@@ -140,14 +140,6 @@ func (c *conn) connect(ctx context.Context, addr string) {
 
 // attachOrClose attaches nc unless the connection failed meanwhile.
 func (c *conn) attachOrClose(nc *net.TCPConn) {
-	c.ncMu.Lock()
-	if c.failure.Load() != nil {
-		c.ncMu.Unlock()
-		nc.Close()
-		return
-	}
-	c.nc = nc
-	c.ncMu.Unlock()
 	if err := c.attach(nc); err != nil {
 		c.failPeer(fmt.Errorf("%w: %v", ErrConnLost, err))
 	}
@@ -215,13 +207,15 @@ func (p *port) touch() bool {
 // over accordingly.
 func (p *port) setAttended(v bool) {
 	p.attended.Store(v)
-	for _, l := range []*atomic.Pointer[[]*conn]{&p.ins, &p.outs} {
-		for _, c := range p.list(l) {
-			if v {
-				signal(c.space)
-			} else {
-				signal(c.handoff)
-			}
+	if v {
+		// The engine's interest lapses at its next event.
+		return
+	}
+	p.a.stats.handoffs.Add(1)
+	processStats.handoffs.Add(1)
+	for _, c := range p.all() {
+		if c.ready.Load() && c.failure.Load() == nil {
+			c.rearm()
 		}
 	}
 }
@@ -412,6 +406,9 @@ func (p *port) keepalive(elapsed time.Duration) {
 	}
 }
 
+// closeFlush bounds how long Close waits for the last writes of a port.
+const closeFlush = 100 * time.Millisecond
+
 // Close detaches the context: it says goodbye on every connection, closes
 // them and fails its links with transport.ErrClosed.
 func (p *port) Close() error {
@@ -421,10 +418,19 @@ func (p *port) Close() error {
 	p.mu.Lock()
 	conns := p.all()
 	p.mu.Unlock()
+	// Say goodbye after what is queued (acks of what the context took
+	// among it), waiting a little for a writer that holds a socket.
+	deadline := time.Now().Add(closeFlush)
 	for _, c := range conns {
-		if c.ready.Load() && c.failure.Load() == nil {
-			c.bye.Store(true)
-			c.kick()
+		if !c.ready.Load() || c.failure.Load() != nil {
+			continue
+		}
+		c.bye.Store(true)
+		for c.kick(); c.bye.Load() || c.wblocked.Load(); c.kick() {
+			if c.failure.Load() != nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Microsecond)
 		}
 	}
 	for _, c := range conns {

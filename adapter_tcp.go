@@ -1,0 +1,103 @@
+package amigo
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/amigo-hpc/amigo/transport"
+	"github.com/amigo-hpc/amigo/transport/tcp"
+)
+
+// TCPConfig tunes the TCP adapter, which carries traffic between ranks on
+// different hosts (and between all ranks with AMIGO_TRANSPORT=tcp). Every
+// field is overridden by the AMIGO_TCP_* variable named in its comment.
+//
+// Connections are made on first use and authenticated by a challenge-response
+// keyed by the job's secret (the launcher's AMIGO_JOB_SECRET); a peer that
+// breaks its connection, dies or stays silent longer than Timeout fails every
+// operation in flight with it, with an error naming it.
+type TCPConfig struct {
+	// Addr is the host or host:port to listen on and publish
+	// (AMIGO_TCP_ADDR). Empty: the address of the interface that routes to
+	// the launcher, or 127.0.0.1 when all ranks share this host, or the
+	// first address of an interface that is up.
+	Addr string
+	// Timeout bounds connection set-up and how long a peer may stay silent
+	// before it counts as dead; idle connections carry a ping every
+	// Timeout/4 (AMIGO_TCP_TIMEOUT, default 10s).
+	Timeout time.Duration
+	// Handoff is how long a context may go without advancing before the
+	// adapter's goroutines take its sockets over, serving GET and PUT while
+	// the program computes (AMIGO_TCP_HANDOFF, default 1ms).
+	Handoff time.Duration
+	// ReadSpin is how long such a goroutine polls a quiet socket before it
+	// parks on the network poller (AMIGO_TCP_READ_SPIN, default 20µs;
+	// negative: park at once).
+	ReadSpin time.Duration
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF in bytes; 0 leaves the
+	// kernel's autotuning (AMIGO_TCP_SOCKBUF, default 0).
+	SocketBuffer int
+}
+
+func init() {
+	registerProcessAdapter(processAdapter{name: "tcp", prefer: 20, open: openTCP})
+	dur := func(name, doc string, f func(*Config) *time.Duration) setting {
+		return setting{
+			name: name, doc: doc,
+			get: func(c *Config) string { return f(c).String() },
+			set: func(c *Config, v string) error {
+				d, err := time.ParseDuration(strings.TrimSpace(v))
+				if err != nil {
+					return err
+				}
+				*f(c) = d
+				return nil
+			},
+		}
+	}
+	settings = append(settings,
+		setting{
+			name: "AMIGO_TCP_ADDR", doc: "TCP, host[:port] to listen on and publish (empty: chosen)",
+			get: func(c *Config) string { return c.TCP.Addr },
+			set: func(c *Config, v string) error { c.TCP.Addr = strings.TrimSpace(v); return nil },
+		},
+		dur("AMIGO_TCP_TIMEOUT", "TCP, silence after which a peer is dead", func(c *Config) *time.Duration { return &c.TCP.Timeout }),
+		dur("AMIGO_TCP_HANDOFF", "TCP, time without advancing before the adapter's goroutines take the sockets", func(c *Config) *time.Duration { return &c.TCP.Handoff }),
+		dur("AMIGO_TCP_READ_SPIN", "TCP, polling of a quiet socket before parking", func(c *Config) *time.Duration { return &c.TCP.ReadSpin }),
+		intSetting("AMIGO_TCP_SOCKBUF", "TCP, SO_SNDBUF and SO_RCVBUF bytes (0: autotuning)", func(c *Config) *int { return &c.TCP.SocketBuffer }),
+	)
+	resolvers = append(resolvers, resolveTCP)
+}
+
+// resolveTCP applies the defaults of TCPConfig and checks it.
+func resolveTCP(c *Config) error {
+	o, err := tcpOptions(c).Validate()
+	if err != nil {
+		return fmt.Errorf("amigo: %w", err)
+	}
+	c.TCP.Timeout, c.TCP.Handoff, c.TCP.ReadSpin = o.Timeout, o.Handoff, o.ReadSpin
+	return nil
+}
+
+func tcpOptions(c *Config) tcp.Options {
+	return tcp.Options{
+		Addr:         c.TCP.Addr,
+		RingSlots:    c.RingSlots,
+		RDMASlots:    c.RDMASlots,
+		Timeout:      c.TCP.Timeout,
+		Handoff:      c.TCP.Handoff,
+		ReadSpin:     c.TCP.ReadSpin,
+		SocketBuffer: c.TCP.SocketBuffer,
+	}
+}
+
+// openTCP makes this rank's TCP adapter and publishes its address; a job of
+// one rank needs none.
+func openTCP(ctx context.Context, job transport.Bootstrap, regions *transport.Regions, cfg *Config) (transport.Adapter, error) {
+	if job.Size() < 2 {
+		return nil, nil
+	}
+	return tcp.New(job, regions, tcpOptions(cfg))
+}

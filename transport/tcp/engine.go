@@ -1,0 +1,171 @@
+package tcp
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// engine is the adapter's goroutine for the sockets nobody else is
+// servicing: it reads those of contexts that stopped polling (serving GET and
+// PUT, filling reception rings, ringing doorbells) and writes those whose
+// socket was full. It waits in an epoll instance of its own, so the sockets
+// stay out of Go's network poller (see conn).
+//
+// Every socket is registered once, with EPOLLONESHOT: an event disables it
+// until rearm asks again, with the interest the connection's state calls for
+// (EPOLLIN while its context does not poll, EPOLLOUT while a write is
+// blocked, neither otherwise; errors and hang-ups are always reported). A
+// socket whose context polls therefore costs the engine nothing. After a burst
+// of work the engine polls its epoll for Options.ReadSpin before it blocks.
+type engine struct {
+	a    *Adapter
+	epfd int
+	evfd int // eventfd that wakes the engine to stop
+	stop atomic.Bool
+	done chan struct{}
+
+	mu    sync.Mutex
+	conns []*conn // by slot
+	free  []int
+}
+
+func newEngine(a *Adapter) (*engine, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	evfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, err
+	}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, evfd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: -1}); err != nil {
+		unix.Close(epfd)
+		unix.Close(evfd)
+		return nil, err
+	}
+	e := &engine{a: a, epfd: epfd, evfd: evfd, done: make(chan struct{})}
+	go e.run()
+	return e, nil
+}
+
+// add registers c's socket, with no interest yet. The caller holds c.armMu.
+func (e *engine) add(c *conn) error {
+	e.mu.Lock()
+	var slot int
+	if n := len(e.free); n > 0 {
+		slot = e.free[n-1]
+		e.free = e.free[:n-1]
+		e.conns[slot] = c
+	} else {
+		slot = len(e.conns)
+		e.conns = append(e.conns, c)
+	}
+	e.mu.Unlock()
+	c.slot = slot
+	ev := unix.EpollEvent{Events: unix.EPOLLONESHOT, Fd: int32(slot)}
+	if err := unix.EpollCtl(e.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
+		e.release(slot)
+		c.slot = -1
+		return err
+	}
+	return nil
+}
+
+// arm sets the interest of c's socket. The caller holds c.armMu.
+func (e *engine) arm(c *conn, events uint32) {
+	ev := unix.EpollEvent{Events: events | unix.EPOLLONESHOT, Fd: int32(c.slot)}
+	_ = unix.EpollCtl(e.epfd, unix.EPOLL_CTL_MOD, c.fd, &ev)
+}
+
+// remove unregisters c's socket. The caller holds c.armMu.
+func (e *engine) remove(c *conn) {
+	if c.slot < 0 {
+		return
+	}
+	_ = unix.EpollCtl(e.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+	e.release(c.slot)
+	c.slot = -1
+}
+
+func (e *engine) release(slot int) {
+	e.mu.Lock()
+	e.conns[slot] = nil
+	e.free = append(e.free, slot)
+	e.mu.Unlock()
+}
+
+func (e *engine) lookup(slot int32) *conn {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if slot < 0 || int(slot) >= len(e.conns) {
+		return nil
+	}
+	return e.conns[slot]
+}
+
+func (e *engine) run() {
+	defer close(e.done)
+	var events [64]unix.EpollEvent
+	var spinUntil time.Time
+	for {
+		timeout := -1
+		if !spinUntil.IsZero() {
+			if time.Now().Before(spinUntil) {
+				timeout = 0
+			} else {
+				spinUntil = time.Time{}
+			}
+		}
+		n, err := unix.EpollWait(e.epfd, events[:], timeout)
+		if e.stop.Load() {
+			return
+		}
+		if err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			e.a.opts.Logf("rank %d: engine: epoll_wait: %v", e.a.rank, err)
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		work := 0
+		for i := 0; i < n; i++ {
+			ev := events[i]
+			if ev.Fd < 0 {
+				var b [8]byte
+				_, _ = unix.Read(e.evfd, b[:])
+				continue
+			}
+			c := e.lookup(ev.Fd)
+			if c == nil {
+				continue
+			}
+			e.a.stats.pollerWakes.Add(1)
+			processStats.pollerWakes.Add(1)
+			if ev.Events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 && c.wblocked.Load() {
+				work += c.writable()
+			}
+			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+				work += c.readable()
+			}
+			c.rearm()
+		}
+		if work > 0 && e.a.opts.ReadSpin > 0 {
+			spinUntil = time.Now().Add(e.a.opts.ReadSpin)
+		}
+	}
+}
+
+// close stops the engine and releases its descriptors.
+func (e *engine) close() {
+	e.stop.Store(true)
+	var one = [8]byte{1}
+	_, _ = unix.Write(e.evfd, one[:])
+	<-e.done
+	unix.Close(e.epfd)
+	unix.Close(e.evfd)
+}
