@@ -2,15 +2,22 @@ package amigo_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/amigo-hpc/amigo"
 	"github.com/amigo-hpc/amigo/amigotest"
+	"github.com/amigo-hpc/amigo/bootstrap"
 	"github.com/amigo-hpc/amigo/transport"
+	"github.com/amigo-hpc/amigo/transport/tcp"
+	"github.com/amigo-hpc/amigo/transport/tcp/tcptest"
 )
 
 // Every rank sends every other rank a stream of messages of mixed sizes over
@@ -154,4 +161,202 @@ func TestTCPRMA(t *testing.T) {
 		}
 		return r.Barrier()
 	})
+}
+
+// openRouted opens an n-rank job over TCP inside this process in which rank
+// 0's connections to rank 1 go through a proxy the test controls.
+func openRouted(t *testing.T, n int, cfg amigo.Config) ([]*amigo.Client, *tcptest.Proxy) {
+	t.Helper()
+	cfg.Transport = "tcp"
+	jobs := bootstrap.NewLocal(n)
+	routed := tcptest.Route(jobs[0], 1)
+	js := append([]bootstrap.Job{routed}, jobs[1:]...)
+	cl := make([]*amigo.Client, n)
+	errs := make([]error, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for r := range js {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl[r], errs[r] = amigo.OpenJob(ctx, js[r], cfg)
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, c := range cl {
+			if c != nil {
+				c.Close()
+			}
+		}
+		for _, j := range jobs {
+			j.Close()
+		}
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	// The proxy exists once rank 0 looked its peer up (at open).
+	return cl, routed.Proxy()
+}
+
+// drive advances c on a goroutine of its own until the returned stop is
+// called.
+func drive(c *amigo.Context) (stop func()) {
+	var quit atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Wait(context.Background(), quit.Load)
+	}()
+	return func() {
+		quit.Store(true)
+		c.Do(func(*amigo.Context) {})
+		<-done
+	}
+}
+
+// failScenario streams messages from rank 0 to rank 1 while break breaks
+// the path between them, and checks what a broken connection must do:
+// every send completes, those that did not arrive with an error naming rank
+// 1, within bound; rank 1 got an in-order prefix of the stream with no
+// duplicate; and ranks 0 and 2 and ranks 1 and 2 go on exchanging.
+func failScenario(t *testing.T, cfg amigo.Config, bound time.Duration, breakPath func(p *tcptest.Proxy), wantErr ...error) {
+	cl, proxy := openRouted(t, 3, cfg)
+	c0, c1, c2 := cl[0].Context(0), cl[1].Context(0), cl[2].Context(0)
+	var got []uint32 // at rank 1, from rank 0
+	c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+		got = append(got, binary.LittleEndian.Uint32(m.Header))
+	})
+	echo := func(c *amigo.Context, m *amigo.Message) { c.SendImmediate(m.Source, 3, m.Header, nil) }
+	c1.SetDispatch(2, echo)
+	c2.SetDispatch(2, echo)
+	var echoes atomic.Int64
+	c0.SetDispatch(3, func(c *amigo.Context, m *amigo.Message) { echoes.Add(1) })
+	stop1, stop2 := drive(c1), drive(c2)
+	defer stop2()
+	stopped1 := false
+	defer func() {
+		if !stopped1 {
+			stop1()
+		}
+	}()
+
+	const msgs = 3000
+	data := make([]byte, 8000)
+	results := make([]error, msgs)
+	doneN := 0
+	var firstErr time.Time
+	for i := 0; i < msgs; i++ {
+		i := i
+		hdr := binary.LittleEndian.AppendUint32(nil, uint32(i))
+		if err := c0.Send(amigo.EndpointOf(1), 1, hdr, data, func(err error) {
+			results[i] = err
+			doneN++
+			if err != nil && firstErr.IsZero() {
+				firstErr = time.Now()
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 300 {
+			// Let the stream flow, then break the path under it.
+			if err := c0.Wait(context.Background(), func() bool { return doneN >= 200 }); err != nil {
+				t.Fatal(err)
+			}
+			breakPath(proxy)
+		}
+	}
+	broke := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), bound+10*time.Second)
+	defer cancel()
+	if err := c0.Wait(ctx, func() bool { return doneN == msgs }); err != nil {
+		t.Fatalf("%d of %d sends completed: %v", doneN, msgs, err)
+	}
+	if firstErr.IsZero() {
+		t.Fatal("no send failed")
+	}
+	if d := firstErr.Sub(broke); d > bound {
+		t.Errorf("first failure %v after the path broke, want at most %v", d, bound)
+	} else {
+		t.Logf("first failure %v after the path broke", d.Round(time.Millisecond))
+	}
+	ok := 0
+	for i, err := range results {
+		if err == nil {
+			ok++
+			continue
+		}
+		var pe *amigo.PeerError
+		if !errors.As(err, &pe) || pe.Addr.Rank != 1 {
+			t.Fatalf("send %d: %v does not name rank 1", i, err)
+		}
+		matched := len(wantErr) == 0
+		for _, w := range wantErr {
+			matched = matched || errors.Is(err, w)
+		}
+		if !matched {
+			t.Fatalf("send %d: %v, want one of %v", i, err, wantErr)
+		}
+	}
+	// A send to rank 1 now fails at once, naming it.
+	var late error
+	lateDone := false
+	c0.Send(amigo.EndpointOf(1), 1, nil, data, func(err error) { late, lateDone = err, true })
+	if err := c0.Wait(ctx, func() bool { return lateDone }); err != nil || late == nil {
+		t.Fatalf("a send after the failure completed with %v (%v)", late, err)
+	}
+	// Ranks 0 and 2 are unaffected.
+	for i := 0; i < 200; i++ {
+		want := echoes.Load() + 1
+		if err := c0.Send(amigo.EndpointOf(2), 2, []byte{1}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := c0.Wait(ctx, func() bool { return echoes.Load() == want }); err != nil {
+			t.Fatalf("rank 0 ↔ rank 2 after the failure: %v", err)
+		}
+	}
+	stop1()
+	stopped1 = true
+	// Rank 1 got a prefix of the stream, in order, without duplicates, at
+	// least every send reported delivered.
+	for i, s := range got {
+		if s != uint32(i) {
+			t.Fatalf("rank 1's message %d is %d", i, s)
+		}
+	}
+	if ok > len(got) {
+		t.Fatalf("%d sends reported delivered, rank 1 got %d", ok, len(got))
+	}
+	t.Logf("%d sends delivered and reported so, %d delivered, %d failed", ok, len(got), msgs-ok)
+	// Ranks 1 and 2 are unaffected.
+	c1.SetDispatch(3, func(c *amigo.Context, m *amigo.Message) { echoes.Add(1) })
+	for i := 0; i < 100; i++ {
+		want := echoes.Load() + 1
+		c1.Send(amigo.EndpointOf(2), 2, []byte{1}, nil, nil)
+		if err := c1.Wait(ctx, func() bool { return echoes.Load() == want }); err != nil {
+			t.Fatalf("rank 1 ↔ rank 2 after the failure: %v", err)
+		}
+	}
+}
+
+// A connection cut (reset both ways) in the middle of a stream of
+// messages.
+func TestTCPCutMidMessage(t *testing.T) {
+	failScenario(t, amigo.Config{}, 2*time.Second, func(p *tcptest.Proxy) {
+		// Wherever this falls in a stream of 8 KiB packets with their
+		// headers: mid-message.
+		p.CutAfter(p.Forwarded() + 100000 + 4321)
+	}, tcp.ErrConnLost)
+}
+
+// A peer that goes silent (a hung host, a network that drops everything):
+// its operations fail once the configured timeout passed.
+func TestTCPSilentPeer(t *testing.T) {
+	timeout := time.Second
+	cfg := amigo.Config{TCP: amigo.TCPConfig{Timeout: timeout}}
+	failScenario(t, cfg, timeout+timeout/2+500*time.Millisecond, func(p *tcptest.Proxy) { p.Silence() }, tcp.ErrSilent, tcp.ErrConnLost)
 }

@@ -752,7 +752,11 @@ func (c *conn) pump(fd int, budget int) (int, pumpStatus) {
 			return work, pumpFailed
 		}
 		if n == 0 {
-			c.failPeer(fmt.Errorf("%w: closed by the peer without notice", ErrConnLost))
+			if rd.st != stFrame || rd.r != rd.w {
+				c.failPeer(fmt.Errorf("%w: closed by the peer in the middle of a frame (truncated)", ErrConnLost))
+			} else {
+				c.failPeer(fmt.Errorf("%w: closed by the peer without notice", ErrConnLost))
+			}
 			return work, pumpFailed
 		}
 		raceAcquire()

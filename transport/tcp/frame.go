@@ -97,10 +97,13 @@ func parseFrame(b []byte, initiator bool, maxPacket int) (frame, error) {
 		return f, errShort
 	}
 	f.typ = b[0]
+	f.u32 = binary.LittleEndian.Uint32(b[4:8])
+	if f.typ == 0 || f.typ > fAck {
+		return f, corruptf("unknown frame type %d", f.typ)
+	}
 	if b[1]|b[2]|b[3] != 0 {
 		return f, corruptf("frame header with reserved bytes set")
 	}
-	f.u32 = binary.LittleEndian.Uint32(b[4:8])
 	switch f.typ {
 	case fPacket, fGet, fPut:
 		if initiator {

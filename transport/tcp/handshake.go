@@ -295,11 +295,19 @@ func respond(rw io.ReadWriter, k *keys, rank int, seen *nonceCache, remote strin
 		return hello{}, &HandshakeError{Remote: remote, Err: err, Detail: detail}
 	}
 	var hb [helloSize]byte
-	if n, err := io.ReadFull(rw, hb[:]); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return fail(ErrStranger, fmt.Sprintf("closed after %d of the %d bytes of a hello", n, helloSize))
+	// The magic first, so that a stranger is told from a slow peer at once.
+	for got, want := 0, len(magic); got < helloSize; want = helloSize {
+		n, err := io.ReadFull(rw, hb[got:want])
+		got += n
+		if err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+				return fail(ErrStranger, fmt.Sprintf("closed after %d of the %d bytes of a hello", got, helloSize))
+			}
+			return fail(err, fmt.Sprintf("reading hello, %d of %d bytes read", got, helloSize))
 		}
-		return fail(err, fmt.Sprintf("reading hello, %d of %d bytes read", n, helloSize))
+		if got == len(magic) && [8]byte(hb[:8]) != magic {
+			return fail(ErrStranger, fmt.Sprintf("bad magic %q", hb[:8]))
+		}
 	}
 	h, err := parseHello(hb[:])
 	if err != nil {
