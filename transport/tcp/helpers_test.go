@@ -165,7 +165,9 @@ func (c *collector) count(from transport.Addr) int {
 	return len(c.pkts[from])
 }
 
-func addr(rank, ctx int) transport.Addr { return transport.Addr{Rank: int32(rank), Context: int32(ctx)} }
+func addr(rank, ctx int) transport.Addr {
+	return transport.Addr{Rank: int32(rank), Context: int32(ctx)}
+}
 
 // exchange sends n packets from port src (rank from) to port dst (rank to)
 // and fails t unless all arrive intact within a few seconds.
