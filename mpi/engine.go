@@ -57,6 +57,12 @@ type engine struct {
 	ids       [idWords]uint64 // context ids: a set bit is free
 	world     *Comm
 	closed    bool
+	// unflushed is set when a message copied by SendImmediate was posted
+	// outside Advance and no Advance has run since: it waits in the AMI's
+	// instruction queue. direct is set while the layer posts outside
+	// Advance on behalf of a schedule.
+	unflushed bool
+	direct    bool
 	hello     [64]int32
 	stats     Stats
 	hdr       [hdrLen]byte // header of SendImmediate, copied at once
@@ -359,6 +365,9 @@ func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []
 	if len(buf) <= e.immMax {
 		putHdr(&e.hdr, ctx, src, tag)
 		e.stats.SentImmediate++
+		if e.direct {
+			e.unflushed = true
+		}
 		return nil, e.ac.SendImmediate(dest, e.disp, e.hdr[:], buf)
 	}
 	r := e.allocReq(k)
@@ -370,6 +379,27 @@ func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []
 		return nil, err
 	}
 	return r, nil
+}
+
+// flush makes sure messages copied outside Advance have been handed to the
+// AMI's injection FIFOs, by advancing once: a rank that completed an
+// operation without advancing since it posted them (its last receive had
+// already arrived) might otherwise leave them queued while it computes.
+func (e *engine) flush() {
+	if e.unflushed {
+		e.unflushed = false
+		e.ac.Advance()
+	}
+}
+
+// wait advances the context until cond holds or ctx ends. Messages posted
+// before it are injected by its first Advance.
+func (e *engine) wait(ctx context.Context, cond func() bool) error {
+	if cond() {
+		return nil
+	}
+	e.unflushed = false
+	return e.ac.Wait(ctx, cond)
 }
 
 func (e *engine) probed() bool {

@@ -54,10 +54,11 @@ func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
 	}
 	if r == nil {
 		// Copied: push it out now rather than at the next call.
+		e.unflushed = false
 		e.ac.Advance()
 		return nil
 	}
-	if err := e.ac.Wait(ctx, r.cond); err != nil {
+	if err := e.wait(ctx, r.cond); err != nil {
 		r.orphan = true
 		return err
 	}
@@ -80,6 +81,7 @@ func (c *Comm) Isend(buf []byte, dest, tag int) (Request, error) {
 	if r == nil {
 		r = e.allocReq(reqSend)
 		r.done = true
+		e.unflushed = true
 	}
 	return Request{r: r, gen: r.gen}, nil
 }
@@ -95,11 +97,9 @@ func (c *Comm) Recv(ctx context.Context, buf []byte, src, tag int) (Status, erro
 	e := c.e
 	r := c.newRecv(c.p2p, buf, src, tag)
 	e.postRecv(r)
-	if !r.done {
-		if err := e.ac.Wait(ctx, r.cond); err != nil {
-			e.abandon(r)
-			return Status{}, err
-		}
+	if err := e.wait(ctx, r.cond); err != nil {
+		e.abandon(r)
+		return Status{}, err
 	}
 	st, err := r.status, r.err
 	e.freeReq(r)
@@ -180,6 +180,7 @@ func (c *Comm) Iprobe(src, tag int) (bool, Status, error) {
 	e := c.e
 	u := e.unexp.find(c.p2p, int32(src), int32(tag))
 	if u == nil {
+		e.unflushed = false
 		e.ac.Advance()
 		if u = e.unexp.find(c.p2p, int32(src), int32(tag)); u == nil {
 			return false, Status{}, nil
@@ -196,7 +197,7 @@ func (c *Comm) Probe(ctx context.Context, src, tag int) (Status, error) {
 	}
 	e := c.e
 	e.probeCtx, e.probeSrc, e.probeTag = c.p2p, int32(src), int32(tag)
-	if err := e.ac.Wait(ctx, e.probeCond); err != nil {
+	if err := e.wait(ctx, e.probeCond); err != nil {
 		return Status{}, err
 	}
 	u := e.unexp.find(c.p2p, int32(src), int32(tag))

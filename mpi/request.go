@@ -134,13 +134,13 @@ func (q *Request) Wait(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	if !r.done {
-		if err := r.e.ac.Wait(ctx, r.cond); err != nil {
-			return Status{}, err
-		}
+	e := r.e
+	if err := e.wait(ctx, r.cond); err != nil {
+		return Status{}, err
 	}
+	e.flush()
 	st, err := r.status, r.err
-	r.e.release(r)
+	e.release(r)
 	*q = Request{}
 	return st, err
 }
@@ -156,8 +156,10 @@ func (q *Request) Test() (bool, Status, error) {
 	if err != nil {
 		return true, Status{}, err
 	}
-	if !r.done {
-		r.e.ac.Advance()
+	e := r.e
+	if !r.done || e.unflushed {
+		e.unflushed = false
+		e.ac.Advance()
 		if !r.done {
 			return false, Status{}, nil
 		}
@@ -203,8 +205,8 @@ func Waitall(ctx context.Context, reqs []Request, statuses []Status) error {
 	}
 	var first error
 	for i := range reqs {
-		if reqs[i].r != nil && reqs[i].r.gen == reqs[i].gen && !reqs[i].r.done {
-			if err := reqs[i].r.e.ac.Wait(ctx, reqs[i].r.cond); err != nil {
+		if reqs[i].r != nil && reqs[i].r.gen == reqs[i].gen {
+			if err := reqs[i].r.e.wait(ctx, reqs[i].r.cond); err != nil {
 				return err
 			}
 		}
@@ -240,7 +242,7 @@ func Waitany(ctx context.Context, reqs []Request) (int, Status, error) {
 		return Undefined, Status{}, nil
 	}
 	e.anyReqs = reqs
-	err := e.ac.Wait(ctx, e.anyCond)
+	err := e.wait(ctx, e.anyCond)
 	e.anyReqs = nil
 	if err != nil {
 		return Undefined, Status{}, err

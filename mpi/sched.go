@@ -247,14 +247,17 @@ func (s *sched) finish() {
 // run runs s to completion on the calling goroutine, which owns the
 // context, and frees it.
 func (c *Comm) run(ctx context.Context, s *sched) error {
+	c.e.direct = true
 	s.progress()
+	c.e.direct = false
 	if !s.done {
-		if err := c.e.ac.Wait(ctx, s.cond); err != nil {
+		if err := c.e.wait(ctx, s.cond); err != nil {
 			s.fail(err)
 			c.e.freeSched(s)
 			return err
 		}
 	}
+	c.e.flush()
 	err := s.err
 	c.e.freeSched(s)
 	return err
@@ -265,6 +268,8 @@ func (c *Comm) start(s *sched) Request {
 	r := c.e.allocReq(reqColl)
 	r.sched = s
 	s.req = r
+	c.e.direct = true
 	s.progress()
+	c.e.direct = false
 	return Request{r: r, gen: r.gen}
 }

@@ -799,3 +799,44 @@ func apply[T realNum](op mpi.Op, a, b T) T {
 	}
 	return T(uint64(a) ^ uint64(b))
 }
+
+// A rank that completes a collective and then stops calling the layer (it
+// computes, or leaves) must not hold back the messages the others still
+// need: whatever it posted has left by the time the collective returns.
+func TestLeaveAfterCollective(t *testing.T) {
+	for _, p := range []int{2, 3, 4, 7} {
+		for iter := 0; iter < 20; iter++ {
+			clients, err := amigo.NewLocal(p, amigo.Config{SpinIterations: 50, YieldIterations: 50})
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs := make(chan error, p)
+			for _, cl := range clients {
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					w, err := mpi.World(ctx, cl.Context(0), nil)
+					if err != nil {
+						errs <- err
+						return
+					}
+					v := []int32{int32(w.Rank())}
+					if err := mpi.Allreduce(ctx, w, nil, v, mpi.Sum); err != nil {
+						errs <- err
+						return
+					}
+					// The last rank to get here stops advancing at once.
+					errs <- w.Barrier(ctx)
+				}()
+			}
+			for range clients {
+				if err := <-errs; err != nil {
+					t.Fatalf("%d ranks, iteration %d: %v", p, iter, err)
+				}
+			}
+			for _, cl := range clients {
+				cl.Close()
+			}
+		}
+	}
+}
