@@ -33,6 +33,17 @@ func registerProcessAdapter(pa processAdapter) {
 	sort.SliceStable(processAdapters, func(i, j int) bool { return processAdapters[i].prefer < processAdapters[j].prefer })
 }
 
+// ProcessAdapters returns the names of the adapters between processes that
+// this build has, in the order Open prefers them for a peer both reach. A
+// rank always reaches itself through the in-process adapter, "loop".
+func ProcessAdapters() []string {
+	names := make([]string, len(processAdapters))
+	for i, pa := range processAdapters {
+		names[i] = pa.name
+	}
+	return names
+}
+
 // Open joins the job this process was started in: under a launcher that
 // speaks PMI (mpiexec, srun, amirun) it learns its rank and its peers from
 // the launcher; started alone it is a job of one rank. The job ends with
