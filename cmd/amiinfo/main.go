@@ -40,11 +40,11 @@ import (
 const probeEnv = "AMIINFO_PROBE"
 
 type report struct {
-	Settings []amigo.Setting  `json:"settings"`
-	Invalid  string           `json:"invalid,omitempty"`
-	Adapters []string         `json:"adapters"`
+	Settings []amigo.Setting   `json:"settings"`
+	Invalid  string            `json:"invalid,omitempty"`
+	Adapters []string          `json:"adapters"`
 	Host     map[string]string `json:"host"`
-	Probes   []probe          `json:"probes"`
+	Probes   []probe           `json:"probes"`
 }
 
 type probe struct {
