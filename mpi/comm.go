@@ -164,6 +164,26 @@ func (c *Comm) agreeID(ctx context.Context, take bool) (int, error) {
 	return 0, ErrContextIDs
 }
 
+// Finalize ends the mpi layer of a rank: collective over the world w, it
+// returns once every rank called it and every message this rank sent has
+// been taken by its receiver, so that the process may close its amigo client
+// and exit at once. Then it frees w (see Free).
+func Finalize(ctx context.Context, w *Comm) error {
+	if err := w.check(); err != nil {
+		return err
+	}
+	if w.id != 0 {
+		return fmt.Errorf("%w: Finalize of a communicator other than the world", ErrComm)
+	}
+	s := w.e.newSched(w)
+	s.sync = true
+	s.barrier()
+	if err := w.run(ctx, s); err != nil {
+		return fmt.Errorf("mpi: Finalize: %w", err)
+	}
+	return w.Free()
+}
+
 // Free releases a communicator made by Dup or Split, and its context id.
 // Operations on it must have completed. Freeing the world communicator
 // detaches the mpi layer from its amigo context: every later message for the

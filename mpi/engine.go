@@ -357,12 +357,13 @@ func (e *engine) postRecv(r *request) {
 }
 
 // sendMsg sends buf with match data (ctx, src, tag) to dest. A message
-// small enough is copied at once and needs no request: sendMsg returns nil.
+// small enough is copied at once and needs no request, unless sync is set:
+// sendMsg returns nil.
 // Otherwise it takes a request from newReq, which completes when buf may be
 // reused, and returns it.
-func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []byte, k reqKind) (*request, error) {
+func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []byte, sync bool) (*request, error) {
 	e.stats.Sent++
-	if len(buf) <= e.immMax {
+	if len(buf) <= e.immMax && !sync {
 		putHdr(&e.hdr, ctx, src, tag)
 		e.stats.SentImmediate++
 		if e.direct {
@@ -370,7 +371,7 @@ func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []
 		}
 		return nil, e.ac.SendImmediate(dest, e.disp, e.hdr[:], buf)
 	}
-	r := e.allocReq(k)
+	r := e.allocReq(reqSend)
 	putHdr(&r.hdr, ctx, src, tag)
 	r.buf = buf
 	r.inAMI = true

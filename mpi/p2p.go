@@ -48,7 +48,7 @@ func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
 		return err
 	}
 	e := c.e
-	r, err := e.sendMsg(c.eps[dest], c.p2p, int32(c.rank), int32(tag), buf, reqSend)
+	r, err := e.sendMsg(c.eps[dest], c.p2p, int32(c.rank), int32(tag), buf, false)
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func (c *Comm) Isend(buf []byte, dest, tag int) (Request, error) {
 		return Request{}, err
 	}
 	e := c.e
-	r, err := e.sendMsg(c.eps[dest], c.p2p, int32(c.rank), int32(tag), buf, reqSend)
+	r, err := e.sendMsg(c.eps[dest], c.p2p, int32(c.rank), int32(tag), buf, false)
 	if err != nil {
 		return Request{}, err
 	}

@@ -48,6 +48,7 @@ type sched struct {
 	pending int
 	running bool
 	done    bool
+	sync    bool // every send waits for the AMI's completion, even small ones
 	dirty   bool // failed with operations in flight: scratch is not reused
 	err     error
 	scr     [][]byte   // scratch taken from the pool
@@ -86,7 +87,7 @@ func (e *engine) freeSched(s *sched) {
 	s.gen++
 	s.c, s.req, s.err, s.op = nil, nil, nil, Op{}
 	s.pos, s.pending, s.k = 0, 0, kInvalid
-	s.running, s.done, s.dirty = false, false, false
+	s.running, s.done, s.dirty, s.sync = false, false, false, false
 	s.next = e.schedFree
 	e.schedFree = s
 }
@@ -166,7 +167,7 @@ func (s *sched) round() {
 		case stEnd:
 			return
 		case stSend:
-			r, err := e.sendMsg(c.eps[st.peer], c.coll, int32(c.rank), s.tag, st.a, reqSend)
+			r, err := e.sendMsg(c.eps[st.peer], c.coll, int32(c.rank), s.tag, st.a, s.sync)
 			if err != nil {
 				s.fail(err)
 				return

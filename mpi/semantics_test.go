@@ -33,75 +33,9 @@ func mixedSize(i int) int {
 // sent, whatever their sizes and whether the receives were posted before or
 // after the messages arrived; the same holds for wildcard receives.
 func TestNonOvertaking(t *testing.T) {
-	const n = 200
 	for _, mode := range []string{"posted first", "unexpected first", "wildcards"} {
 		t.Run(mode, func(t *testing.T) {
-			run(t, 2, func(ctx context.Context, w *mpi.Comm) error {
-				if w.Rank() == 0 {
-					if mode == "unexpected first" {
-						// Let the receiver post nothing until all arrived.
-						if err := w.Barrier(ctx); err != nil {
-							return err
-						}
-					}
-					reqs := make([]mpi.Request, n)
-					for i := range reqs {
-						var err error
-						if reqs[i], err = w.Isend(pattern(mixedSize(i), i), 1, 5); err != nil {
-							return err
-						}
-					}
-					if err := mpi.Waitall(ctx, reqs, nil); err != nil {
-						return err
-					}
-					if mode != "unexpected first" {
-						return w.Barrier(ctx)
-					}
-					return nil
-				}
-				src, tag := 0, 5
-				if mode == "wildcards" {
-					src, tag = mpi.AnySource, mpi.AnyTag
-				}
-				if mode == "unexpected first" {
-					if err := w.Barrier(ctx); err != nil {
-						return err
-					}
-					// Wait until everything is queued unexpected (small) or
-					// announced (large).
-					for w.Stats().Unexpected < n {
-						if _, _, err := w.Iprobe(0, 99); err != nil {
-							return err
-						}
-					}
-				}
-				bufs := make([][]byte, n)
-				reqs := make([]mpi.Request, n)
-				for i := range reqs {
-					bufs[i] = make([]byte, 30000)
-					var err error
-					if reqs[i], err = w.Irecv(bufs[i], src, tag); err != nil {
-						return err
-					}
-				}
-				sts := make([]mpi.Status, n)
-				if err := mpi.Waitall(ctx, reqs, sts); err != nil {
-					return err
-				}
-				for i := range reqs {
-					size := mixedSize(i)
-					if sts[i].Count != size || sts[i].Source != 0 || sts[i].Tag != 5 {
-						return fmt.Errorf("message %d: status %+v, want %d bytes from 0 tag 5", i, sts[i], size)
-					}
-					if !bytes.Equal(bufs[i][:size], pattern(size, i)) {
-						return fmt.Errorf("message %d: wrong data (overtaken?)", i)
-					}
-				}
-				if mode != "unexpected first" {
-					return w.Barrier(ctx)
-				}
-				return nil
-			})
+			run(t, 2, nonOvertaking(mode))
 		})
 	}
 }
@@ -110,106 +44,13 @@ func TestNonOvertaking(t *testing.T) {
 // source and tag; a specific receive posted before a wildcard one gets the
 // message both fit.
 func TestWildcards(t *testing.T) {
-	run(t, 4, func(ctx context.Context, w *mpi.Comm) error {
-		r := w.Rank()
-		if r != 0 {
-			// Rank r sends tags 10r and 10r+1, then one more on tag 7.
-			for _, tag := range []int{10 * r, 10*r + 1, 7} {
-				if err := mpi.Send(ctx, w, []int64{int64(r), int64(tag)}, 0, tag); err != nil {
-					return err
-				}
-			}
-			return w.Barrier(ctx)
-		}
-		buf := make([]int64, 2)
-		seen := map[[2]int]bool{}
-		// A specific receive posted first, then a wildcard one: the message
-		// from rank 2 tag 20 must go to the specific one.
-		spec, err := mpi.Irecv(w, make([]int64, 2), 2, 20)
-		if err != nil {
-			return err
-		}
-		wild, err := mpi.Irecv(w, make([]int64, 2), mpi.AnySource, 20)
-		if err != nil {
-			return err
-		}
-		st, err := spec.Wait(ctx)
-		if err != nil || st.Source != 2 || st.Tag != 20 {
-			return fmt.Errorf("specific receive: %+v %v", st, err)
-		}
-		seen[[2]int{2, 20}] = true
-		if ok, _, _ := wild.Test(); ok {
-			return errors.New("wildcard receive on tag 20 matched, but only rank 2 sends tag 20")
-		}
-		if !wild.Cancel() {
-			return errors.New("Cancel of an unmatched receive failed")
-		}
-		if _, err := wild.Wait(ctx); !errors.Is(err, mpi.ErrCanceled) {
-			return fmt.Errorf("canceled receive: %v", err)
-		}
-		// Any source, any tag: 3*3-1 more messages.
-		for len(seen) < 3*3 {
-			st, err := mpi.Recv(ctx, w, buf, mpi.AnySource, mpi.AnyTag)
-			if err != nil {
-				return err
-			}
-			if int(buf[0]) != st.Source || int(buf[1]) != st.Tag || mpi.Elements[int64](st) != 2 {
-				return fmt.Errorf("status %+v for message %v", st, buf)
-			}
-			key := [2]int{st.Source, st.Tag}
-			if seen[key] {
-				return fmt.Errorf("message %v twice", key)
-			}
-			// Per source, tag 7 comes last: non-overtaking.
-			if st.Tag == 7 && (!seen[[2]int{st.Source, 10 * st.Source}] || !seen[[2]int{st.Source, 10*st.Source + 1}]) {
-				return fmt.Errorf("rank %d's last message overtook its earlier ones", st.Source)
-			}
-			seen[key] = true
-		}
-		return w.Barrier(ctx)
-	})
+	run(t, 4, wildcards)
 }
 
 // Probe reports a message's size before it is received, so that the
 // receiver can size the buffer.
 func TestProbe(t *testing.T) {
-	sizes := []int{0, 13, 5000, 100000}
-	run(t, 3, func(ctx context.Context, w *mpi.Comm) error {
-		r := w.Rank()
-		if r != 0 {
-			for i, n := range sizes {
-				if err := w.Send(ctx, pattern(n+r, i), 0, 100+i); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		got := 0
-		for got < 2*len(sizes) {
-			st, err := w.Probe(ctx, mpi.AnySource, mpi.AnyTag)
-			if err != nil {
-				return err
-			}
-			ok, st2, err := w.Iprobe(st.Source, st.Tag)
-			if err != nil || !ok || st2 != st {
-				return fmt.Errorf("Iprobe after Probe: %v %+v %v", ok, st2, err)
-			}
-			buf := make([]byte, st.Count)
-			rst, err := w.Recv(ctx, buf, st.Source, st.Tag)
-			if err != nil {
-				return err
-			}
-			i := st.Tag - 100
-			if rst != st || !bytes.Equal(buf, pattern(sizes[i]+st.Source, i)) {
-				return fmt.Errorf("received %+v after probing %+v", rst, st)
-			}
-			got++
-		}
-		if ok, _, err := w.Iprobe(mpi.AnySource, mpi.AnyTag); ok || err != nil {
-			return fmt.Errorf("Iprobe with nothing pending: %v %v", ok, err)
-		}
-		return nil
-	})
+	run(t, 3, probe)
 }
 
 // A receive buffer too small is an error and nothing beyond it is written,
@@ -219,81 +60,7 @@ func TestTruncation(t *testing.T) {
 	for _, n := range []int{100, 5000, 100000} {
 		for _, order := range []string{"posted", "unexpected"} {
 			t.Run(fmt.Sprintf("%d/%s", n, order), func(t *testing.T) {
-				run(t, 2, func(ctx context.Context, w *mpi.Comm) error {
-					if w.Rank() == 0 {
-						if order == "posted" {
-							if err := w.Barrier(ctx); err != nil {
-								return err
-							}
-						}
-						q, err := w.Isend(pattern(n, 1), 1, 7)
-						if err != nil {
-							return err
-						}
-						if order == "unexpected" {
-							if err := w.Barrier(ctx); err != nil {
-								return err
-							}
-						}
-						_, err = q.Wait(ctx)
-						switch {
-						case n < 8000 && err != nil:
-							return err
-						case n >= 8000 && (err == nil || ctx.Err() != nil):
-							// An announced message the receiver cannot
-							// take is declined: the send fails too.
-							return fmt.Errorf("send of a truncated announced message: %v, want it declined", err)
-						}
-						// The layer goes on working: the next message is
-						// received whole.
-						return w.Send(ctx, pattern(10, 2), 1, 8)
-					}
-					buf := make([]byte, n)
-					for i := range buf {
-						buf[i] = 0xEE
-					}
-					var q mpi.Request
-					var err error
-					if order == "posted" {
-						if q, err = w.Irecv(buf[:n/2], 0, 7); err != nil {
-							return err
-						}
-						if err := w.Barrier(ctx); err != nil {
-							return err
-						}
-					} else {
-						if err := w.Barrier(ctx); err != nil {
-							return err
-						}
-						if _, err := w.Probe(ctx, 0, 7); err != nil {
-							return err
-						}
-						if q, err = w.Irecv(buf[:n/2], 0, 7); err != nil {
-							return err
-						}
-					}
-					st, err := q.Wait(ctx)
-					var te *mpi.TruncateError
-					if !errors.As(err, &te) || !errors.Is(err, mpi.ErrTruncate) || te.Size != n || te.Cap != n/2 {
-						return fmt.Errorf("Recv: %v, want a TruncateError of %d into %d", err, n, n/2)
-					}
-					if st.Count > n/2 {
-						return fmt.Errorf("status count %d beyond the buffer", st.Count)
-					}
-					if st.Count > 0 && !bytes.Equal(buf[:st.Count], pattern(n, 1)[:st.Count]) {
-						return errors.New("the part received differs")
-					}
-					for i, b := range buf[n/2:] {
-						if b != 0xEE {
-							return fmt.Errorf("byte %d beyond the buffer overwritten", n/2+i)
-						}
-					}
-					next := make([]byte, 10)
-					if _, err := w.Recv(ctx, next, 0, 8); err != nil || !bytes.Equal(next, pattern(10, 2)) {
-						return fmt.Errorf("next message after a truncation: %v", err)
-					}
-					return nil
-				})
+				run(t, 2, truncation(n, order))
 			})
 		}
 	}
@@ -301,125 +68,14 @@ func TestTruncation(t *testing.T) {
 
 // A rank sends to itself, small and large, blocking and not.
 func TestSelf(t *testing.T) {
-	run(t, 2, func(ctx context.Context, w *mpi.Comm) error {
-		me := w.Rank()
-		for i, n := range []int{0, 5, 5000, 300000} {
-			q, err := w.Isend(pattern(n, i), me, i)
-			if err != nil {
-				return err
-			}
-			buf := make([]byte, n)
-			st, err := w.Recv(ctx, buf, me, i)
-			if err != nil {
-				return err
-			}
-			if st.Source != me || st.Count != n || !bytes.Equal(buf, pattern(n, i)) {
-				return fmt.Errorf("self message of %d: %+v", n, st)
-			}
-			if _, err := q.Wait(ctx); err != nil {
-				return err
-			}
-		}
-		// Blocking send of a small message to itself returns before the
-		// receive is posted (it is copied).
-		if err := w.Send(ctx, []byte("hi"), me, 50); err != nil {
-			return err
-		}
-		buf := make([]byte, 2)
-		if _, err := w.Recv(ctx, buf, me, 50); err != nil || string(buf) != "hi" {
-			return fmt.Errorf("self: %q %v", buf, err)
-		}
-		// A one-rank communicator's collectives.
-		solo, err := w.Split(ctx, me, 0)
-		if err != nil {
-			return err
-		}
-		defer solo.Free()
-		v := []int64{3, 4}
-		if err := mpi.Allreduce(ctx, solo, nil, v, mpi.Prod); err != nil || v[0] != 3 || v[1] != 4 {
-			return fmt.Errorf("one-rank Allreduce: %v %v", v, err)
-		}
-		return solo.Barrier(ctx)
-	})
+	run(t, 2, self)
 }
 
 // Communicators isolate traffic: the same source and tag on a duplicate
 // communicator, on split ones, and in collectives never match a receive of
 // another communicator.
 func TestCommIsolation(t *testing.T) {
-	run(t, 6, func(ctx context.Context, w *mpi.Comm) error {
-		r := w.Rank()
-		dup, err := w.Dup(ctx)
-		if err != nil {
-			return err
-		}
-		defer dup.Free()
-		half, err := w.Split(ctx, r%2, -r) // reversed order within a half
-		if err != nil {
-			return err
-		}
-		defer half.Free()
-		if half.Size() != 3 || half.Rank() != 2-r/2 {
-			return fmt.Errorf("Split: rank %d of %d, want %d of 3", half.Rank(), half.Size(), 2-r/2)
-		}
-		if half.WorldRank(half.Rank()) != r {
-			return fmt.Errorf("WorldRank(%d) = %d, want %d", half.Rank(), half.WorldRank(half.Rank()), r)
-		}
-		none, err := w.Split(ctx, map[bool]int{true: mpi.Undefined, false: 1}[r == 0], 0)
-		if err != nil || (r == 0) != (none == nil) {
-			return fmt.Errorf("Split with Undefined: %v %v", none, err)
-		}
-		if none != nil {
-			defer none.Free()
-		}
-		// Everyone sends to its right neighbour, same tag, on each
-		// communicator, with different payloads; and receives in the
-		// reverse order of communicators.
-		right, left := (r+1)%6, (r+5)%6
-		hr, hl := (half.Rank()+1)%3, (half.Rank()+2)%3
-		var reqs []mpi.Request
-		for _, m := range []struct {
-			c    *mpi.Comm
-			dest int
-			val  int64
-		}{{w, right, 1}, {dup, right, 2}, {half, hr, 3}} {
-			q, err := mpi.Isend(m.c, []int64{m.val*100 + int64(r)}, m.dest, 0)
-			if err != nil {
-				return err
-			}
-			reqs = append(reqs, q)
-		}
-		// A collective on dup while point-to-point messages are pending.
-		sum := []int64{int64(r)}
-		if err := mpi.Allreduce(ctx, dup, nil, sum, mpi.Sum); err != nil || sum[0] != 15 {
-			return fmt.Errorf("Allreduce on dup: %v %v", sum, err)
-		}
-		for _, m := range []struct {
-			c    *mpi.Comm
-			src  int
-			want int64
-		}{{half, hl, 300 + int64(half.WorldRank(hl))}, {dup, left, 200 + int64(left)}, {w, left, 100 + int64(left)}} {
-			got := []int64{0}
-			if _, err := mpi.Recv(ctx, m.c, got, mpi.AnySource, mpi.AnyTag); err != nil {
-				return err
-			}
-			if got[0] != m.want {
-				return fmt.Errorf("received %d, want %d: traffic crossed communicators", got[0], m.want)
-			}
-		}
-		if err := mpi.Waitall(ctx, reqs, nil); err != nil {
-			return err
-		}
-		// Collectives on the two halves at once, and on the world.
-		hs := []int64{int64(r)}
-		if err := mpi.Allreduce(ctx, half, nil, hs, mpi.Sum); err != nil {
-			return err
-		}
-		if want := int64(map[int]int{0: 0 + 2 + 4, 1: 1 + 3 + 5}[r%2]); hs[0] != want {
-			return fmt.Errorf("Allreduce on a half: %d, want %d", hs[0], want)
-		}
-		return w.Barrier(ctx)
-	})
+	run(t, 6, commIsolation)
 }
 
 // Thousands of nonblocking sends and receives outstanding at once, posted
@@ -427,79 +83,7 @@ func TestCommIsolation(t *testing.T) {
 // (peer, tag) stream is kept, which MPI's ordering rule makes meaningful),
 // with mixed sizes and tags, among several ranks.
 func TestManyOutstanding(t *testing.T) {
-	const per = 1500 // messages each rank sends each other rank
-	const tags = 17
-	run(t, 3, func(ctx context.Context, w *mpi.Comm) error {
-		p, r := w.Size(), w.Rank()
-		rng := rand.New(rand.NewPCG(uint64(r), 7))
-		size := func(from, to, i int) int {
-			if i%97 == 0 {
-				return 10000 + i // announced
-			}
-			return (from*31 + to*7 + i) % 300
-		}
-		// order returns the messages (peer, i) exchanged with the other
-		// ranks in a random interleaving of the streams (peer, i%tags),
-		// each stream in increasing i.
-		order := func() [][2]int {
-			type stream struct{ peer, next int }
-			var ss []*stream
-			for q := 0; q < p; q++ {
-				for tag := 0; tag < tags && q != r; tag++ {
-					ss = append(ss, &stream{q, tag})
-				}
-			}
-			var out [][2]int
-			for len(ss) > 0 {
-				k := rng.IntN(len(ss))
-				st := ss[k]
-				out = append(out, [2]int{st.peer, st.next})
-				if st.next += tags; st.next >= per {
-					ss[k] = ss[len(ss)-1]
-					ss = ss[:len(ss)-1]
-				}
-			}
-			return out
-		}
-		sendOrder, recvOrder := order(), order()
-		recvs := make([]mpi.Request, 0, len(recvOrder))
-		sends := make([]mpi.Request, 0, len(sendOrder))
-		rbufs := make([][]byte, len(recvOrder))
-		for k := range recvOrder {
-			o := recvOrder[k]
-			rbufs[k] = make([]byte, size(o[0], r, o[1]))
-			q, err := w.Irecv(rbufs[k], o[0], o[1]%tags)
-			if err != nil {
-				return err
-			}
-			recvs = append(recvs, q)
-			s := sendOrder[k]
-			if q, err = w.Isend(pattern(size(r, s[0], s[1]), s[1]+1000*r), s[0], s[1]%tags); err != nil {
-				return err
-			}
-			sends = append(sends, q)
-		}
-		// Complete some receives one at a time, then all.
-		for k := 0; k < 200; k++ {
-			if _, _, err := mpi.Waitany(ctx, recvs); err != nil {
-				return fmt.Errorf("Waitany: %w", err)
-			}
-		}
-		sts := make([]mpi.Status, len(recvs))
-		if err := mpi.Waitall(ctx, recvs, sts); err != nil {
-			return err
-		}
-		if err := mpi.Waitall(ctx, sends, nil); err != nil {
-			return err
-		}
-		for k, buf := range rbufs {
-			o := recvOrder[k]
-			if !bytes.Equal(buf, pattern(len(buf), o[1]+1000*o[0])) {
-				return fmt.Errorf("message %d from rank %d: wrong data", o[1], o[0])
-			}
-		}
-		return w.Barrier(ctx)
-	})
+	run(t, 3, manyOutstanding)
 }
 
 // Misuse is reported as an error, never a panic.
@@ -625,119 +209,14 @@ func TestBoundedWaits(t *testing.T) {
 func TestNonblockingCollectives(t *testing.T) {
 	for _, p := range []int{1, 2, 3, 5, 8} {
 		t.Run(fmt.Sprint(p), func(t *testing.T) {
-			run(t, p, func(ctx context.Context, w *mpi.Comm) error {
-				r := w.Rank()
-				const k = 6
-				sums := make([][]int64, k)
-				bc := make([][]float64, k)
-				var reqs []mpi.Request
-				for i := 0; i < k; i++ {
-					n := []int{1, 7, 3000, 40000, 0, 100}[i]
-					sums[i] = ints(r, n)
-					q, err := mpi.Iallreduce(w, nil, sums[i], mpi.Sum)
-					if err != nil {
-						return err
-					}
-					reqs = append(reqs, q)
-					bc[i] = make([]float64, n)
-					if r == i%p {
-						bc[i] = floats(i, n)
-					}
-					if q, err = mpi.Ibcast(w, bc[i], i%p); err != nil {
-						return err
-					}
-					reqs = append(reqs, q)
-					if q, err = w.Ibarrier(); err != nil {
-						return err
-					}
-					reqs = append(reqs, q)
-				}
-				// Point-to-point around a ring meanwhile.
-				got := make([]int64, 1)
-				rq, err := mpi.Irecv(w, got, (r+p-1)%p, 0)
-				if err != nil {
-					return err
-				}
-				if err := mpi.Send(ctx, w, []int64{int64(r)}, (r+1)%p, 0); err != nil {
-					return err
-				}
-				if _, err := rq.Wait(ctx); err != nil || got[0] != int64((r+p-1)%p) {
-					return fmt.Errorf("ring: %v %v", got, err)
-				}
-				// Complete them in reverse.
-				for i := len(reqs) - 1; i >= 0; i-- {
-					if _, err := reqs[i].Wait(ctx); err != nil {
-						return err
-					}
-				}
-				for i := 0; i < k; i++ {
-					n := len(sums[i])
-					if err := expect(fmt.Sprintf("Iallreduce %d", i), sums[i], n, refSum(0, p)); err != nil {
-						return err
-					}
-					if err := same(fmt.Sprintf("Ibcast %d", i), bc[i], floats(i, n)); err != nil {
-						return err
-					}
-				}
-				// Test polls one to completion.
-				q, err := w.Ibarrier()
-				if err != nil {
-					return err
-				}
-				for {
-					done, _, err := q.Test()
-					if err != nil {
-						return err
-					}
-					if done {
-						break
-					}
-				}
-				return nil
-			})
+			run(t, p, nonblockingCollectives)
 		})
 	}
 }
 
 // Every predefined op on every element type, against a plain loop.
 func TestOps(t *testing.T) {
-	run(t, 3, func(ctx context.Context, w *mpi.Comm) error {
-		r := w.Rank()
-		if err := opsOn[int8](ctx, w, r, true); err != nil {
-			return err
-		}
-		if err := opsOn[uint16](ctx, w, r, true); err != nil {
-			return err
-		}
-		if err := opsOn[int32](ctx, w, r, true); err != nil {
-			return err
-		}
-		if err := opsOn[uint64](ctx, w, r, true); err != nil {
-			return err
-		}
-		if err := opsOn[int](ctx, w, r, true); err != nil {
-			return err
-		}
-		if err := opsOn[float32](ctx, w, r, false); err != nil {
-			return err
-		}
-		if err := opsOn[float64](ctx, w, r, false); err != nil {
-			return err
-		}
-		type celsius float64 // a defined type
-		if err := opsOn[celsius](ctx, w, r, false); err != nil {
-			return err
-		}
-		// Complex: Sum and Prod.
-		z := []complex128{complex(float64(r), 1)}
-		if err := mpi.Allreduce(ctx, w, nil, z, mpi.Prod); err != nil {
-			return err
-		}
-		if want := complex(0, 1) * complex(1, 1) * complex(2, 1); z[0] != want {
-			return fmt.Errorf("complex Prod: %v, want %v", z[0], want)
-		}
-		return nil
-	})
+	run(t, 3, ops)
 }
 
 type realNum interface {
@@ -839,4 +318,548 @@ func TestLeaveAfterCollective(t *testing.T) {
 			}
 		}
 	}
+}
+
+func nonOvertaking(mode string) func(ctx context.Context, w *mpi.Comm) error {
+	const n = 200
+	return func(ctx context.Context, w *mpi.Comm) error {
+		if w.Rank() == 0 {
+			if mode == "unexpected first" {
+				// Let the receiver post nothing until all arrived.
+				if err := w.Barrier(ctx); err != nil {
+					return err
+				}
+			}
+			reqs := make([]mpi.Request, n)
+			for i := range reqs {
+				var err error
+				if reqs[i], err = w.Isend(pattern(mixedSize(i), i), 1, 5); err != nil {
+					return err
+				}
+			}
+			if err := mpi.Waitall(ctx, reqs, nil); err != nil {
+				return err
+			}
+			if mode != "unexpected first" {
+				return w.Barrier(ctx)
+			}
+			return nil
+		}
+		src, tag := 0, 5
+		if mode == "wildcards" {
+			src, tag = mpi.AnySource, mpi.AnyTag
+		}
+		if mode == "unexpected first" {
+			if err := w.Barrier(ctx); err != nil {
+				return err
+			}
+			// Wait until everything is queued unexpected (small) or
+			// announced (large).
+			for w.Stats().Unexpected < n {
+				if _, _, err := w.Iprobe(0, 99); err != nil {
+					return err
+				}
+			}
+		}
+		bufs := make([][]byte, n)
+		reqs := make([]mpi.Request, n)
+		for i := range reqs {
+			bufs[i] = make([]byte, 30000)
+			var err error
+			if reqs[i], err = w.Irecv(bufs[i], src, tag); err != nil {
+				return err
+			}
+		}
+		sts := make([]mpi.Status, n)
+		if err := mpi.Waitall(ctx, reqs, sts); err != nil {
+			return err
+		}
+		for i := range reqs {
+			size := mixedSize(i)
+			if sts[i].Count != size || sts[i].Source != 0 || sts[i].Tag != 5 {
+				return fmt.Errorf("message %d: status %+v, want %d bytes from 0 tag 5", i, sts[i], size)
+			}
+			if !bytes.Equal(bufs[i][:size], pattern(size, i)) {
+				return fmt.Errorf("message %d: wrong data (overtaken?)", i)
+			}
+		}
+		if mode != "unexpected first" {
+			return w.Barrier(ctx)
+		}
+		return nil
+	}
+}
+
+func wildcards(ctx context.Context, w *mpi.Comm) error {
+	r := w.Rank()
+	if r != 0 {
+		// Rank r sends tags 10r and 10r+1, then one more on tag 7.
+		for _, tag := range []int{10 * r, 10*r + 1, 7} {
+			if err := mpi.Send(ctx, w, []int64{int64(r), int64(tag)}, 0, tag); err != nil {
+				return err
+			}
+		}
+		return w.Barrier(ctx)
+	}
+	buf := make([]int64, 2)
+	seen := map[[2]int]bool{}
+	// A specific receive posted first, then a wildcard one: the message
+	// from rank 2 tag 20 must go to the specific one.
+	spec, err := mpi.Irecv(w, make([]int64, 2), 2, 20)
+	if err != nil {
+		return err
+	}
+	wild, err := mpi.Irecv(w, make([]int64, 2), mpi.AnySource, 20)
+	if err != nil {
+		return err
+	}
+	st, err := spec.Wait(ctx)
+	if err != nil || st.Source != 2 || st.Tag != 20 {
+		return fmt.Errorf("specific receive: %+v %v", st, err)
+	}
+	seen[[2]int{2, 20}] = true
+	if ok, _, _ := wild.Test(); ok {
+		return errors.New("wildcard receive on tag 20 matched, but only rank 2 sends tag 20")
+	}
+	if !wild.Cancel() {
+		return errors.New("Cancel of an unmatched receive failed")
+	}
+	if _, err := wild.Wait(ctx); !errors.Is(err, mpi.ErrCanceled) {
+		return fmt.Errorf("canceled receive: %v", err)
+	}
+	// Any source, any tag: 3*3-1 more messages.
+	for len(seen) < 3*3 {
+		st, err := mpi.Recv(ctx, w, buf, mpi.AnySource, mpi.AnyTag)
+		if err != nil {
+			return err
+		}
+		if int(buf[0]) != st.Source || int(buf[1]) != st.Tag || mpi.Elements[int64](st) != 2 {
+			return fmt.Errorf("status %+v for message %v", st, buf)
+		}
+		key := [2]int{st.Source, st.Tag}
+		if seen[key] {
+			return fmt.Errorf("message %v twice", key)
+		}
+		// Per source, tag 7 comes last: non-overtaking.
+		if st.Tag == 7 && (!seen[[2]int{st.Source, 10 * st.Source}] || !seen[[2]int{st.Source, 10*st.Source + 1}]) {
+			return fmt.Errorf("rank %d's last message overtook its earlier ones", st.Source)
+		}
+		seen[key] = true
+	}
+	return w.Barrier(ctx)
+}
+
+func probe(ctx context.Context, w *mpi.Comm) error {
+	sizes := []int{0, 13, 5000, 100000}
+	r := w.Rank()
+	if r != 0 {
+		for i, n := range sizes {
+			if err := w.Send(ctx, pattern(n+r, i), 0, 100+i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	got := 0
+	for got < 2*len(sizes) {
+		st, err := w.Probe(ctx, mpi.AnySource, mpi.AnyTag)
+		if err != nil {
+			return err
+		}
+		ok, st2, err := w.Iprobe(st.Source, st.Tag)
+		if err != nil || !ok || st2 != st {
+			return fmt.Errorf("Iprobe after Probe: %v %+v %v", ok, st2, err)
+		}
+		buf := make([]byte, st.Count)
+		rst, err := w.Recv(ctx, buf, st.Source, st.Tag)
+		if err != nil {
+			return err
+		}
+		i := st.Tag - 100
+		if rst != st || !bytes.Equal(buf, pattern(sizes[i]+st.Source, i)) {
+			return fmt.Errorf("received %+v after probing %+v", rst, st)
+		}
+		got++
+	}
+	if ok, _, err := w.Iprobe(mpi.AnySource, mpi.AnyTag); ok || err != nil {
+		return fmt.Errorf("Iprobe with nothing pending: %v %v", ok, err)
+	}
+	return nil
+}
+
+func truncation(n int, order string) func(ctx context.Context, w *mpi.Comm) error {
+	return func(ctx context.Context, w *mpi.Comm) error {
+		if w.Rank() == 0 {
+			if order == "posted" {
+				if err := w.Barrier(ctx); err != nil {
+					return err
+				}
+			}
+			q, err := w.Isend(pattern(n, 1), 1, 7)
+			if err != nil {
+				return err
+			}
+			if order == "unexpected" {
+				if err := w.Barrier(ctx); err != nil {
+					return err
+				}
+			}
+			_, err = q.Wait(ctx)
+			switch {
+			case n < 8000 && err != nil:
+				return err
+			case n >= 8000 && (err == nil || ctx.Err() != nil):
+				// An announced message the receiver cannot
+				// take is declined: the send fails too.
+				return fmt.Errorf("send of a truncated announced message: %v, want it declined", err)
+			}
+			// The layer goes on working: the next message is
+			// received whole.
+			return w.Send(ctx, pattern(10, 2), 1, 8)
+		}
+		buf := make([]byte, n)
+		for i := range buf {
+			buf[i] = 0xEE
+		}
+		var q mpi.Request
+		var err error
+		if order == "posted" {
+			if q, err = w.Irecv(buf[:n/2], 0, 7); err != nil {
+				return err
+			}
+			if err := w.Barrier(ctx); err != nil {
+				return err
+			}
+		} else {
+			if err := w.Barrier(ctx); err != nil {
+				return err
+			}
+			if _, err := w.Probe(ctx, 0, 7); err != nil {
+				return err
+			}
+			if q, err = w.Irecv(buf[:n/2], 0, 7); err != nil {
+				return err
+			}
+		}
+		st, err := q.Wait(ctx)
+		var te *mpi.TruncateError
+		if !errors.As(err, &te) || !errors.Is(err, mpi.ErrTruncate) || te.Size != n || te.Cap != n/2 {
+			return fmt.Errorf("Recv: %v, want a TruncateError of %d into %d", err, n, n/2)
+		}
+		if st.Count > n/2 {
+			return fmt.Errorf("status count %d beyond the buffer", st.Count)
+		}
+		if st.Count > 0 && !bytes.Equal(buf[:st.Count], pattern(n, 1)[:st.Count]) {
+			return errors.New("the part received differs")
+		}
+		for i, b := range buf[n/2:] {
+			if b != 0xEE {
+				return fmt.Errorf("byte %d beyond the buffer overwritten", n/2+i)
+			}
+		}
+		next := make([]byte, 10)
+		if _, err := w.Recv(ctx, next, 0, 8); err != nil || !bytes.Equal(next, pattern(10, 2)) {
+			return fmt.Errorf("next message after a truncation: %v", err)
+		}
+		return nil
+	}
+}
+
+func self(ctx context.Context, w *mpi.Comm) error {
+	me := w.Rank()
+	for i, n := range []int{0, 5, 5000, 300000} {
+		q, err := w.Isend(pattern(n, i), me, i)
+		if err != nil {
+			return err
+		}
+		buf := make([]byte, n)
+		st, err := w.Recv(ctx, buf, me, i)
+		if err != nil {
+			return err
+		}
+		if st.Source != me || st.Count != n || !bytes.Equal(buf, pattern(n, i)) {
+			return fmt.Errorf("self message of %d: %+v", n, st)
+		}
+		if _, err := q.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	// Blocking send of a small message to itself returns before the
+	// receive is posted (it is copied).
+	if err := w.Send(ctx, []byte("hi"), me, 50); err != nil {
+		return err
+	}
+	buf := make([]byte, 2)
+	if _, err := w.Recv(ctx, buf, me, 50); err != nil || string(buf) != "hi" {
+		return fmt.Errorf("self: %q %v", buf, err)
+	}
+	// A one-rank communicator's collectives.
+	solo, err := w.Split(ctx, me, 0)
+	if err != nil {
+		return err
+	}
+	defer solo.Free()
+	v := []int64{3, 4}
+	if err := mpi.Allreduce(ctx, solo, nil, v, mpi.Prod); err != nil || v[0] != 3 || v[1] != 4 {
+		return fmt.Errorf("one-rank Allreduce: %v %v", v, err)
+	}
+	return solo.Barrier(ctx)
+}
+
+func commIsolation(ctx context.Context, w *mpi.Comm) error {
+	r := w.Rank()
+	dup, err := w.Dup(ctx)
+	if err != nil {
+		return err
+	}
+	defer dup.Free()
+	half, err := w.Split(ctx, r%2, -r) // reversed order within a half
+	if err != nil {
+		return err
+	}
+	defer half.Free()
+	if half.Size() != 3 || half.Rank() != 2-r/2 {
+		return fmt.Errorf("Split: rank %d of %d, want %d of 3", half.Rank(), half.Size(), 2-r/2)
+	}
+	if half.WorldRank(half.Rank()) != r {
+		return fmt.Errorf("WorldRank(%d) = %d, want %d", half.Rank(), half.WorldRank(half.Rank()), r)
+	}
+	none, err := w.Split(ctx, map[bool]int{true: mpi.Undefined, false: 1}[r == 0], 0)
+	if err != nil || (r == 0) != (none == nil) {
+		return fmt.Errorf("Split with Undefined: %v %v", none, err)
+	}
+	if none != nil {
+		defer none.Free()
+	}
+	// Everyone sends to its right neighbour, same tag, on each
+	// communicator, with different payloads; and receives in the
+	// reverse order of communicators.
+	right, left := (r+1)%6, (r+5)%6
+	hr, hl := (half.Rank()+1)%3, (half.Rank()+2)%3
+	var reqs []mpi.Request
+	for _, m := range []struct {
+		c    *mpi.Comm
+		dest int
+		val  int64
+	}{{w, right, 1}, {dup, right, 2}, {half, hr, 3}} {
+		q, err := mpi.Isend(m.c, []int64{m.val*100 + int64(r)}, m.dest, 0)
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, q)
+	}
+	// A collective on dup while point-to-point messages are pending.
+	sum := []int64{int64(r)}
+	if err := mpi.Allreduce(ctx, dup, nil, sum, mpi.Sum); err != nil || sum[0] != 15 {
+		return fmt.Errorf("Allreduce on dup: %v %v", sum, err)
+	}
+	for _, m := range []struct {
+		c    *mpi.Comm
+		src  int
+		want int64
+	}{{half, hl, 300 + int64(half.WorldRank(hl))}, {dup, left, 200 + int64(left)}, {w, left, 100 + int64(left)}} {
+		got := []int64{0}
+		if _, err := mpi.Recv(ctx, m.c, got, mpi.AnySource, mpi.AnyTag); err != nil {
+			return err
+		}
+		if got[0] != m.want {
+			return fmt.Errorf("received %d, want %d: traffic crossed communicators", got[0], m.want)
+		}
+	}
+	if err := mpi.Waitall(ctx, reqs, nil); err != nil {
+		return err
+	}
+	// Collectives on the two halves at once, and on the world.
+	hs := []int64{int64(r)}
+	if err := mpi.Allreduce(ctx, half, nil, hs, mpi.Sum); err != nil {
+		return err
+	}
+	if want := int64(map[int]int{0: 0 + 2 + 4, 1: 1 + 3 + 5}[r%2]); hs[0] != want {
+		return fmt.Errorf("Allreduce on a half: %d, want %d", hs[0], want)
+	}
+	return w.Barrier(ctx)
+}
+
+func manyOutstanding(ctx context.Context, w *mpi.Comm) error {
+	const per = 1500 // messages each rank sends each other rank
+	const tags = 17
+	p, r := w.Size(), w.Rank()
+	rng := rand.New(rand.NewPCG(uint64(r), 7))
+	size := func(from, to, i int) int {
+		if i%97 == 0 {
+			return 10000 + i // announced
+		}
+		return (from*31 + to*7 + i) % 300
+	}
+	// order returns the messages (peer, i) exchanged with the other
+	// ranks in a random interleaving of the streams (peer, i%tags),
+	// each stream in increasing i.
+	order := func() [][2]int {
+		type stream struct{ peer, next int }
+		var ss []*stream
+		for q := 0; q < p; q++ {
+			for tag := 0; tag < tags && q != r; tag++ {
+				ss = append(ss, &stream{q, tag})
+			}
+		}
+		var out [][2]int
+		for len(ss) > 0 {
+			k := rng.IntN(len(ss))
+			st := ss[k]
+			out = append(out, [2]int{st.peer, st.next})
+			if st.next += tags; st.next >= per {
+				ss[k] = ss[len(ss)-1]
+				ss = ss[:len(ss)-1]
+			}
+		}
+		return out
+	}
+	sendOrder, recvOrder := order(), order()
+	recvs := make([]mpi.Request, 0, len(recvOrder))
+	sends := make([]mpi.Request, 0, len(sendOrder))
+	rbufs := make([][]byte, len(recvOrder))
+	for k := range recvOrder {
+		o := recvOrder[k]
+		rbufs[k] = make([]byte, size(o[0], r, o[1]))
+		q, err := w.Irecv(rbufs[k], o[0], o[1]%tags)
+		if err != nil {
+			return err
+		}
+		recvs = append(recvs, q)
+		s := sendOrder[k]
+		if q, err = w.Isend(pattern(size(r, s[0], s[1]), s[1]+1000*r), s[0], s[1]%tags); err != nil {
+			return err
+		}
+		sends = append(sends, q)
+	}
+	// Complete some receives one at a time, then all.
+	for k := 0; k < 200; k++ {
+		if _, _, err := mpi.Waitany(ctx, recvs); err != nil {
+			return fmt.Errorf("Waitany: %w", err)
+		}
+	}
+	sts := make([]mpi.Status, len(recvs))
+	if err := mpi.Waitall(ctx, recvs, sts); err != nil {
+		return err
+	}
+	if err := mpi.Waitall(ctx, sends, nil); err != nil {
+		return err
+	}
+	for k, buf := range rbufs {
+		o := recvOrder[k]
+		if !bytes.Equal(buf, pattern(len(buf), o[1]+1000*o[0])) {
+			return fmt.Errorf("message %d from rank %d: wrong data", o[1], o[0])
+		}
+	}
+	return w.Barrier(ctx)
+}
+
+func nonblockingCollectives(ctx context.Context, w *mpi.Comm) error {
+	p := w.Size()
+	r := w.Rank()
+	const k = 6
+	sums := make([][]int64, k)
+	bc := make([][]float64, k)
+	var reqs []mpi.Request
+	for i := 0; i < k; i++ {
+		n := []int{1, 7, 3000, 40000, 0, 100}[i]
+		sums[i] = ints(r, n)
+		q, err := mpi.Iallreduce(w, nil, sums[i], mpi.Sum)
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, q)
+		bc[i] = make([]float64, n)
+		if r == i%p {
+			bc[i] = floats(i, n)
+		}
+		if q, err = mpi.Ibcast(w, bc[i], i%p); err != nil {
+			return err
+		}
+		reqs = append(reqs, q)
+		if q, err = w.Ibarrier(); err != nil {
+			return err
+		}
+		reqs = append(reqs, q)
+	}
+	// Point-to-point around a ring meanwhile.
+	got := make([]int64, 1)
+	rq, err := mpi.Irecv(w, got, (r+p-1)%p, 0)
+	if err != nil {
+		return err
+	}
+	if err := mpi.Send(ctx, w, []int64{int64(r)}, (r+1)%p, 0); err != nil {
+		return err
+	}
+	if _, err := rq.Wait(ctx); err != nil || got[0] != int64((r+p-1)%p) {
+		return fmt.Errorf("ring: %v %v", got, err)
+	}
+	// Complete them in reverse.
+	for i := len(reqs) - 1; i >= 0; i-- {
+		if _, err := reqs[i].Wait(ctx); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < k; i++ {
+		n := len(sums[i])
+		if err := expect(fmt.Sprintf("Iallreduce %d", i), sums[i], n, refSum(0, p)); err != nil {
+			return err
+		}
+		if err := same(fmt.Sprintf("Ibcast %d", i), bc[i], floats(i, n)); err != nil {
+			return err
+		}
+	}
+	// Test polls one to completion.
+	q, err := w.Ibarrier()
+	if err != nil {
+		return err
+	}
+	for {
+		done, _, err := q.Test()
+		if err != nil {
+			return err
+		}
+		if done {
+			break
+		}
+	}
+	return nil
+}
+
+func ops(ctx context.Context, w *mpi.Comm) error {
+	r := w.Rank()
+	if err := opsOn[int8](ctx, w, r, true); err != nil {
+		return err
+	}
+	if err := opsOn[uint16](ctx, w, r, true); err != nil {
+		return err
+	}
+	if err := opsOn[int32](ctx, w, r, true); err != nil {
+		return err
+	}
+	if err := opsOn[uint64](ctx, w, r, true); err != nil {
+		return err
+	}
+	if err := opsOn[int](ctx, w, r, true); err != nil {
+		return err
+	}
+	if err := opsOn[float32](ctx, w, r, false); err != nil {
+		return err
+	}
+	if err := opsOn[float64](ctx, w, r, false); err != nil {
+		return err
+	}
+	type celsius float64 // a defined type
+	if err := opsOn[celsius](ctx, w, r, false); err != nil {
+		return err
+	}
+	// Complex: Sum and Prod.
+	z := []complex128{complex(float64(r), 1)}
+	if err := mpi.Allreduce(ctx, w, nil, z, mpi.Prod); err != nil {
+		return err
+	}
+	if want := complex(0, 1) * complex(1, 1) * complex(2, 1); z[0] != want {
+		return fmt.Errorf("complex Prod: %v, want %v", z[0], want)
+	}
+	return nil
 }

@@ -1,0 +1,197 @@
+package mpi_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/amigo-hpc/amigo"
+	"github.com/amigo-hpc/amigo/internal/launch"
+	"github.com/amigo-hpc/amigo/mpi"
+)
+
+// The tests below run the same checks with ranks as real processes over the
+// shared-memory adapter: the test binary re-runs itself (the os/exec
+// pattern) with rankEnv naming the program, and internal/launch serves the
+// ranks PMI as a launcher would.
+
+const rankEnv = "AMIGO_MPI_TEST_RANK"
+
+func TestMain(m *testing.M) {
+	if prog := os.Getenv(rankEnv); prog != "" {
+		os.Exit(rankMain(prog))
+	}
+	os.Exit(m.Run())
+}
+
+// program returns the rank program called name: "coll:P" runs every
+// collective check with the counts for P ranks; "small:P" only the small
+// counts (for runs that force other algorithms through AMIGO_MPI_*);
+// the others are the semantics programs.
+func program(name string) func(ctx context.Context, w *mpi.Comm) error {
+	if p, ok := strings.CutPrefix(name, "coll:"); ok {
+		return collProgram(p, false)
+	}
+	if p, ok := strings.CutPrefix(name, "small:"); ok {
+		return collProgram(p, true)
+	}
+	switch name {
+	case "nonovertaking/posted":
+		return nonOvertaking("posted first")
+	case "nonovertaking/unexpected":
+		return nonOvertaking("unexpected first")
+	case "nonovertaking/wildcards":
+		return nonOvertaking("wildcards")
+	case "wildcards":
+		return wildcards
+	case "probe":
+		return probe
+	case "truncation/small":
+		return truncation(100, "posted")
+	case "truncation/large":
+		return truncation(100000, "unexpected")
+	case "self":
+		return self
+	case "isolation":
+		return commIsolation
+	case "outstanding":
+		return manyOutstanding
+	case "nonblocking":
+		return nonblockingCollectives
+	case "ops":
+		return ops
+	}
+	return nil
+}
+
+func collProgram(ps string, small bool) func(ctx context.Context, w *mpi.Comm) error {
+	p, _ := strconv.Atoi(ps)
+	counts := byRanks(cases(small))[p]
+	return func(ctx context.Context, w *mpi.Comm) error {
+		for _, c := range collChecks {
+			if err := c.fn(ctx, w, counts); err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+		}
+		return nil
+	}
+}
+
+// rankMain runs this process as one rank of a launched job.
+func rankMain(name string) int {
+	fn := program(name)
+	if fn == nil {
+		fmt.Fprintf(os.Stderr, "no rank program %q\n", name)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl, err := amigo.Open(ctx, amigo.Config{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open:", err)
+		return 1
+	}
+	defer cl.Close()
+	if want := os.Getenv("AMIGO_TRANSPORT"); cl.Size() > 1 && !slices.Contains(cl.Adapters(), want) {
+		fmt.Fprintf(os.Stderr, "rank %d: adapters %v, want %s\n", cl.Rank(), cl.Adapters(), want)
+		return 1
+	}
+	w, err := mpi.World(ctx, cl.Context(0), nil)
+	if err == nil {
+		if err = fn(ctx, w); err == nil {
+			err = mpi.Finalize(ctx, w)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rank %d: %v\n", cl.Rank(), err)
+		return 1
+	}
+	return 0
+}
+
+// runProcs runs program name on n ranks as processes over shared memory,
+// with env added, and fails t with the ranks' output if the job fails.
+func runProcs(t *testing.T, n int, name string, env ...string) {
+	t.Helper()
+	var out bytes.Buffer
+	var mu sync.Mutex
+	job, err := launch.Start(launch.Options{
+		N:    n,
+		Argv: []string{os.Args[0]},
+		Env: append([]string{rankEnv + "=" + name, "AMIGO_TRANSPORT=shm", "GORACE=atexit_sleep_ms=0",
+			// More ranks than cores: a rank that waits sleeps soon.
+			"AMIGO_SPIN=50", "AMIGO_YIELD=50"}, env...),
+		Output: func(r int) (io.Writer, io.Writer) {
+			w := &lockedWriter{mu: &mu, b: &out}
+			return w, w
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if err := job.Wait(ctx); err != nil {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("%d ranks of %s: %v\n%s", n, name, err, out.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// Every collective against its reference, ranks as processes over shared
+// memory: every rank count from 1 to 17 with the small counts, the large
+// counts on a few, with the algorithms chosen by size; then the other
+// algorithms forced on a few rank counts.
+func TestCollectivesShm(t *testing.T) {
+	for p := range byRanks(cases(false)) {
+		t.Run(fmt.Sprintf("p=%d", p), func(t *testing.T) {
+			runProcs(t, p, fmt.Sprintf("coll:%d", p))
+		})
+	}
+	long := []string{"AMIGO_MPI_ALLREDUCE_SHORT=-1", "AMIGO_MPI_REDUCE_SHORT=-1", "AMIGO_MPI_BCAST_SHORT=-1",
+		"AMIGO_MPI_BCAST_SEGMENT=1000", "AMIGO_MPI_ALLGATHER_SHORT=-1", "AMIGO_MPI_GATHER_SHORT=-1", "AMIGO_MPI_ALLTOALL_SHORT=-1"}
+	short := []string{"AMIGO_MPI_ALLREDUCE_SHORT=" + strconv.Itoa(mpi.Never), "AMIGO_MPI_REDUCE_SHORT=" + strconv.Itoa(mpi.Never),
+		"AMIGO_MPI_BCAST_SHORT=" + strconv.Itoa(mpi.Never), "AMIGO_MPI_ALLGATHER_SHORT=" + strconv.Itoa(mpi.Never),
+		"AMIGO_MPI_GATHER_SHORT=" + strconv.Itoa(mpi.Never), "AMIGO_MPI_ALLTOALL_SHORT=" + strconv.Itoa(mpi.Never)}
+	for _, p := range []int{3, 6, 8} {
+		t.Run(fmt.Sprintf("long-algorithms/p=%d", p), func(t *testing.T) {
+			runProcs(t, p, fmt.Sprintf("small:%d", p), long...)
+		})
+		t.Run(fmt.Sprintf("short-algorithms/p=%d", p), func(t *testing.T) {
+			runProcs(t, p, fmt.Sprintf("small:%d", p), short...)
+		})
+	}
+}
+
+// The semantics programs, ranks as processes over shared memory.
+func TestSemanticsShm(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		n    int
+	}{
+		{"nonovertaking/posted", 2}, {"nonovertaking/unexpected", 2}, {"nonovertaking/wildcards", 2},
+		{"wildcards", 4}, {"probe", 3}, {"truncation/small", 2}, {"truncation/large", 2},
+		{"self", 2}, {"isolation", 6}, {"outstanding", 3}, {"nonblocking", 5}, {"ops", 3},
+	} {
+		t.Run(c.name, func(t *testing.T) { runProcs(t, c.n, c.name) })
+	}
+}
