@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/amigo-hpc/amigo/internal/wire"
@@ -42,6 +43,10 @@ type Context struct {
 
 	timer *time.Timer
 	stats Stats
+
+	// Idle policy, from the adapters (see idle).
+	spin    int  // idle Advance calls before yielding
+	osYield bool // yield the OS thread too: peers are processes of this host
 
 	unexpected  int      // bytes of unexpected eager data held
 	chunks      [][]byte // free chunks for unexpected data
@@ -95,6 +100,15 @@ func newContext(cl *Client, index int) (*Context, error) {
 			if b != nil {
 				c.bell = b
 				break
+			}
+		}
+	}
+	c.spin = cl.cfg.SpinIterations
+	for _, a := range cl.adapters {
+		if h, ok := a.(interface{ Oversubscribed() bool }); ok {
+			c.osYield = true
+			if h.Oversubscribed() {
+				c.spin = min(c.spin, oversubscribedSpin)
 			}
 		}
 	}
@@ -297,14 +311,28 @@ func (c *Context) Wait(ctx context.Context, cond func() bool) error {
 	}
 }
 
+// oversubscribedSpin bounds the spinning of a context whose host runs more
+// ranks than it has processors.
+const oversubscribedSpin = 20
+
 // idle is one step of the spin, yield, sleep policy of a goroutine that found
 // no work; it returns the new idle count.
+//
+// When the peers are processes of this host (an adapter says whether they
+// outnumber the processors, with an Oversubscribed method), a yield also
+// gives the OS thread away with sched_yield: the peer this context waits for
+// may be waiting for a processor, which runtime.Gosched alone never hands to
+// another process. When they outnumber the processors, spinning only keeps
+// them from running, so the context spins at most oversubscribedSpin times.
 func (c *Context) idle(idle int, done <-chan struct{}) int {
 	idle++
 	switch {
-	case idle <= c.cfg.SpinIterations:
-	case idle <= c.cfg.SpinIterations+c.cfg.YieldIterations:
+	case idle <= c.spin:
+	case idle <= c.spin+c.cfg.YieldIterations:
 		runtime.Gosched()
+		if c.osYield {
+			syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		}
 	default:
 		c.bell.Arm()
 		if c.advance() > 0 {
@@ -315,7 +343,7 @@ func (c *Context) idle(idle int, done <-chan struct{}) int {
 		c.stats.Sleeps++
 		// Stay in the sleeping phase: the next idle round sleeps again at
 		// once unless work turns up.
-		return c.cfg.SpinIterations + c.cfg.YieldIterations
+		return c.spin + c.cfg.YieldIterations
 	}
 	return idle
 }

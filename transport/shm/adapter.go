@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -244,6 +245,18 @@ func (a *Adapter) Reaches(rank int) bool {
 
 // Local returns the ranks that share this host, this one included.
 func (a *Adapter) Local() []int { return append([]int(nil), a.local...) }
+
+// Oversubscribed reports whether more ranks run on this host than this
+// process may use processors: waiting contexts should then give the
+// processor to their peers rather than spin.
+func (a *Adapter) Oversubscribed() bool {
+	var set unix.CPUSet
+	n := runtime.NumCPU()
+	if unix.SchedGetaffinity(0, &set) == nil && set.Count() > 0 {
+		n = set.Count()
+	}
+	return len(a.local) > n
+}
 
 // CMA reports whether cross-memory attach works toward rank.
 func (a *Adapter) CMA(rank int) bool {
