@@ -1,32 +1,29 @@
 // Package bootstraptest holds a rank program for testing launchers: every
-// rank publishes its address through the job's KVS, learns every other
-// rank's address after a fence, and exchanges a message with each of them.
+// rank joins the job through package bootstrap, publishes an address and a
+// large value through the job's KVS, then opens an amigo client over the job
+// (shared memory with the ranks of its host, TCP with the others) and
+// exchanges an active message with every other rank, each proving that it
+// knows the job's secret.
 //
 // Tests run it by making their own test binary impersonate a rank (the
 // os/exec pattern): TestMain calls RunIfRank, and the test starts the binary
 // under mpiexec, srun or amirun with RankEnv set.
-//
-// The message travels over a plain TCP connection (Endpoint) until the core
-// offers a cross-process client; switching is a new Endpoint.
 package bootstraptest
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/amigo-hpc/amigo"
 	"github.com/amigo-hpc/amigo/bootstrap"
 )
 
@@ -46,9 +43,10 @@ func RunIfRank() {
 	os.Exit(Main())
 }
 
-// Main is the rank program. It prints one line on success:
+// Main is the rank program. It prints two lines on success:
 //
 //	rank R/N node X pmiP at ADDR: exchanged with N-1 peers
+//	rank R: messages over amigo adapters loop,shm,...
 //
 // and on failure a message on stderr, aborts the job and returns 1.
 func Main() int {
@@ -59,10 +57,10 @@ func Main() int {
 		fmt.Fprintf(os.Stderr, "exchange: open: %v\n", err)
 		return 1
 	}
-	ep, err := ListenTCP(j)
+	addr, err := Address(j)
+	var adapters []string
 	if err == nil {
-		err = Exchange(ctx, j, ep)
-		defer ep.Close()
+		adapters, err = Exchange(ctx, j, addr)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "exchange: rank %d: %v\n", j.Rank(), err)
@@ -73,7 +71,8 @@ func Main() int {
 	if p, ok := j.(interface{ Protocol() string }); ok {
 		proto = p.Protocol()
 	}
-	fmt.Printf("rank %d/%d node %d %s at %s: exchanged with %d peers\n", j.Rank(), j.Size(), j.Node(j.Rank()), proto, FormatAddr(ep.Address()), j.Size()-1)
+	fmt.Printf("rank %d/%d node %d %s at %s: exchanged with %d peers\n", j.Rank(), j.Size(), j.Node(j.Rank()), proto, FormatAddr(addr), j.Size()-1)
+	fmt.Printf("rank %d: messages over amigo adapters %s\n", j.Rank(), strings.Join(adapters, ","))
 	if err := j.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "exchange: rank %d: close: %v\n", j.Rank(), err)
 		return 1
@@ -81,78 +80,98 @@ func Main() int {
 	return 0
 }
 
-// Endpoint is how a rank is reached: an address to publish, and a way to
-// send a message to a peer at its published address and get its reply.
-type Endpoint interface {
-	// Address is what this rank publishes in the KVS.
-	Address() []byte
-	// Call delivers msg to the peer at addr and returns the peer's reply.
-	Call(ctx context.Context, addr []byte, msg []byte) ([]byte, error)
-	// Serve answers n calls with reply(msg), then returns.
-	Serve(ctx context.Context, n int, reply func(msg []byte) ([]byte, error)) error
-	Close() error
-}
+// Dispatch ids of the exchange.
+const (
+	helloID amigo.Dispatch = 1
+	ackID   amigo.Dispatch = 2
+)
 
-// Exchange publishes ep's address under "addr", fences, and then for every
-// other rank p sends "hello from R to p <proof>" to p and expects
-// "ack from p to R"; meanwhile it answers the Size-1 messages sent to it,
-// checking that each proves knowledge of the job secret.
-func Exchange(ctx context.Context, j bootstrap.Job, ep Endpoint) error {
-	if err := j.Put("addr", ep.Address()); err != nil {
-		return err
+// Exchange publishes addr under "addr" and a large value under "blob",
+// opens an amigo client over the job, checks every peer's values, and then
+// sends every other rank p "hello from R to p <proof>" and expects "ack from
+// p to R" back, while answering the Size-1 hellos sent to it, checking that
+// each proves knowledge of the job secret. It returns the names of the
+// client's adapters.
+func Exchange(ctx context.Context, j bootstrap.Job, addr []byte) ([]string, error) {
+	if err := j.Put("addr", addr); err != nil {
+		return nil, err
 	}
 	// A value several times the launchers' 1024-byte limit, which the
 	// KVS layer splits across keys.
 	if err := j.Put("blob", Blob(j.Rank())); err != nil {
-		return err
+		return nil, err
 	}
-	if err := j.Fence(ctx); err != nil {
-		return err
+	// OpenJob publishes the adapters' addresses and fences.
+	c, err := amigo.OpenJob(ctx, j, amigo.Config{})
+	if err != nil {
+		return nil, err
 	}
+	defer c.Close()
 	me, n := j.Rank(), j.Size()
-	proof := secretProof(j.Secret())
-	served := make(chan error, 1)
-	go func() {
-		served <- ep.Serve(ctx, n-1, func(msg []byte) ([]byte, error) {
-			var from, to int
-			var p string
-			if _, err := fmt.Sscanf(string(msg), "hello from %d to %d %s", &from, &to, &p); err != nil {
-				return nil, fmt.Errorf("bad message %q", msg)
-			}
-			if to != me || p != proof {
-				return nil, fmt.Errorf("message %q is not for rank %d of this job", msg, me)
-			}
-			return fmt.Appendf(nil, "ack from %d to %d", me, from), nil
-		})
-	}()
 	var errs []error
-	for k := 1; k < n; k++ {
-		p := (me + k) % n // spread the load: rank r calls r+1 first
-		addr, err := j.Get(ctx, p, "addr")
-		if err != nil {
+	for p := 0; p < n; p++ {
+		if _, err := j.Get(ctx, p, "addr"); err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		if b, err := j.Get(ctx, p, "blob"); err != nil || !bytes.Equal(b, Blob(p)) {
+		if b, err := j.Get(ctx, p, "blob"); err != nil || string(b) != string(Blob(p)) {
 			errs = append(errs, fmt.Errorf("blob of rank %d: %d bytes, %v", p, len(b), err))
 		}
-		reply, err := ep.Call(ctx, addr, fmt.Appendf(nil, "hello from %d to %d %s", me, p, proof))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("call rank %d at %s: %w", p, FormatAddr(addr), err))
-			continue
+	}
+	proof := secretProof(j.Secret())
+	x := c.Context(0)
+	k := amigo.NewCounter()
+	served, acked := 0, 0
+	fail := func(err error) { errs = append(errs, err) }
+	x.SetDispatch(helloID, func(x *amigo.Context, m *amigo.Message) {
+		var from, to int
+		var pr string
+		if _, err := fmt.Sscanf(string(m.Data), "hello from %d to %d %s", &from, &to, &pr); err != nil || from != m.Source.Rank {
+			fail(fmt.Errorf("bad message %q from rank %d", m.Data, m.Source.Rank))
+			return
 		}
-		if want := fmt.Sprintf("ack from %d to %d", p, me); string(reply) != want {
-			errs = append(errs, fmt.Errorf("rank %d replied %q, want %q", p, reply, want))
+		if to != me || pr != proof {
+			fail(fmt.Errorf("message %q is not for rank %d of this job", m.Data, me))
+			return
+		}
+		served++
+		k.Add(1)
+		if err := x.Send(m.Source, ackID, nil, fmt.Appendf(nil, "ack from %d to %d", me, from), k.Done()); err != nil {
+			fail(err)
+		}
+	})
+	x.SetDispatch(ackID, func(x *amigo.Context, m *amigo.Message) {
+		if want := fmt.Sprintf("ack from %d to %d", m.Source.Rank, me); string(m.Data) != want {
+			fail(fmt.Errorf("rank %d replied %q, want %q", m.Source.Rank, m.Data, want))
+			return
+		}
+		acked++
+	})
+	// Every handler is in place before anyone sends.
+	if err := j.Fence(ctx); err != nil {
+		return nil, err
+	}
+	for i := 1; i < n; i++ {
+		p := (me + i) % n // spread the load: rank r calls r+1 first
+		k.Add(1)
+		if err := x.Send(amigo.EndpointOf(p), helloID, nil, fmt.Appendf(nil, "hello from %d to %d %s", me, p, proof), k.Done()); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	if err := <-served; err != nil {
-		errs = append(errs, fmt.Errorf("serving peers: %w", err))
+	err = x.Wait(ctx, func() bool { return served >= n-1 && acked >= n-1 && k.Pending() == 0 || len(errs) > 0 })
+	if err != nil {
+		errs = append(errs, fmt.Errorf("waiting for peers (served %d, acknowledged %d of %d): %w", served, acked, n-1, err))
+	}
+	if err := k.Err(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
-		return errors.Join(errs...)
+		return nil, errors.Join(errs...)
 	}
 	// Nobody leaves before everyone has been served.
-	return j.Fence(ctx)
+	if err := j.Fence(ctx); err != nil {
+		return nil, err
+	}
+	return c.Adapters(), nil
 }
 
 // BlobLen is the size of the large value each rank publishes.
@@ -172,16 +191,11 @@ func secretProof(secret []byte) string {
 	return hex.EncodeToString(h[:8])
 }
 
-// tcpEndpoint is an Endpoint over TCP, one connection per message.
-type tcpEndpoint struct {
-	l    net.Listener
-	addr []byte
-}
-
-// ListenTCP listens on all interfaces and publishes an address that the
-// other ranks can reach: IPEnv if set; else, under a PMI_PORT launcher, the
-// local address of the route to it; else 127.0.0.1.
-func ListenTCP(j bootstrap.Job) (Endpoint, error) {
+// Address returns the address a rank publishes: an IP on which the other
+// ranks can reach this host (IPEnv if set; else, under a PMI_PORT launcher,
+// the local address of the route to it; else 127.0.0.1) and this process's
+// id as the port.
+func Address(j bootstrap.Job) ([]byte, error) {
 	ip := net.IPv4(127, 0, 0, 1)
 	if s := os.Getenv(IPEnv); s != "" {
 		ip = net.ParseIP(s)
@@ -195,92 +209,17 @@ func ListenTCP(j bootstrap.Job) (Endpoint, error) {
 			c.Close()
 		}
 	}
-	l, err := net.Listen("tcp", ":0")
-	if err != nil {
-		return nil, err
-	}
-	ep := &tcpEndpoint{l: l}
 	if ip4 := ip.To4(); ip4 != nil {
 		ip = ip4
 	}
-	ep.addr = binary.BigEndian.AppendUint16(append([]byte(nil), ip...), uint16(l.Addr().(*net.TCPAddr).Port))
-	return ep, nil
+	return binary.BigEndian.AppendUint16(append([]byte(nil), ip...), uint16(os.Getpid())), nil
 }
 
-// FormatAddr renders a published address (IP bytes, then a 2-byte port).
+// FormatAddr renders a published address (IP bytes, then a 2-byte number).
 func FormatAddr(a []byte) string {
 	if len(a) != 6 && len(a) != 18 {
 		return fmt.Sprintf("bad address %x", a)
 	}
 	ip := net.IP(a[:len(a)-2])
 	return net.JoinHostPort(ip.String(), strconv.Itoa(int(binary.BigEndian.Uint16(a[len(a)-2:]))))
-}
-
-func (e *tcpEndpoint) Address() []byte { return e.addr }
-func (e *tcpEndpoint) Close() error    { return e.l.Close() }
-
-func (e *tcpEndpoint) Call(ctx context.Context, addr, msg []byte) ([]byte, error) {
-	if strings.HasPrefix(FormatAddr(addr), "bad") {
-		return nil, errors.New(FormatAddr(addr))
-	}
-	var d net.Dialer
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, err := d.DialContext(dctx, "tcp", FormatAddr(addr))
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Write(append(msg, '\n')); err != nil {
-		return nil, err
-	}
-	line, err := bufio.NewReader(io.LimitReader(c, 1024)).ReadString('\n')
-	if err != nil {
-		return nil, fmt.Errorf("reading reply: %w", err)
-	}
-	return []byte(strings.TrimSuffix(line, "\n")), nil
-}
-
-func (e *tcpEndpoint) Serve(ctx context.Context, n int, reply func([]byte) ([]byte, error)) error {
-	dl, ok := ctx.Deadline()
-	if !ok {
-		dl = time.Now().Add(30 * time.Second)
-	}
-	e.l.(*net.TCPListener).SetDeadline(dl)
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for range n {
-		c, err := e.l.Accept()
-		if err != nil {
-			return err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer c.Close()
-			c.SetDeadline(dl)
-			line, err := bufio.NewReader(io.LimitReader(c, 1024)).ReadString('\n')
-			if err != nil {
-				errs <- err
-				return
-			}
-			r, err := reply([]byte(strings.TrimSuffix(line, "\n")))
-			if err != nil {
-				errs <- err
-				return
-			}
-			_, err = c.Write(append(r, '\n'))
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	var all []error
-	for err := range errs {
-		if err != nil {
-			all = append(all, err)
-		}
-	}
-	return errors.Join(all...)
 }
