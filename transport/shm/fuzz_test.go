@@ -1,0 +1,219 @@
+package shm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/amigo-hpc/amigo/bootstrap"
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// Everything an adapter reads from a peer's segment or from the job's KVS
+// was written by another process: it is parsed by functions that validate
+// it, fuzzed here, and the adapter is fed a hostile peer's writes below.
+
+func validParams() params {
+	return params{nlocal: 3, nctx: 2, slots: 64, mirror: 100, allocs: 10, chunk: 4096, chunks: 4, localIndex: 1, rank: 7, pid: 1234, token: [tokenSize]byte{1, 2, 3}}
+}
+
+func FuzzParseHeader(f *testing.F) {
+	l, err := newLayout(validParams())
+	if err != nil {
+		f.Fatal(err)
+	}
+	mem := make([]byte, l.size)
+	l.putHeader(mem)
+	f.Add(mem[:headerSize], l.size)
+	f.Add(mem[:headerSize], 10)
+	f.Add([]byte("migoshm1"), 300)
+	f.Fuzz(func(t *testing.T, hdr []byte, size int) {
+		if size < 0 || size > 1<<26 {
+			return
+		}
+		seg := make([]byte, max(size, len(hdr)))
+		copy(seg, hdr)
+		got, err := parseHeader(seg)
+		if err != nil {
+			return
+		}
+		// A header that parses describes a layout inside the segment.
+		if got.size > len(seg) || got.chansOff+got.nlocal*got.nctx*got.chanStride > len(seg) {
+			t.Fatalf("layout of %d bytes in a segment of %d", got.size, len(seg))
+		}
+		s := &segment{mem: seg, l: got}
+		_ = s.channel(got.nlocal-1, got.nctx-1)
+		_ = s.ringMem(got.nctx-1, got.nlocal-1, got.nctx-1)
+		_ = s.mirrorEntry(got.mirror - 1)
+		_ = s.allocEntry(got.allocs - 1)
+		_ = s.chunks(got.nlocal-1, got.nctx-1)
+	})
+}
+
+func FuzzParsePublished(f *testing.F) {
+	f.Add(published{pid: 42, fd: 7, size: 1 << 20, probe: 0xc000012345}.encode())
+	f.Add([]byte("v1 pid=1 fd=0 size=256 probe=0"))
+	f.Add([]byte("v1 pid=-1 fd=x size= probe="))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := parsePublished(b)
+		if err != nil {
+			return
+		}
+		if p.pid <= 0 || p.fd < 0 || p.size < headerSize || p.size > maxSegment {
+			t.Fatalf("accepted %+v from %q", p, b)
+		}
+		q, err := parsePublished(p.encode())
+		if err != nil || q != p {
+			t.Fatalf("%+v does not round-trip: %+v, %v", p, q, err)
+		}
+	})
+}
+
+func TestLayoutLimits(t *testing.T) {
+	for _, mod := range []func(*params){
+		func(p *params) { p.nlocal = 1 },
+		func(p *params) { p.nlocal = maxLocal + 1 },
+		func(p *params) { p.nctx = 0 },
+		func(p *params) { p.slots = 100 },
+		func(p *params) { p.chunk = 1000 },
+		func(p *params) { p.chunks = 128 },
+		func(p *params) { p.mirror = maxMirror + 1 },
+		func(p *params) { p.localIndex = 3 },
+		func(p *params) { p.nlocal, p.nctx, p.chunk, p.chunks = maxLocal, maxCtx, maxChunk, maxChunks },
+	} {
+		p := validParams()
+		mod(&p)
+		if _, err := newLayout(p); err == nil {
+			t.Errorf("layout of %+v accepted", p)
+		}
+	}
+}
+
+// hostile opens a job of two adapters in this process and returns them
+// with their ports; the test then plays rank 1 going wrong by writing into
+// the shared memory directly.
+func hostile(t *testing.T) (a0, a1 *Adapter, p0, p1 transport.Port) {
+	t.Helper()
+	jobs := bootstrap.NewLocal(2)
+	ads := make([]*Adapter, 2)
+	errs := make([]error, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a, err := New(jobs[r], transport.NewRegions(), Options{RingSlots: 64, Way: WayCopy})
+			if err == nil {
+				ads[r] = a
+				if err = jobs[r].Fence(ctx); err == nil {
+					err = a.Start(ctx)
+				}
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ads[0].Close(); ads[1].Close() })
+	var err error
+	if p0, err = ads[0].Open(0, transport.NewDoorbell()); err != nil {
+		t.Fatal(err)
+	}
+	if p1, err = ads[1].Open(0, transport.NewDoorbell()); err != nil {
+		t.Fatal(err)
+	}
+	return ads[0], ads[1], p0, p1
+}
+
+type sink struct{ n int }
+
+func (s *sink) Receive(transport.Addr, []byte) { s.n++ }
+
+// A producer that writes a corrupt descriptor into a ring gets its link
+// failed with ErrCorrupt; the consumer stops reading that ring and goes on.
+func TestHostileRing(t *testing.T) {
+	_, _, p0, p1 := hostile(t)
+	l, err := p1.Link(transport.Addr{Rank: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A pad of one slot at position 0 is corrupt: pads end at the ring's
+	// end.
+	l.Msg.WritePad(0, 1)
+	l.Msg.Publish(1)
+	var s sink
+	for i := 0; i < 10; i++ {
+		p0.Poll(&s, 8)
+	}
+	if s.n != 0 {
+		t.Fatalf("%d packets delivered from a corrupt ring", s.n)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for l.Err() == nil && time.Now().Before(deadline) {
+		p1.Progress()
+	}
+	if !errors.Is(l.Err(), transport.ErrCorrupt) {
+		t.Fatalf("link error %v, want ErrCorrupt", l.Err())
+	}
+}
+
+// Requests with absurd fields are refused by the owner, whichever words
+// are garbage, and touch no memory.
+func TestHostileRequests(t *testing.T) {
+	a0, _, _, _ := hostile(t)
+	mem := bytes.Repeat([]byte{0xAA}, 8192)
+	key, err := a0.regions.Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rank 1's channel into rank 0, written as a hostile rank 1 would.
+	ch := a0.self.channel(1, 0)
+	chunks := a0.self.chunks(1, 0)
+	for i := range chunks {
+		chunks[i] = 0x55
+	}
+	cases := []struct {
+		mode, kind, key, off, n, base, piece, lseg uint64
+	}{
+		{reqPipe, 9, uint64(key), 0, 10, 0, 0, 0},                  // bad kind
+		{reqPipe, 2, uint64(key), 0, 0, 0, 0, 0},                   // empty
+		{reqPipe, 2, uint64(key), 8000, 1000, 0, 0, 0},             // out of bounds
+		{reqPipe, 2, uint64(key) ^ 1<<30, 0, 10, 0, 0, 0},          // forged key
+		{reqPipe, 2, uint64(key), ^uint64(0) - 3, 10, 0, 0, 0},     // offset overflow
+		{reqHelp, 1, uint64(key), 0, 8192, 0, 1, 0},                // piece too small
+		{reqHelp, 1, uint64(key), 0, 8192, 0, 4096, 1 << 40},       // no such alloc
+		{7, 1, uint64(key), 0, 10, 0, 0, 0},                        // bad mode
+		{reqPipe, 2, uint64(key), 0, maxSegment + 1, 0, 0, 0},      // absurd size
+		{reqPipe, 2, uint64(key), 0, 4096, ^uint64(0) - 100, 0, 0}, // wrapping positions
+	}
+	for i, c := range cases {
+		id := uint64(i + 1)
+		ch.mode.Store(c.mode | c.kind<<8)
+		ch.key.Store(c.key)
+		ch.off.Store(c.off)
+		ch.n.Store(c.n)
+		ch.base.Store(c.base)
+		ch.piece.Store(c.piece)
+		ch.lseg.Store(c.lseg)
+		// A PUT that claims bytes it never wrote.
+		ch.wr.Store(c.base + 1<<50)
+		ch.seq.Store(id)
+		a0.self.engineWork().Store(1)
+		for j := 0; j < 5; j++ {
+			a0.srv.serve()
+		}
+		if !bytes.Equal(mem, bytes.Repeat([]byte{0xAA}, 8192)) {
+			t.Fatalf("case %d: a refused request wrote into the region", i)
+		}
+	}
+	if a0.srv.active.Load() != 0 {
+		t.Fatalf("%d requests still in progress", a0.srv.active.Load())
+	}
+}
