@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# bench/tcp/compare.sh: amigo over TCP (amibench --transport tcp, two ranks as
+# processes on this host, over loopback) next to the plain Go TCP baseline
+# (bench/tcp/plain: one connection, each side busy-polling its non-blocking
+# socket for the ping-pong, blocking reads for the stream), measured in the
+# same run. Not part of CI.
+#
+#   bash bench/tcp/compare.sh               # ROUNDS=5 rounds, medians
+#   ROUNDS=9 bash bench/tcp/compare.sh
+#
+# Each round runs the baseline and amigo one after the other, so every ratio
+# compares runs seconds apart; the table gives the medians over the rounds.
+# Both use OSU's methodology and counts: one-way latency is half the round
+# trip of a ping-pong of 8-byte messages (10000 iterations after 100 warm-up);
+# bandwidth is windows of 64 messages of 1 MiB and 4 MiB answered by one
+# short message per window. The script holds /tmp/amigo-bench.lock while it
+# runs, so that measurements on a shared machine do not overlap.
+#
+# Targets (issue 5): 8 B latency at most 2x the baseline's; bandwidth at
+# 1 MiB and 4 MiB at least the baseline's.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+if [ -z "${AMIGO_BENCH_LOCKED:-}" ]; then
+  exec env AMIGO_BENCH_LOCKED=1 flock /tmp/amigo-bench.lock bash "$0" "$@"
+fi
+export PATH=$PATH:/usr/local/go/bin
+ROUNDS=${ROUNDS:-5}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+go build -o "$work/plain" ./bench/tcp/plain
+go build -o "$work/amibench" ./cmd/amibench
+
+M1=1048576
+M4=4194304
+: >"$work/results"
+# rec NAME CMD...: run CMD and keep its JSON lines under NAME.
+rec() {
+  local name=$1; shift
+  if ! timeout -k 10 600 "$@" >"$work/out" 2>"$work/err"; then
+    echo "  $name: failed: $(tail -n 3 "$work/err" | tr '\n' ' ')" >&2
+    echo "{\"run\":\"$name\",\"failed\":true}" >>"$work/results"
+    return 0
+  fi
+  grep '^{' "$work/out" | sed "s/^{/{\"run\":\"$name\",/" >>"$work/results" || true
+}
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores; $(go version | cut -d' ' -f3); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+for r in $(seq "$ROUNDS"); do
+  echo "round $r of $ROUNDS" >&2
+  rec plain-lat "$work/plain" -b latency --min-size 8 --max-size 8
+  rec amigo-lat "$work/amibench" --json --transport tcp -b latency --min-size 8 --max-size 8
+  rec plain-bw "$work/plain" -b bw --min-size $M1 --max-size $M4
+  rec amigo-bw "$work/amibench" --json --transport tcp -b bw --min-size $M1 --max-size $M4
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$work/results" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def vals(run, key, size):
+    return [r[key] for r in rows if r.get("run") == run and key in r and r.get("size") == size]
+def med(run, key, size):
+    v = vals(run, key, size)
+    return statistics.median(v) if v else None
+def fmt(v):
+    return "-" if v is None else (f"{v:,.2f}" if v < 100 else f"{v:,.0f}")
+lines = [
+    ("8 B one-way latency (us)", "lat", "latency_us", 8, lambda a, p: a <= 2 * p, "amigo <= 2x plain"),
+    ("1 MiB bandwidth (MB/s)", "bw", "mb_per_s", 1 << 20, lambda a, p: a >= p, "amigo >= plain"),
+    ("4 MiB bandwidth (MB/s)", "bw", "mb_per_s", 4 << 20, lambda a, p: a >= p, "amigo >= plain"),
+]
+print()
+print(f"medians of {len(vals('plain-lat', 'latency_us', 8))} rounds")
+print()
+print(f"| {'measure':<26} | {'plain Go TCP':>12} | {'amigo tcp':>10} | {'amigo/plain':>11} | {'target':<18} | {'met':<3} |")
+print(f"|{'-'*28}|{'-'*14}|{'-'*12}|{'-'*13}|{'-'*20}|{'-'*5}|")
+for name, kind, key, size, ok, target in lines:
+    p, a = med("plain-" + kind, key, size), med("amigo-" + kind, key, size)
+    r = "-" if p is None or a is None else f"{a / p:.2f}x"
+    met = "-" if p is None or a is None else ("yes" if ok(a, p) else "no")
+    print(f"| {name:<26} | {fmt(p):>12} | {fmt(a):>10} | {r:>11} | {target:<18} | {met:<3} |")
+print()
+print("per round (plain, amigo):")
+for name, kind, key, size, _, _ in lines:
+    print(f"  {name}: " + ", ".join(f"({fmt(p)}, {fmt(a)})" for p, a in zip(vals("plain-" + kind, key, size), vals("amigo-" + kind, key, size))))
+fails = [r["run"] for r in rows if r.get("failed")]
+if fails:
+    print("failed:", ", ".join(sorted(set(fails))))
+PY
