@@ -360,3 +360,53 @@ func TestTCPSilentPeer(t *testing.T) {
 	cfg := amigo.Config{TCP: amigo.TCPConfig{Timeout: timeout}}
 	failScenario(t, cfg, timeout+timeout/2+500*time.Millisecond, func(p *tcptest.Proxy) { p.Silence() }, tcp.ErrSilent, tcp.ErrConnLost)
 }
+
+// With several contexts per rank, each pair of contexts has links of its
+// own over TCP: every context of each rank sends every context of the other
+// rank a stream, on goroutines of their own, and each arrives in order.
+func TestTCPContexts(t *testing.T) {
+	const ctxs, msgs = 3, 300
+	cl := openOver(t, 2, amigo.Config{Contexts: ctxs}, "tcp")
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*ctxs)
+	for r := 0; r < 2; r++ {
+		for i := 0; i < ctxs; i++ {
+			wg.Add(1)
+			go func(c *amigo.Context) {
+				defer wg.Done()
+				next := make([]int, ctxs)
+				got := 0
+				c.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+					from := m.Source.Context
+					seq := int(binary.LittleEndian.Uint32(m.Data))
+					if seq != next[from] {
+						errs <- fmt.Errorf("%v from %v: message %d, want %d", c.Endpoint(), m.Source, seq, next[from])
+					}
+					next[from]++
+					got++
+				})
+				peer := 1 - c.Client().Rank()
+				k := amigo.NewCounter()
+				for seq := 0; seq < msgs; seq++ {
+					for j := 0; j < ctxs; j++ {
+						k.Add(1)
+						if err := c.Send(amigo.Endpoint{Rank: peer, Context: j}, 1, nil, binary.LittleEndian.AppendUint32(make([]byte, 0, 600), uint32(seq))[:4+seq%500], k.Done()); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := c.Wait(ctx, func() bool { return got == msgs*ctxs && k.Pending() == 0 }); err != nil {
+					errs <- fmt.Errorf("%v: received %d of %d: %w", c.Endpoint(), got, msgs*ctxs, err)
+				}
+			}(cl[r].Context(i))
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
