@@ -45,6 +45,7 @@ func a2a(e *Env) error {
 	}
 	k := amigo.NewCounter()
 	want := 0
+	cond := func() bool { return got >= want && k.Pending() == 0 }
 	for _, size := range e.Sizes(true) {
 		iters, warm := e.Iters(size, collCounts)
 		if err := e.Barrier(); err != nil {
@@ -53,6 +54,7 @@ func a2a(e *Env) error {
 		var start time.Time
 		for i := 0; i < iters+warm; i++ {
 			if i == warm {
+				e.CountAllocs()
 				start = time.Now()
 			}
 			for j := 1; j < e.Size; j++ {
@@ -63,7 +65,7 @@ func a2a(e *Env) error {
 				}
 			}
 			want += e.Size - 1
-			if err := e.Wait(func() bool { return got >= want && k.Pending() == 0 }); err != nil {
+			if err := e.Wait(cond); err != nil {
 				return err
 			}
 			if err := k.Err(); err != nil {
@@ -71,6 +73,7 @@ func a2a(e *Env) error {
 			}
 		}
 		avg := us(time.Since(start)) / float64(iters)
+		e.AllocsPer(2 * iters * (e.Size - 1))
 		all, err := e.Gather(avg)
 		if err != nil {
 			return err

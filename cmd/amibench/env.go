@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -28,6 +29,8 @@ type Env struct {
 	out    io.Writer // rank 0 only
 	bench  string
 	fields []Field
+	extra  []extraField // JSON-only fields of the next row
+	malloc uint64       // Mallocs when CountAllocs started
 	shared *localShared // ranks as goroutines only
 
 	dispatch amigo.Dispatch // base id of the running benchmark
@@ -210,9 +213,34 @@ func (e *Env) Header(title string, fields ...Field) {
 	fmt.Fprintln(e.out, b.String())
 }
 
+type extraField struct {
+	key string
+	v   float64
+}
+
+// CountAllocs starts counting this process's heap allocations; AllocsPer
+// ends it. Both read runtime.MemStats, which stops the world: call them
+// outside the timed part.
+func (e *Env) CountAllocs() {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	e.malloc = ms.Mallocs
+}
+
+// AllocsPer adds to the next row (JSON only, as allocs_per_msg) the
+// allocations since CountAllocs divided by msgs.
+func (e *Env) AllocsPer(msgs int) {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if msgs > 0 {
+		e.extra = append(e.extra, extraField{"allocs_per_msg", float64(ms.Mallocs-e.malloc) / float64(msgs)})
+	}
+}
+
 // Row prints one size's results (rank 0 only).
 func (e *Env) Row(size int, vals ...float64) {
 	if e.out == nil {
+		e.extra = e.extra[:0]
 		return
 	}
 	if e.Opts.JSON {
@@ -222,6 +250,11 @@ func (e *Env) Row(size int, vals ...float64) {
 			v, _ := json.Marshal(round(vals[i]))
 			fmt.Fprintf(&b, ",%q:%s", f.Key, v)
 		}
+		for _, x := range e.extra {
+			v, _ := json.Marshal(round(x.v))
+			fmt.Fprintf(&b, ",%q:%s", x.key, v)
+		}
+		e.extra = e.extra[:0]
 		if e.Opts.Transport != "shm" {
 			fmt.Fprintf(&b, `,"transport":%q`, e.Opts.Transport)
 		}

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -78,6 +79,7 @@ type Options struct {
 	Buffers    string
 	Timeout    time.Duration
 	Stats      bool
+	CPUProfile string
 }
 
 func main() {
@@ -100,6 +102,7 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.Buffers, "buffers", "heap", "message buffers: heap (Go memory, as OSU's malloc) or shared (AllocMemory, shared segments)")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.BoolVar(&o.Stats, "stats", false, "print each rank's amigo counters to standard error at the end")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write rank R's CPU profile to this file with .R appended")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -211,6 +214,17 @@ func runRank(o *Options, stdout io.Writer) error {
 		return err
 	}
 	defer c.Close()
+	if o.CPUProfile != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", o.CPUProfile, c.Rank()))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	e := newEnv(ctx, c, o, stdout, nil)
 	err = e.runAll()
 	// Stay until every rank is done with us.

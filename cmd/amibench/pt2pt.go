@@ -20,11 +20,23 @@ func init() {
 }
 
 // receiver counts messages arriving on a dispatch id, landing each in buf.
+// Its callbacks are made once (newReceiver), so that receiving allocates
+// nothing.
 type receiver struct {
-	e     *Env
-	buf   []byte
-	got   int
-	onGot func() // after each message, if set
+	e       *Env
+	buf     []byte
+	got     int
+	want    int
+	onGot   func() // after each message, if set
+	done    func(error)
+	reached func() bool // got >= want
+}
+
+func newReceiver(e *Env, buf []byte) *receiver {
+	r := &receiver{e: e, buf: buf}
+	r.done = r.arrived
+	r.reached = func() bool { return r.got >= r.want }
+	return r
 }
 
 func (r *receiver) handler(c *amigo.Context, m *amigo.Message) {
@@ -33,7 +45,7 @@ func (r *receiver) handler(c *amigo.Context, m *amigo.Message) {
 		r.arrived(nil)
 		return
 	}
-	if err := m.Receive(r.buf[:m.Size()], r.arrived); err != nil {
+	if err := m.Receive(r.buf[:m.Size()], r.done); err != nil {
 		r.e.Fail(err)
 	}
 }
@@ -55,7 +67,7 @@ func latency(e *Env) error {
 	if err != nil {
 		return err
 	}
-	rcv := &receiver{e: e, buf: rbuf}
+	rcv := newReceiver(e, rbuf)
 	e.Ctx.SetDispatch(e.D(0), rcv.handler)
 	e.Header("Latency Test", fLatency)
 	if err := e.Barrier(); err != nil {
@@ -66,8 +78,7 @@ func latency(e *Env) error {
 	}
 	peer := amigo.EndpointOf(1 - e.Rank)
 	k := amigo.NewCounter()
-	want := 0
-	cond := func() bool { return rcv.got >= want }
+	cond := rcv.reached
 	inline := e.Client.Config().InlineMax
 	for _, size := range e.Sizes(true) {
 		iters, warm := e.Iters(size, latCounts)
@@ -85,9 +96,10 @@ func latency(e *Env) error {
 		var start time.Time
 		for i := 0; i < iters+warm; i++ {
 			if i == warm {
+				e.CountAllocs()
 				start = time.Now()
 			}
-			want++
+			rcv.want++
 			if e.Rank == 0 {
 				if done != nil {
 					k.Add(1)
@@ -111,6 +123,7 @@ func latency(e *Env) error {
 			}
 		}
 		elapsed := time.Since(start)
+		e.AllocsPer(2 * iters)
 		e.Row(size, us(elapsed)/float64(2*iters))
 	}
 	return e.Ctx.WaitCounter(e.Deadline, k)
@@ -169,8 +182,9 @@ func streams(e *Env, title string, sender, recv bool, fields ...Field) error {
 	if err != nil {
 		return err
 	}
-	acks := 0
-	rcv := &receiver{e: e, buf: rbuf}
+	acks, wantAcks := 0, 0
+	acked := func() bool { return acks >= wantAcks }
+	rcv := newReceiver(e, rbuf)
 	var peer amigo.Endpoint
 	if sender {
 		peer = amigo.EndpointOf(e.Rank + pairs)
@@ -189,7 +203,6 @@ func streams(e *Env, title string, sender, recv bool, fields ...Field) error {
 		return err
 	}
 	k := amigo.NewCounter()
-	want := 0
 	for _, size := range e.Sizes(false) {
 		if size == 0 {
 			continue
@@ -202,28 +215,30 @@ func streams(e *Env, title string, sender, recv bool, fields ...Field) error {
 		if sender {
 			for i := 0; i < iters+warm; i++ {
 				if i == warm {
+					e.CountAllocs()
 					start = time.Now()
 				}
 				if err := e.window(peer, e.D(0), sbuf[:size], k); err != nil {
 					return err
 				}
-				want++
+				wantAcks++
 				if err := e.Ctx.WaitCounter(e.Deadline, k); err != nil {
 					return err
 				}
-				if err := e.Wait(func() bool { return acks >= want }); err != nil {
+				if err := e.Wait(acked); err != nil {
 					return err
 				}
 			}
 		} else if recv {
-			want += (iters + warm) * e.Opts.Window
-			if err := e.Wait(func() bool { return rcv.got >= want }); err != nil {
+			rcv.want += (iters + warm) * e.Opts.Window
+			if err := e.Wait(rcv.reached); err != nil {
 				return err
 			}
 		}
 		var elapsed float64
 		if sender {
 			elapsed = time.Since(start).Seconds()
+			e.AllocsPer(iters * (e.Opts.Window + 1))
 		}
 		all, err := e.Gather(elapsed)
 		if err != nil {
@@ -260,7 +275,7 @@ func bibw(e *Env) error {
 	if err != nil {
 		return err
 	}
-	rcv := &receiver{e: e, buf: rbuf}
+	rcv := newReceiver(e, rbuf)
 	e.Ctx.SetDispatch(e.D(0), rcv.handler)
 	e.Header("Bi-Directional Bandwidth Test", fBW)
 	if err := e.Barrier(); err != nil {
@@ -271,7 +286,6 @@ func bibw(e *Env) error {
 	}
 	peer := amigo.EndpointOf(1 - e.Rank)
 	k := amigo.NewCounter()
-	want := 0
 	for _, size := range e.Sizes(false) {
 		if size == 0 {
 			continue
@@ -283,20 +297,22 @@ func bibw(e *Env) error {
 		var start time.Time
 		for i := 0; i < iters+warm; i++ {
 			if i == warm {
+				e.CountAllocs()
 				start = time.Now()
 			}
 			if err := e.window(peer, e.D(0), sbuf[:size], k); err != nil {
 				return err
 			}
-			want += e.Opts.Window
+			rcv.want += e.Opts.Window
 			if err := e.Ctx.WaitCounter(e.Deadline, k); err != nil {
 				return err
 			}
-			if err := e.Wait(func() bool { return rcv.got >= want }); err != nil {
+			if err := e.Wait(rcv.reached); err != nil {
 				return err
 			}
 		}
 		t := time.Since(start).Seconds()
+		e.AllocsPer(2 * iters * e.Opts.Window)
 		e.Row(size, float64(size)*2*float64(iters*e.Opts.Window)/t/1e6)
 	}
 	return nil

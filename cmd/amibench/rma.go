@@ -106,6 +106,7 @@ func rmaOrigin(e *Env, put, bw bool, local []byte, haveKey func() bool, keyp *am
 		var start time.Time
 		for i := 0; i < iters+warm; i++ {
 			if i == warm {
+				e.CountAllocs()
 				start = time.Now()
 			}
 			n := 1
@@ -122,6 +123,11 @@ func rmaOrigin(e *Env, put, bw bool, local []byte, haveKey func() bool, keyp *am
 			}
 		}
 		t := time.Since(start)
+		if bw {
+			e.AllocsPer(iters * e.Opts.Window)
+		} else {
+			e.AllocsPer(iters)
+		}
 		if bw {
 			e.Row(size, float64(size)*float64(iters*e.Opts.Window)/t.Seconds()/1e6)
 		} else {
