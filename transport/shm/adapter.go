@@ -123,7 +123,7 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 	if err != nil {
 		return nil, fmt.Errorf("shm: %w", err)
 	}
-	fd, mem, err := newMemfd(fmt.Sprintf("amigo-shm-r%d", me), l.size)
+	fd, mem, err := newMemfd(fmt.Sprintf("amigo-shm-r%d-p%d", me, p.pid), l.size)
 	if err != nil {
 		return nil, fmt.Errorf("shm: rank %d: %w", me, err)
 	}
@@ -313,7 +313,7 @@ func (a *Adapter) Alloc(n int) ([]byte, error) {
 		return nil, fmt.Errorf("shm: more than %d shared allocations", a.self.l.allocs)
 	}
 	size := roundUp(n, pageSz)
-	fd, mem, err := newMemfd(fmt.Sprintf("amigo-shm-r%d-a%d", a.rank, a.nalloc), size)
+	fd, mem, err := newMemfd(fmt.Sprintf("amigo-shm-r%d-p%d-a%d", a.rank, os.Getpid(), a.nalloc), size)
 	if err != nil {
 		return nil, fmt.Errorf("shm: Alloc(%d): %w", n, err)
 	}

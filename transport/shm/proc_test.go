@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 }
 
 // runJob runs n ranks of mode and returns each rank's output.
-func runJob(t *testing.T, n int, mode string, keepGoing bool, timeout time.Duration) ([]string, error, time.Duration) {
+func runJob(t *testing.T, n int, mode string, keepGoing bool, timeout time.Duration) ([]string, []int, error, time.Duration) {
 	t.Helper()
 	outs := make([]bytes.Buffer, n)
 	var mu sync.Mutex
@@ -53,6 +53,10 @@ func runJob(t *testing.T, n int, mode string, keepGoing bool, timeout time.Durat
 	if err != nil {
 		t.Fatal(err)
 	}
+	pids := make([]int, n)
+	for r := range pids {
+		pids[r] = job.Pid(r)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
@@ -64,7 +68,7 @@ func runJob(t *testing.T, n int, mode string, keepGoing bool, timeout time.Durat
 	for r := range outs {
 		res[r] = outs[r].String()
 	}
-	return res, err, elapsed
+	return res, pids, err, elapsed
 }
 
 type lockedWriter struct {
@@ -78,9 +82,11 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	return w.b.Write(p)
 }
 
-// segments lists what amigo leaves in /dev/shm and the memfd segments any
-// process still holds open.
-func segments(t *testing.T) []string {
+// leftovers lists what the ranks of job left behind: files in /dev/shm
+// whose name says amigo, and memfd segments of theirs (named after their
+// pids) that any process still holds open. Other tests may run amigo jobs
+// at the same time; only this job's segments count.
+func leftovers(t *testing.T, pids []int) []string {
 	t.Helper()
 	var out []string
 	ents, _ := os.ReadDir("/dev/shm")
@@ -91,9 +97,12 @@ func segments(t *testing.T) []string {
 	}
 	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
 	for _, fd := range fds {
-		if l, err := os.Readlink(fd); err == nil && strings.Contains(l, "memfd:amigo-shm") {
-			pid, _ := strconv.Atoi(strings.Split(fd, "/")[2])
-			if pid != os.Getpid() {
+		l, err := os.Readlink(fd)
+		if err != nil || !strings.Contains(l, "memfd:amigo-shm") {
+			continue
+		}
+		for _, pid := range pids {
+			if strings.Contains(l, fmt.Sprintf("-p%d ", pid)) || strings.Contains(l, fmt.Sprintf("-p%d-", pid)) {
 				out = append(out, fd+" -> "+l)
 			}
 		}
@@ -107,8 +116,7 @@ func segments(t *testing.T) []string {
 // segment is left once they exit.
 func TestProcessesAllToAll(t *testing.T) {
 	const n, rounds = 16, 50
-	before := len(segments(t))
-	outs, err, elapsed := runJob(t, n, "a2a:"+strconv.Itoa(rounds), false, 3*time.Minute)
+	outs, pids, err, elapsed := runJob(t, n, "a2a:"+strconv.Itoa(rounds), false, 3*time.Minute)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, strings.Join(outs, ""))
 	}
@@ -118,7 +126,7 @@ func TestProcessesAllToAll(t *testing.T) {
 		}
 	}
 	t.Logf("%d ranks, %d rounds of all-to-all of 1 KiB messages: %v including start-up", n, rounds, elapsed.Round(time.Millisecond))
-	if left := segments(t); len(left) > before {
+	if left := leftovers(t, pids); len(left) > 0 {
 		t.Fatalf("segments left after the job: %v", left)
 	}
 }
@@ -128,10 +136,17 @@ var failLine = regexp.MustCompile(`(?m)^rank (\d+): (\w+) with rank 3 failed: (.
 // A rank killed in the middle of transfers with its peers: their
 // operations complete with an error that names it, without hanging; the
 // surviving ranks go on exchanging among themselves; nothing is left in
-// /dev/shm or held open.
+// /dev/shm or held open. Once with the automatic choice of ways (cross-memory
+// attach with the owner's help, here), once with the pipelined copy, which
+// needs the dead rank's engine.
 func TestProcessKilled(t *testing.T) {
-	before := len(segments(t))
-	outs, err, elapsed := runJob(t, 4, "crash", true, 2*time.Minute)
+	for _, way := range []string{"auto", "copy"} {
+		t.Run(way, func(t *testing.T) { testProcessKilled(t, way) })
+	}
+}
+
+func testProcessKilled(t *testing.T, way string) {
+	outs, pids, err, elapsed := runJob(t, 4, "crash:"+way, true, 2*time.Minute)
 	all := strings.Join(outs, "")
 	var ee *launch.ExitErrors
 	if !errors.As(err, &ee) || len(ee.Ranks) != 1 || ee.Ranks[0] != 3 || !strings.Contains(err.Error(), "killed") {
@@ -155,7 +170,7 @@ func TestProcessKilled(t *testing.T) {
 		}
 	}
 	t.Logf("job with a killed rank over in %v:\n%s", elapsed.Round(time.Millisecond), all)
-	if left := segments(t); len(left) > before {
+	if left := leftovers(t, pids); len(left) > 0 {
 		t.Fatalf("segments left after the job: %v", left)
 	}
 }
@@ -164,7 +179,12 @@ func TestProcessKilled(t *testing.T) {
 func rankMain(mode string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	defer cancel()
-	c, err := amigo.Open(ctx, amigo.Config{Transport: "shm"})
+	cfg := amigo.Config{Transport: "shm"}
+	if way, ok := strings.CutPrefix(mode, "crash:"); ok {
+		cfg.Shm.RDMA = way
+		mode = "crash"
+	}
+	c, err := amigo.Open(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
