@@ -300,3 +300,51 @@ func BenchmarkShmPingPong(b *testing.B) {
 		}
 	}
 }
+
+// With several contexts per rank, every pair of contexts has its own
+// descriptor buffer, and every context its own doorbell.
+func TestShmContexts(t *testing.T) {
+	cl := shmPair(t, amigo.Config{Contexts: 3})
+	got := make([]int, 3)
+	for i := range 3 {
+		x := cl[1].Context(i)
+		x.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+			if m.Inline() {
+				got[c.Index()]++
+				return
+			}
+			buf := make([]byte, m.Size())
+			m.Receive(buf, func(err error) {
+				if err == nil && buf[len(buf)-1] == byte(m.Size()) {
+					got[c.Index()]++
+				}
+			})
+		})
+	}
+	k := amigo.NewCounter()
+	big := make([]byte, 300_000)
+	big[len(big)-1] = byte(len(big))
+	for from := range 3 {
+		for to := range 3 {
+			k.Add(2)
+			cl[0].Context(from).Send(amigo.Endpoint{Rank: 1, Context: to}, 1, nil, []byte("small"), k.Done())
+			cl[0].Context(from).Send(amigo.Endpoint{Rank: 1, Context: to}, 1, nil, big, k.Done())
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for k.Pending() > 0 || got[0]+got[1]+got[2] < 18 {
+		if time.Now().After(deadline) {
+			t.Fatalf("pending %d, got %v", k.Pending(), got)
+		}
+		for i := range 3 {
+			cl[0].Context(i).Advance()
+			cl[1].Context(i).Advance()
+		}
+	}
+	if err := k.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != 6 || got[1] != 6 || got[2] != 6 {
+		t.Fatalf("contexts of rank 1 got %v messages, want 6 each", got)
+	}
+}
