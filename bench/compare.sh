@@ -51,16 +51,21 @@ mpicc.openmpi $cflags -o "$work/osu-ompi" bench/osu/osu.c
 go build -o "$work/amibench" ./cmd/amibench
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-amibench() { "$work/amibench" --json "$@"; }
-mpich() { local n=$1; shift; mpiexec.mpich -n "$n" "$work/osu-mpich" "$@" --json; }
-ompi() { local n=$1; shift; mpirun.openmpi --oversubscribe -n "$n" "$work/osu-ompi" "$@" --json; }
-
-# rec NAME CMD...: run CMD, keep its JSON lines under NAME, and its wall time.
+# rec NAME KIND ARGS...: run amibench (KIND amigo) or the C benchmark under an
+# MPI (KIND mpich N or ompi N), keep its JSON lines under NAME, and its wall
+# time.
 rec() {
-  local name=$1; shift
+  local name=$1 kind=$2
+  shift 2
+  local cmd
+  case $kind in
+    amigo) cmd=("$work/amibench" --json "$@") ;;
+    mpich) local n=$1; shift; cmd=(mpiexec.mpich -n "$n" "$work/osu-mpich" "$@" --json) ;;
+    ompi) local n=$1; shift; cmd=(mpirun.openmpi --oversubscribe -n "$n" "$work/osu-ompi" "$@" --json) ;;
+  esac
   local t0 t1
   t0=$(date +%s.%N)
-  if ! timeout -k 10 "$A2A_TIMEOUT" "$@" >"$work/out" 2>"$work/err"; then
+  if ! timeout -k 10 "$A2A_TIMEOUT" "${cmd[@]}" >"$work/out" 2>"$work/err"; then
     echo "  $name: failed or timed out: $(tail -n 3 "$work/err" | tr '\n' ' ')" >&2
     echo "{\"run\":\"$name\",\"failed\":true}" >>"$work/results"
     return 0
@@ -76,22 +81,22 @@ measure() {
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores; $(mpichversion | sed -n 's/MPICH Version:\s*/MPICH /p'); $(ompi_info --version 2>/dev/null | head -1)"
   for r in $(seq "$ROUNDS"); do
     echo "round $r of $ROUNDS" >&2
-    rec floor amibench -b floor
-    rec amigo-lat amibench -b latency --min-size 8 --max-size 8
+    rec floor amigo -b floor
+    rec amigo-lat amigo -b latency --min-size 8 --max-size 8
     rec mpich-lat mpich 2 latency --min-size 8 --max-size 8
     rec ompi-lat ompi 2 latency --min-size 8 --max-size 8
-    rec amigo-bw amibench -b bw --min-size $M1 --max-size $M4
-    rec amigo-bw-shared amibench -b bw --buffers shared --min-size $M1 --max-size $M4
+    rec amigo-bw amigo -b bw --min-size $M1 --max-size $M4
+    rec amigo-bw-shared amigo -b bw --buffers shared --min-size $M1 --max-size $M4
     rec mpich-bw mpich 2 bw --min-size $M1 --max-size $M4
     rec ompi-bw ompi 2 bw --min-size $M1 --max-size $M4
   done
   echo "16 ranks, all-to-all of 1 KiB" >&2
-  rec amigo-a2a16 amibench -n 16 -b a2a --min-size 1024 --max-size 1024
+  rec amigo-a2a16 amigo -n 16 -b a2a --min-size 1024 --max-size 1024
   rec mpich-a2a16 mpich 16 a2a --min-size 1024 --max-size 1024
   rec ompi-a2a16 ompi 16 a2a --min-size 1024 --max-size 1024
   if [ "$FULL" = 1 ]; then
     for b in latency bw; do
-      rec amigo-full-$b amibench -b $b
+      rec amigo-full-$b amigo -b $b
       rec mpich-full-$b mpich 2 $b
       rec ompi-full-$b ompi 2 $b
     done
@@ -119,6 +124,12 @@ table = [
     ("16-rank all-to-all 1 KiB, per iteration (us)", med("amigo-a2a16", "latency_us", 1024), None, med("mpich-a2a16", "latency_us", 1024), med("ompi-a2a16", "latency_us", 1024)),
     ("16-rank all-to-all 1 KiB, whole job (s)", med("amigo-a2a16", "wall_s"), None, med("mpich-a2a16", "wall_s"), med("ompi-a2a16", "wall_s")),
 ]
+allocs = [
+    ("allocations per message, 8 B latency", med("amigo-lat", "allocs_per_msg", 8), None),
+    ("allocations per message, 1 MiB bandwidth", med("amigo-bw", "allocs_per_msg", 1 << 20), med("amigo-bw-shared", "allocs_per_msg", 1 << 20)),
+    ("allocations per message, 4 MiB bandwidth", med("amigo-bw", "allocs_per_msg", 4 << 20), med("amigo-bw-shared", "allocs_per_msg", 4 << 20)),
+    ("allocations per message, 16-rank all-to-all", med("amigo-a2a16", "allocs_per_msg", 1024), None),
+]
 print()
 print(f"medians of the rounds; cross-core floor (atomic-flag ping-pong between two Go processes, one way): {fmt(floor)} us")
 print()
@@ -127,8 +138,11 @@ print(f"| {'measure':<{w}} | {'amigo heap':>11} | {'amigo shared':>12} | {'MPICH
 print(f"|{'-'*(w+2)}|{'-'*13}|{'-'*14}|{'-'*11}|{'-'*11}|{'-'*13}|{'-'*14}|")
 for name, a, s, m, o in table:
     print(f"| {name:<{w}} | {fmt(a):>11} | {fmt(s):>12} | {fmt(m):>9} | {fmt(o):>9} | {ratio(a, m):>11} | {ratio(s, m):>12} |")
+for name, a, s in allocs:
+    print(f"| {name:<{w}} | {fmt(a):>11} | {fmt(s):>12} | {'':>9} | {'':>9} | {'':>11} | {'':>12} |")
 print()
 print("amigo heap: amibench with Go buffers (as OSU's malloc); amigo shared: buffers from AllocMemory;")
+print("allocations: heap allocations of amibench's rank 0 per message in the timed loop (all of the process's).")
 print("MPICH and Open MPI: bench/osu/osu.c, same sizes, iteration counts and window.")
 fails = [r["run"] for r in rows if r.get("failed")]
 if fails:
