@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -331,7 +332,10 @@ func (p *port) prune() {
 }
 
 // failPair fails every connection between this port and peer, and refuses
-// new ones: a broken path in either direction is the loss of the peer.
+// new ones: a broken path in either direction is the loss of the peer. A
+// goodbye fails only its own connection: the peer says goodbye on each of
+// its connections after what it queued there (acks among it), which a
+// failure carried over from the other connection could overtake.
 func (p *port) failPair(peer transport.Addr, err error) {
 	p.mu.Lock()
 	if p.failed == nil {
@@ -339,6 +343,10 @@ func (p *port) failPair(peer transport.Addr, err error) {
 	}
 	if _, ok := p.failed[peer]; !ok {
 		p.failed[peer] = err
+	}
+	if errors.Is(err, transport.ErrClosed) {
+		p.mu.Unlock()
+		return
 	}
 	var victims []*conn
 	for _, c := range p.all() {
