@@ -39,6 +39,13 @@ type TCPConfig struct {
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF in bytes; 0 leaves the
 	// kernel's autotuning (AMIGO_TCP_SOCKBUF, default 0).
 	SocketBuffer int
+	// RingSlots is the number of 64-byte slots of each TCP link's
+	// descriptor buffer (AMIGO_TCP_RING_SLOTS, default 4096: 256 KiB, and
+	// never fewer than Config.RingSlots). A packet's slots are given back
+	// only once the target acknowledged it, so the buffer must cover a
+	// round trip of the network for streams of packets to flow; the target
+	// keeps a reception ring of twice that per link.
+	RingSlots int
 }
 
 func init() {
@@ -67,12 +74,17 @@ func init() {
 		dur("AMIGO_TCP_HANDOFF", "TCP, time without advancing before the adapter's goroutines take the sockets", func(c *Config) *time.Duration { return &c.TCP.Handoff }),
 		dur("AMIGO_TCP_READ_SPIN", "TCP, polling of a quiet socket before parking", func(c *Config) *time.Duration { return &c.TCP.ReadSpin }),
 		intSetting("AMIGO_TCP_SOCKBUF", "TCP, SO_SNDBUF and SO_RCVBUF bytes (0: autotuning)", func(c *Config) *int { return &c.TCP.SocketBuffer }),
+		intSetting("AMIGO_TCP_RING_SLOTS", "TCP, 64-byte slots of a link's descriptor buffer", func(c *Config) *int { return &c.TCP.RingSlots }),
 	)
 	resolvers = append(resolvers, resolveTCP)
 }
 
 // resolveTCP applies the defaults of TCPConfig and checks it.
 func resolveTCP(c *Config) error {
+	if c.TCP.RingSlots == 0 {
+		c.TCP.RingSlots = 4096
+	}
+	c.TCP.RingSlots = max(c.TCP.RingSlots, c.RingSlots)
 	o, err := tcpOptions(c).Validate()
 	if err != nil {
 		return fmt.Errorf("amigo: %w", err)
@@ -84,7 +96,7 @@ func resolveTCP(c *Config) error {
 func tcpOptions(c *Config) tcp.Options {
 	return tcp.Options{
 		Addr:         c.TCP.Addr,
-		RingSlots:    c.RingSlots,
+		RingSlots:    c.TCP.RingSlots,
 		RDMASlots:    c.RDMASlots,
 		Timeout:      c.TCP.Timeout,
 		Handoff:      c.TCP.Handoff,

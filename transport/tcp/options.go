@@ -20,8 +20,10 @@ type Options struct {
 	// non-loopback IPv4 address of an interface that is up.
 	Addr string
 	// RingSlots is the number of 64-byte slots of each link's descriptor
-	// buffer, and of the reception ring a target keeps per link
-	// (default 1024).
+	// buffer (default 4096: 256 KiB). A packet's slots are given back only
+	// once the target acknowledged it, so the buffer must cover a round
+	// trip for a stream to flow; the target keeps a reception ring of
+	// twice the initiator's size per link.
 	RingSlots int
 	// RDMASlots is the number of descriptors of each link's RDMA FIFO
 	// (default 256).
@@ -52,7 +54,7 @@ type Options struct {
 
 // Defaults for Options' zero values.
 const (
-	DefaultRingSlots = 1024
+	DefaultRingSlots = 4096
 	DefaultRDMASlots = 256
 	DefaultTimeout   = 10 * time.Second
 	DefaultHandoff   = time.Millisecond
