@@ -187,6 +187,9 @@ func runLauncher(args []string, o *Options, stdout, stderr io.Writer) error {
 	defer floor.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout+10*time.Second)
 	defer cancel()
+	// Ranks write concurrently; a writer that is not a file gets one
+	// write at a time.
+	stdout, stderr = serialize(stdout), serialize(stderr)
 	job, err := launch.Start(launch.Options{
 		N:     o.N,
 		Argv:  append([]string{self}, args...),
@@ -203,6 +206,24 @@ func runLauncher(args []string, o *Options, stdout, stderr io.Writer) error {
 		return err
 	}
 	return job.Wait(ctx)
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func serialize(w io.Writer) io.Writer {
+	if _, ok := w.(*os.File); ok {
+		return w
+	}
+	return &lockedWriter{w: w}
 }
 
 // runRank runs this process as one rank of a launched job.

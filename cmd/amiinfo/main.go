@@ -23,6 +23,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime"
@@ -57,8 +58,19 @@ func main() {
 	if v := os.Getenv(probeEnv); v != "" {
 		os.Exit(peer(v))
 	}
-	asJSON := flag.Bool("json", false, "print one JSON object")
-	flag.Parse()
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, w, stderr io.Writer) int {
+	fs := flag.NewFlagSet("amiinfo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
 	r := report{Host: map[string]string{}}
 	var err error
 	r.Settings, err = amigo.Settings(amigo.Config{})
@@ -80,36 +92,40 @@ func main() {
 	r.Probes = probes()
 	if *asJSON {
 		b, _ := json.MarshalIndent(r, "", "  ")
-		fmt.Println(string(b))
-		return
+		fmt.Fprintln(w, string(b))
+		return 0
 	}
-	fmt.Println("# settings (AMIGO_* environment, else default)")
+	fmt.Fprintln(w, "# settings (AMIGO_* environment, else default)")
 	for _, s := range r.Settings {
 		src := "default"
 		if _, ok := os.LookupEnv(s.Name); ok {
 			src = "environment"
 		}
-		fmt.Printf("%-26s %-10s %-12s %s\n", s.Name, s.Value, src, s.Doc)
+		fmt.Fprintf(w, "%-26s %-10s %-12s %s\n", s.Name, s.Value, src, s.Doc)
 	}
 	if r.Invalid != "" {
-		fmt.Printf("invalid: %s\n", r.Invalid)
+		fmt.Fprintf(w, "invalid: %s\n", r.Invalid)
 	}
-	fmt.Printf("\n# adapters\n%s (in-process: a rank to itself and ranks that are goroutines)\n", r.Adapters[0])
+	fmt.Fprintf(w, "\n# adapters\n%s (in-process: a rank to itself and ranks that are goroutines)\n", r.Adapters[0])
 	for _, a := range r.Adapters[1:] {
-		fmt.Printf("%s\n", a)
+		fmt.Fprintf(w, "%s\n", a)
 	}
-	fmt.Printf("\n# host\n")
+	fmt.Fprintf(w, "\n# host\n")
 	for _, k := range []string{"kernel", "cpus", "uid", "yama_ptrace_scope"} {
-		fmt.Printf("%-26s %s\n", k, r.Host[k])
+		fmt.Fprintf(w, "%-26s %s\n", k, r.Host[k])
 	}
-	fmt.Printf("\n# shared memory between processes (probed against a peer process)\n")
+	fmt.Fprintf(w, "\n# shared memory between processes (probed against a peer process)\n")
 	for _, p := range r.Probes {
 		st := "yes"
 		if !p.OK {
 			st = "NO"
 		}
-		fmt.Printf("%-26s %-4s %s\n", p.Name, st, p.Note)
+		fmt.Fprintf(w, "%-26s %-4s %s\n", p.Name, st, p.Note)
 	}
+	if r.Invalid != "" {
+		return 1
+	}
+	return 0
 }
 
 // probes starts a peer process and tries, from each side, what the
