@@ -410,3 +410,52 @@ func TestTCPContexts(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A rank that stops advancing (it computes) still serves GET and PUT on its
+// registered memory: the adapter's engine takes its sockets over once it has
+// not polled for the hand-off time, as a DMA engine would.
+func TestTCPServesWhileComputing(t *testing.T) {
+	cl := openOver(t, 2, amigo.Config{}, "tcp")
+	c0, c1 := cl[0].Context(0), cl[1].Context(0)
+	mem := fill(make([]byte, 4<<20), 9)
+	reg, err := cl[1].RegisterMemory(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key amigo.Key
+	c0.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) { key = amigo.Key(binary.LittleEndian.Uint64(m.Data)) })
+	sent := false
+	c1.Send(amigo.EndpointOf(0), 1, nil, binary.LittleEndian.AppendUint64(nil, uint64(reg.Key())), func(error) { sent = true })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go c1.Wait(ctx, func() bool { return sent })
+	if err := c0.Wait(ctx, func() bool { return key != 0 }); err != nil {
+		t.Fatal(err)
+	}
+	// Rank 1's goroutine is gone from its context from now on.
+	time.Sleep(20 * time.Millisecond)
+	for round := 0; round < 3; round++ {
+		buf := make([]byte, len(mem))
+		var getErr error
+		done := false
+		start := time.Now()
+		if err := c0.Get(amigo.EndpointOf(1), buf, key, 0, func(err error) { getErr, done = err, true }); err != nil {
+			t.Fatal(err)
+		}
+		if err := c0.Wait(ctx, func() bool { return done }); err != nil {
+			t.Fatal(err)
+		}
+		if getErr != nil || !bytes.Equal(buf, mem) {
+			t.Fatalf("GET from a computing rank: %v", getErr)
+		}
+		t.Logf("4 MiB GET from a rank that does not advance: %v", time.Since(start).Round(time.Microsecond))
+		put := bytes.Repeat([]byte{byte(round)}, 1000)
+		done = false
+		if err := c0.Put(amigo.EndpointOf(1), put, key, 5000, func(err error) { getErr, done = err, true }); err != nil {
+			t.Fatal(err)
+		}
+		if err := c0.Wait(ctx, func() bool { return done }); err != nil || getErr != nil {
+			t.Fatalf("PUT to a computing rank: %v %v", err, getErr)
+		}
+	}
+}

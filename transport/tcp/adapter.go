@@ -44,6 +44,7 @@ type Adapter struct {
 	wg         sync.WaitGroup
 	inflight   atomic.Int32 // handshakes in progress
 	eng        *engine
+	rewatch    chan struct{} // a connection was attached: the watcher looks again
 
 	stats counters
 }
@@ -76,6 +77,7 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 		keys:       deriveKeys(secret),
 		handshakes: make(map[net.Conn]struct{}),
 		stop:       make(chan struct{}),
+		rewatch:    make(chan struct{}, 1),
 	}
 	listen, publish, err := chooseAddr(opts.Addr, job)
 	if err != nil {
@@ -406,6 +408,13 @@ func (a *Adapter) watch() {
 		case <-a.stop:
 			return
 		case <-t.C:
+		case <-a.rewatch:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
 		}
 		a.mu.Lock()
 		ports := append([]*port(nil), a.ports...)

@@ -211,6 +211,10 @@ func (c *conn) attach(nc *net.TCPConn) error {
 		return err
 	}
 	c.ready.Store(true)
+	select {
+	case c.a.rewatch <- struct{}{}:
+	default:
+	}
 	c.a.stats.connected.Add(1)
 	processStats.connected.Add(1)
 	c.rearm()

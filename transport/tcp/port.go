@@ -370,6 +370,10 @@ func (p *port) watch() bool {
 	polls := p.polls.Load()
 	stale := polls == p.lastPolls
 	p.lastPolls = polls
+	if len(p.list(&p.ins))+len(p.list(&p.outs)) == 0 {
+		// Nothing to hand over: no need to look often.
+		return false
+	}
 	if p.attended.Load() {
 		if !stale {
 			return true
