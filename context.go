@@ -46,7 +46,7 @@ type Context struct {
 
 	// Idle policy, from the adapters (see idle).
 	spin    int  // idle Advance calls before yielding
-	osYield bool // yield the OS thread too: peers are processes of this host
+	osYield bool // yield the OS thread too: more ranks than processors here
 
 	unexpected  int      // bytes of unexpected eager data held
 	chunks      [][]byte // free chunks for unexpected data
@@ -105,11 +105,9 @@ func newContext(cl *Client, index int) (*Context, error) {
 	}
 	c.spin = cl.cfg.SpinIterations
 	for _, a := range cl.adapters {
-		if h, ok := a.(interface{ Oversubscribed() bool }); ok {
+		if h, ok := a.(interface{ Oversubscribed() bool }); ok && h.Oversubscribed() {
 			c.osYield = true
-			if h.Oversubscribed() {
-				c.spin = min(c.spin, oversubscribedSpin)
-			}
+			c.spin = min(c.spin, oversubscribedSpin)
 		}
 	}
 	for _, a := range cl.adapters {
@@ -318,12 +316,14 @@ const oversubscribedSpin = 20
 // idle is one step of the spin, yield, sleep policy of a goroutine that found
 // no work; it returns the new idle count.
 //
-// When the peers are processes of this host (an adapter says whether they
-// outnumber the processors, with an Oversubscribed method), a yield also
-// gives the OS thread away with sched_yield: the peer this context waits for
-// may be waiting for a processor, which runtime.Gosched alone never hands to
-// another process. When they outnumber the processors, spinning only keeps
-// them from running, so the context spins at most oversubscribedSpin times.
+// When the ranks of this host outnumber its processors (an adapter between
+// processes says so with an Oversubscribed method), the peer this context
+// waits for may be waiting for a processor: spinning only keeps it from
+// running, so the context spins at most oversubscribedSpin times, and each
+// yield also gives the OS thread away with sched_yield, which
+// runtime.Gosched alone never does to another process. With a processor per
+// rank, a yield stays within the process: handing the processor to an
+// unrelated process would cost a rank its next message by a time slice.
 func (c *Context) idle(idle int, done <-chan struct{}) int {
 	idle++
 	switch {
