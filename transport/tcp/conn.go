@@ -253,7 +253,16 @@ func setSockopts(nc *net.TCPConn, o Options) error {
 // rearm tells the engine what to watch the socket for: readable while the
 // context does not poll (unless the reception ring is full), writable while
 // a write is blocked.
+//
+// The state is read under armMu, so that of two rearms the later one sees
+// the later state: whoever changes the state changes it first and rearms
+// after.
 func (c *conn) rearm() {
+	c.armMu.Lock()
+	defer c.armMu.Unlock()
+	if c.closed || c.slot < 0 {
+		return
+	}
 	var ev uint32
 	if !c.p.attended.Load() && !c.stalled.Load() {
 		ev |= unix.EPOLLIN | unix.EPOLLRDHUP
@@ -261,11 +270,7 @@ func (c *conn) rearm() {
 	if c.wblocked.Load() {
 		ev |= unix.EPOLLOUT
 	}
-	c.armMu.Lock()
-	if !c.closed && c.slot >= 0 {
-		c.a.eng.arm(c, ev)
-	}
-	c.armMu.Unlock()
+	c.a.eng.arm(c, ev)
 }
 
 // ---- failure

@@ -69,4 +69,8 @@
 // they are declared; the engine's epoll interest is one-shot and re-armed
 // under a per-connection mutex. Nothing on the small-message paths
 // allocates or takes a lock (alloc_test.go asserts it).
+//
+// The mutexes, all on slow paths, are taken in this order: Adapter.mu, then
+// port.mu or conn.armMu; conn.armMu, then engine.mu. None is held across a
+// blocking system call.
 package tcp
