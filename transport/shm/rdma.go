@@ -23,8 +23,14 @@ const (
 	modePipe               // pipelined copy through the owner's chunks
 )
 
-// helpPieceMin is the smallest piece of a cooperative copy.
-const helpPieceMin = 32 << 10
+// The smallest pieces of a cooperative copy: each piece costs a claim on a
+// shared cache line, and by cross-memory attach a system call that pins the
+// pages; measured on a 2-core machine, these sizes moved the most at 1 and
+// 4 MiB (CMA at 32 KiB pieces: 30 GB/s; at 256 KiB: 45 GB/s).
+const (
+	helpPieceSegment = 64 << 10
+	helpPieceCMA     = 256 << 10
+)
 
 type xfer struct {
 	l      *link
@@ -211,7 +217,11 @@ func (p *port) startHelp(x *xfer) {
 	x.ch = ch
 	x.help = true
 	p.newID(x)
-	piece := max(uint64(helpPieceMin), (x.n+maxPieces-1)/maxPieces)
+	least := uint64(helpPieceSegment)
+	if x.mode == modeCMA {
+		least = helpPieceCMA
+	}
+	piece := max(least, (x.n+maxPieces-1)/maxPieces)
 	piece = (piece + pageSize - 1) &^ (pageSize - 1)
 	x.piece = piece
 	x.pieces = (x.n + piece - 1) / piece
