@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/amigo-hpc/amigo/bootstrap"
 	"github.com/amigo-hpc/amigo/transport"
 )
@@ -215,5 +217,89 @@ func TestHostileRequests(t *testing.T) {
 	}
 	if a0.srv.active.Load() != 0 {
 		t.Fatalf("%d requests still in progress", a0.srv.active.Load())
+	}
+}
+
+// Segments are private to their user, and a producer rings a consumer's
+// doorbell (a futex wake system call) only when the consumer said it sleeps.
+func TestSegmentModeAndWakes(t *testing.T) {
+	a0, a1, p0, p1 := hostile(t)
+	for _, a := range []*Adapter{a0, a1} {
+		fds := []int{a.fd}
+		if b, err := a.Alloc(100); err != nil || len(b) != 100 {
+			t.Fatal(err)
+		}
+		for _, m := range *a.allocs.Load() {
+			fds = append(fds, m.fd)
+		}
+		for _, fd := range fds {
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode&0o777 != 0o600 {
+				t.Fatalf("segment of mode %#o, want 0600", st.Mode&0o777)
+			}
+		}
+	}
+	l, err := p1.Link(transport.Addr{Rank: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func() {
+		tail := l.Msg.Tail()
+		if pad := l.Msg.PadFor(tail, 1); pad > 0 {
+			l.Msg.WritePad(tail, pad)
+			tail += uint64(pad)
+		}
+		copy(l.Msg.Payload(tail, 8), "awake!!!")
+		l.Msg.Seal(tail, 8)
+		l.Msg.Publish(tail + 1)
+		l.MsgBell.Ring()
+	}
+	var s sink
+	// The consumer polls: no ring costs a system call.
+	for i := 0; i < 20; i++ {
+		send()
+		for s.n <= i {
+			p0.Poll(&s, 8)
+		}
+	}
+	if n := l.MsgBell.Rings(); n != 0 {
+		t.Fatalf("%d wakes of a consumer that never slept", n)
+	}
+	// The consumer sleeps (a shared doorbell sleeps at most a millisecond at
+	// a time, so it arms and sleeps again until work comes): a message wakes
+	// it with one ring, unless it falls between two of its sleeps.
+	bell, _ := a0.Doorbell(0)
+	const trials = 5
+	for i := 0; i < trials; i++ {
+		before := l.MsgBell.Rings()
+		slept := make(chan int)
+		go func() {
+			timer := time.NewTimer(time.Hour)
+			sleeps := 0
+			for {
+				bell.Arm()
+				if p0.Poll(&s, 8) > 0 {
+					bell.Disarm()
+					break
+				}
+				bell.Sleep(nil, timer, time.Second)
+				sleeps++
+			}
+			slept <- sleeps
+		}()
+		time.Sleep(10 * time.Millisecond)
+		send()
+		if n := <-slept; n == 0 {
+			t.Fatal("the consumer never slept")
+		}
+		if n := l.MsgBell.Rings() - before; n > 1 {
+			t.Fatalf("%d wakes for one message to a sleeping consumer", n)
+		}
+	}
+	if n := l.MsgBell.Rings(); n == 0 {
+		t.Fatalf("no wake in %d messages to a sleeping consumer", trials)
 	}
 }
