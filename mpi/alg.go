@@ -175,9 +175,11 @@ func (s *sched) allreduceRD(acc []byte) {
 // reduceScatterHalving: recursive halving over the pof2 ranks of f, on
 // blocks b of acc: at distance d each rank keeps the half of its range on
 // its side, sends the other half to its partner and combines the half it
-// receives. It ends with rank nr holding block nr, and returns nothing; t
-// is scratch as long as acc. The op must be commutative.
-func (s *sched) reduceScatterHalving(f fold, nr int, b blocks, acc, t []byte) {
+// receives. It ends with rank nr holding block nr of the result in acc; t
+// is scratch as long as acc. If src is not nil, this rank's input is in src
+// rather than acc: the first step sends from src and receives straight into
+// acc, so that no copy of the input is made. The op must be commutative.
+func (s *sched) reduceScatterHalving(f fold, nr int, b blocks, src, acc, t []byte) {
 	lo, hi := 0, f.pof2
 	for d := f.pof2 / 2; d >= 1; d /= 2 {
 		peer := f.real(nr ^ d)
@@ -186,10 +188,19 @@ func (s *sched) reduceScatterHalving(f fold, nr int, b blocks, acc, t []byte) {
 		if nr&d != 0 {
 			klo, khi, slo, shi = mid, hi, lo, mid
 		}
-		s.send(acc[b.off(slo):b.off(shi)], peer)
-		s.recv(t[b.off(klo):b.off(khi)], peer)
-		s.end()
-		s.accLeft(acc[b.off(klo):b.off(khi)], t[b.off(klo):b.off(khi)])
+		keep := acc[b.off(klo):b.off(khi)]
+		if src != nil {
+			s.send(src[b.off(slo):b.off(shi)], peer)
+			s.recv(keep, peer)
+			s.end()
+			s.accLeft(keep, src[b.off(klo):b.off(khi)])
+			src = nil
+		} else {
+			s.send(acc[b.off(slo):b.off(shi)], peer)
+			s.recv(t[b.off(klo):b.off(khi)], peer)
+			s.end()
+			s.accLeft(keep, t[b.off(klo):b.off(khi)])
+		}
 		lo, hi = klo, khi
 	}
 	s.end()
@@ -216,17 +227,44 @@ func (s *sched) allgatherDoubling(f fold, nr int, b blocks, acc []byte) {
 // allreduceRSAG: Rabenseifner's algorithm, a reduce-scatter by recursive
 // halving and an allgather by recursive doubling: each rank sends and
 // receives about twice the message instead of log2 p times. Commutative ops
-// only, count >= pof2.
-func (s *sched) allreduceRSAG(acc []byte, count, es int) {
+// only, count >= pof2. The input is in src, or in acc if src is nil; the
+// result ends in acc. With src apart, the input is never copied: the ranks
+// that fold hand src over, and the others start halving from it.
+func (s *sched) allreduceRSAG(src, acc []byte, count, es int) {
 	f := newFold(s.c.size)
 	t := s.tmp(len(acc))
-	nr := s.foldIn(f, acc, t)
+	nr := s.foldInFrom(f, src, acc)
 	if nr >= 0 {
+		if s.c.rank < 2*f.rem {
+			src = nil // the folded input is in acc
+		}
 		b := splitBlocks(count, f.pof2, es)
-		s.reduceScatterHalving(f, nr, b, acc, t)
+		s.reduceScatterHalving(f, nr, b, src, acc, t)
 		s.allgatherDoubling(f, nr, b, acc)
 	}
 	s.foldOut(f, acc)
+}
+
+// foldInFrom is foldIn for an input in src (or in acc if src is nil): the
+// even ranks of the first 2*rem send it, the odd ones receive theirs into
+// acc and combine their own src into it (the op is commutative).
+func (s *sched) foldInFrom(f fold, src, acc []byte) int {
+	if src == nil {
+		return s.foldIn(f, acc, s.tmp(len(acc)))
+	}
+	r := s.c.rank
+	if r < 2*f.rem {
+		if r%2 == 0 {
+			s.send(src, r+1)
+		} else {
+			s.recv(acc, r-1)
+		}
+		s.end()
+		if r%2 == 1 {
+			s.accLeft(acc, src)
+		}
+	}
+	return f.newrank(r)
 }
 
 // reduceBinomial: children combine into parents along a binomial tree
@@ -268,15 +306,18 @@ func (s *sched) reduceBinomial(acc []byte, root int) {
 
 // reduceRSG: a reduce-scatter by recursive halving, then every block sent
 // straight to the root, which receives them into out. Commutative ops only,
-// count >= pof2.
-func (s *sched) reduceRSG(acc, out []byte, count, es, root int) {
+// count >= pof2. The input is in src, or in acc if src is nil.
+func (s *sched) reduceRSG(src, acc, out []byte, count, es, root int) {
 	c := s.c
 	f := newFold(c.size)
 	t := s.tmp(len(acc))
-	nr := s.foldIn(f, acc, t)
+	nr := s.foldInFrom(f, src, acc)
 	b := splitBlocks(count, f.pof2, es)
 	if nr >= 0 {
-		s.reduceScatterHalving(f, nr, b, acc, t)
+		if c.rank < 2*f.rem {
+			src = nil
+		}
+		s.reduceScatterHalving(f, nr, b, src, acc, t)
 	}
 	if c.rank == root {
 		for i := 0; i < f.pof2; i++ {

@@ -153,19 +153,21 @@ func reduceSched[T Numeric](c *Comm, send, recv []T, op Op, root int) (*sched, e
 	} else {
 		acc = s.tmp(n)
 	}
-	if send != nil {
-		s.copy(acc, Bytes(send))
-	}
-	if c.size == 1 || n == 0 {
-		return s, nil
-	}
-	if op.commute && n > c.e.opts.ReduceShortMax && count >= pof2(c.size) {
+	switch {
+	case c.size == 1 || n == 0:
+		if send != nil {
+			s.copy(acc, Bytes(send))
+		}
+	case op.commute && n > c.e.opts.ReduceShortMax && count >= pof2(c.size):
 		var out []byte
 		if atRoot {
 			out = acc
 		}
-		s.reduceRSG(acc, out, count, es, root)
-	} else {
+		s.reduceRSG(Bytes(send), acc, out, count, es, root)
+	default:
+		if send != nil {
+			s.copy(acc, Bytes(send))
+		}
 		s.reduceBinomial(acc, root)
 	}
 	return s, nil
@@ -216,14 +218,17 @@ func allreduceSched[T Numeric](c *Comm, send, recv []T, op Op) (*sched, error) {
 	acc := Bytes(recv)
 	s := c.e.newSched(c)
 	s.k, s.op = k, op
-	if send != nil {
-		s.copy(acc, Bytes(send))
-	}
 	switch {
 	case c.size == 1 || count == 0:
+		if send != nil {
+			s.copy(acc, Bytes(send))
+		}
 	case op.commute && len(acc) > c.e.opts.AllreduceShortMax && count >= pof2(c.size):
-		s.allreduceRSAG(acc, count, es)
+		s.allreduceRSAG(Bytes(send), acc, count, es)
 	default:
+		if send != nil {
+			s.copy(acc, Bytes(send))
+		}
 		s.allreduceRD(acc)
 	}
 	return s, nil

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# bench/compare_coll.sh: the collectives of amigo's package mpi (amibench's
+# osu_* collective benchmarks) next to MPICH on this host, measured in the
+# same run, with the ratios. Not part of CI.
+#
+#   bash bench/compare_coll.sh                 # ROUNDS=3 rounds, medians
+#   ROUNDS=5 RANKS="2 4 8" bash bench/compare_coll.sh
+#
+# It installs Debian's mpich and libmpich-dev if they are missing (as root),
+# builds bench/coll/osu_coll.c with MPICH's mpicc and amibench, and holds
+# /tmp/amigo-bench.lock while it runs, so that measurements on a shared
+# machine do not overlap. In each round every measurement runs amigo then
+# MPICH, one right after the other, so each ratio compares runs seconds
+# apart. Ranks are processes on this host (amigo over its shared-memory
+# adapter, MPICH over its own); 4 and 8 ranks oversubscribe a 2-core host.
+#
+# Measured (elements are doubles, sizes in bytes, roots rank 0): allreduce of
+# 8 doubles (64 B) and of 1M doubles (8 MiB); reduce, bcast, allgather and
+# alltoall at 64 B and 1 MiB; barrier.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${AMIGO_BENCH_LOCKED:-}" ]; then
+  exec env AMIGO_BENCH_LOCKED=1 flock /tmp/amigo-bench.lock bash "$0" "$@"
+fi
+export PATH=$PATH:/usr/local/go/bin
+ROUNDS=${ROUNDS:-3}
+RANKS=${RANKS:-"2 4 8"}
+TIMEOUT=${TIMEOUT:-600}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+missing=()
+for p in mpich libmpich-dev; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+mpicc=mpicc.mpich
+command -v $mpicc >/dev/null || mpicc=mpicc
+$mpicc -O2 -Wall -o "$work/osu_coll" bench/coll/osu_coll.c
+go build -o "$work/amibench" ./cmd/amibench
+mpiexec=mpiexec.hydra
+command -v $mpiexec >/dev/null || mpiexec=mpiexec
+
+# rec NAME CMD...: run CMD, keep its JSON lines under NAME.
+rec() {
+  local name=$1; shift
+  if ! timeout -k 10 "$TIMEOUT" "$@" >"$work/out" 2>"$work/err"; then
+    echo "  $name: failed or timed out: $(tail -n 3 "$work/err" | tr '\n' ' ')" >&2
+    echo "{\"run\":\"$name\",\"failed\":true}" >>"$work/results"
+    return 0
+  fi
+  grep '^{' "$work/out" | sed "s/^{/{\"run\":\"$name\",/" >>"$work/results" || true
+}
+
+# pair BENCH N SIZE: amigo, then MPICH.
+pair() {
+  local b=$1 n=$2 s=$3
+  local sz=(--min-size "$s" --max-size "$s")
+  [ "$b" = barrier ] && sz=()
+  rec "amigo/$b/$n/$s" "$work/amibench" --json -n "$n" -b "$b" "${sz[@]}"
+  rec "mpich/$b/$n/$s" "$mpiexec" -n "$n" "$work/osu_coll" "$b" --json "${sz[@]}"
+}
+
+: >"$work/results"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores; $(mpichversion 2>/dev/null | sed -n 's/MPICH Version:\s*/MPICH /p')"
+for r in $(seq "$ROUNDS"); do
+  echo "round $r of $ROUNDS" >&2
+  for n in $RANKS; do
+    pair allreduce "$n" 64
+    pair allreduce "$n" 8388608
+    for b in reduce bcast allgather alltoall; do
+      pair "$b" "$n" 64
+      pair "$b" "$n" 1048576
+    done
+    pair barrier "$n" 0
+  done
+done
+python3 - "$work/results" "$RANKS" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ranks = [int(x) for x in sys.argv[2].split()]
+def med(run):
+    v = [r["latency_us"] for r in rows if r.get("run") == run and "latency_us" in r]
+    return statistics.median(v) if v else None
+def fmt(v):
+    return "-" if v is None else (f"{v:,.2f}" if v < 100 else f"{v:,.0f}")
+names = {64: "64 B", 1048576: "1 MiB", 8388608: "8 MiB", 0: ""}
+items = [("allreduce", 64, "8 doubles"), ("allreduce", 8388608, "1M doubles")]
+for b in ("reduce", "bcast", "allgather", "alltoall"):
+    items += [(b, 64, ""), (b, 1048576, "")]
+items.append(("barrier", 0, ""))
+print()
+print("latency in us (average over ranks, median of the rounds); ratio = amigo / MPICH, below 1 is faster")
+print()
+print(f"| {'collective':<30} | {'ranks':>5} | {'amigo':>9} | {'MPICH':>9} | {'ratio':>6} |")
+print(f"|{'-'*32}|{'-'*7}|{'-'*11}|{'-'*11}|{'-'*8}|")
+for b, s, note in items:
+    for n in ranks:
+        a, m = med(f"amigo/{b}/{n}/{s}"), med(f"mpich/{b}/{n}/{s}")
+        label = f"{b} {names[s]}" + (f" ({note})" if note else "")
+        ratio = "-" if a is None or not m else f"{a / m:.2f}"
+        print(f"| {label:<30} | {n:>5} | {fmt(a):>9} | {fmt(m):>9} | {ratio:>6} |")
+print()
+print("amigo: amibench -b <collective> (package mpi over the shared-memory adapter, ranks as processes);")
+print("MPICH: bench/coll/osu_coll.c under mpiexec.hydra; same sizes, iteration counts, roots and element type.")
+fails = sorted({r["run"] for r in rows if r.get("failed")})
+if fails:
+    print("failed or timed out:", ", ".join(fails))
+PY

@@ -1,0 +1,113 @@
+package mpi_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/amigo-hpc/amigo"
+	"github.com/amigo-hpc/amigo/mpi"
+)
+
+// spmd runs fn on n in-process ranks, rank 0 on the benchmark's goroutine.
+func spmd(b *testing.B, n int, fn func(w *mpi.Comm, iters int) error) {
+	cl, err := amigo.NewLocal(n, amigo.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cl {
+			c.Close()
+		}
+	}()
+	ctx := context.Background()
+	worlds := make([]*mpi.Comm, n)
+	werrs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range cl {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			worlds[r], werrs[r] = mpi.World(ctx, cl[r].Context(0), nil)
+		}()
+	}
+	wg.Wait()
+	for _, err := range werrs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	errs := make(chan error, n)
+	for r := 1; r < n; r++ {
+		go func() { errs <- fn(worlds[r], b.N) }()
+	}
+	b.ResetTimer()
+	if err := fn(worlds[0], b.N); err != nil {
+		b.Fatal(err)
+	}
+	for r := 1; r < n; r++ {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	for _, w := range worlds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = mpi.Finalize(ctx, w)
+		}()
+	}
+	wg.Wait()
+}
+
+// BenchmarkAllreduce: ranks as goroutines over the in-process adapter, so
+// it measures the layer's own cost more than a transport's.
+func BenchmarkAllreduce(b *testing.B) {
+	for _, n := range []int{1, 2, 4} {
+		for _, count := range []int{8, 1 << 17} {
+			b.Run(fmt.Sprintf("ranks=%d/doubles=%d", n, count), func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(8 * count))
+				spmd(b, n, func(w *mpi.Comm, iters int) error {
+					send, recv := make([]float64, count), make([]float64, count)
+					ctx := context.Background()
+					for i := 0; i < iters; i++ {
+						if err := mpi.Allreduce(ctx, w, send, recv, mpi.Sum); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkPingPong: one round trip of a small message with Send and Recv.
+func BenchmarkPingPong(b *testing.B) {
+	b.ReportAllocs()
+	spmd(b, 2, func(w *mpi.Comm, iters int) error {
+		buf := make([]float64, 8)
+		ctx := context.Background()
+		for i := 0; i < iters; i++ {
+			if w.Rank() == 0 {
+				if err := mpi.Send(ctx, w, buf, 1, 0); err != nil {
+					return err
+				}
+				if _, err := mpi.Recv(ctx, w, buf, 1, 0); err != nil {
+					return err
+				}
+			} else {
+				if _, err := mpi.Recv(ctx, w, buf, 0, 0); err != nil {
+					return err
+				}
+				if err := mpi.Send(ctx, w, buf, 0, 0); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
