@@ -769,6 +769,10 @@ func (c *conn) pump(fd int, budget int) (int, pumpStatus) {
 			return work, pumpFailed
 		}
 		raceAcquire()
+		// Bytes read count as work even before a frame completes, so that a
+		// context receiving a long reply does not count itself idle and
+		// sleep.
+		work++
 		c.rcvd.Add(uint64(n))
 		c.a.stats.rcvd.Add(uint64(n))
 		processStats.rcvd.Add(uint64(n))
