@@ -47,6 +47,7 @@ echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores
 for r in $(seq "$ROUNDS"); do
   echo "round $r of $ROUNDS" >&2
   rec plain-lat "$work/plain" -b latency --min-size 8 --max-size 8
+  rec plain-lat-timer "$work/plain" -waiter timer -b latency --min-size 8 --max-size 8
   rec amigo-lat "$work/amibench" --json --transport tcp -b latency --min-size 8 --max-size 8
   rec plain-bw "$work/plain" -b bw --min-size $M1 --max-size $M4
   rec amigo-bw "$work/amibench" --json --transport tcp -b bw --min-size $M1 --max-size $M4
@@ -77,6 +78,10 @@ for name, kind, key, size, ok, target in lines:
     r = "-" if p is None or a is None else f"{a / p:.2f}x"
     met = "-" if p is None or a is None else ("yes" if ok(a, p) else "no")
     print(f"| {name:<26} | {fmt(p):>12} | {fmt(a):>10} | {r:>11} | {target:<18} | {met:<3} |")
+pt = med("plain-lat-timer", "latency_us", 8)
+print()
+print(f"for reference, the same plain ping-pong with a 1 ms ticker running in each process (as most programs")
+print(f"have; it puts the runtime's idle thread on the network poller): {fmt(pt)} us")
 print()
 print("per round (plain, amigo):")
 for name, kind, key, size, _, _ in lines:

@@ -45,10 +45,12 @@ func main() {
 	flag.IntVar(&o.maxSize, "max-size", 4<<20, "largest message size in bytes")
 	flag.IntVar(&o.iterations, "iterations", 0, "iterations per size (0: OSU's defaults)")
 	flag.IntVar(&o.window, "window", 64, "messages per bandwidth window")
+	flag.StringVar(&waiter, "waiter", "", "also keep, in both processes, a goroutine parked on Go's network poller (accept) or a 1ms ticker (timer), as most programs have: shows what a socket on the runtime's poller costs a busy-polling ping-pong")
 	listen := flag.String("listen", "", "be the answering side: listen on this address")
 	connect := flag.String("connect", "", "be the measuring side: connect to this address")
 	flag.Parse()
 	o.benchmarks = strings.Split(*bench, ",")
+	startWaiter()
 	var err error
 	switch {
 	case *listen != "":
@@ -64,6 +66,24 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "plain:", err)
 		os.Exit(1)
+	}
+}
+
+var waiter string
+
+// startWaiter starts what -waiter asks for.
+func startWaiter() {
+	switch waiter {
+	case "accept":
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err == nil {
+			go l.Accept()
+		}
+	case "timer":
+		go func() {
+			for range time.Tick(time.Millisecond) {
+			}
+		}()
 	}
 }
 
@@ -216,6 +236,9 @@ func measure(c *net.TCPConn, o options, w io.Writer) error {
 	}
 	emit := func(m map[string]any) {
 		m["impl"] = "plain-go-tcp"
+		if waiter != "" {
+			m["impl"] = "plain-go-tcp+" + waiter
+		}
 		b, _ := json.Marshal(m)
 		fmt.Fprintln(w, string(b))
 	}
