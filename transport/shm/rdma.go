@@ -181,7 +181,7 @@ func (p *port) start(l *link, op *transport.RDMAOp) (x *xfer, wait bool, err err
 			return nil, true, nil
 		}
 		p.startPipe(x)
-	} else if !a.opts.HelpOff && x.n >= uint64(a.opts.HelpMin) && !busy {
+	} else if !a.opts.HelpOff && x.n >= uint64(a.opts.HelpMin) && x.n >= 2*helpPiece(x.mode) && !busy {
 		p.startHelp(x)
 	}
 	return x, false, nil
@@ -210,6 +210,15 @@ func (p *port) post(x *xfer, mode uint64) {
 	p.chanBy[li] = x.l
 }
 
+// helpPiece is the smallest piece of a cooperative copy by mode; a
+// transfer of fewer than two such pieces is not split.
+func helpPiece(mode int) uint64 {
+	if mode == modeCMA {
+		return helpPieceCMA
+	}
+	return helpPieceSegment
+}
+
 // startHelp offers the owner to copy part of x on its side.
 func (p *port) startHelp(x *xfer) {
 	a := p.a
@@ -217,11 +226,7 @@ func (p *port) startHelp(x *xfer) {
 	x.ch = ch
 	x.help = true
 	p.newID(x)
-	least := uint64(helpPieceSegment)
-	if x.mode == modeCMA {
-		least = helpPieceCMA
-	}
-	piece := max(least, (x.n+maxPieces-1)/maxPieces)
+	piece := max(helpPiece(x.mode), (x.n+maxPieces-1)/maxPieces)
 	piece = (piece + pageSize - 1) &^ (pageSize - 1)
 	x.piece = piece
 	x.pieces = (x.n + piece - 1) / piece
