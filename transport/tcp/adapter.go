@@ -245,7 +245,10 @@ func (a *Adapter) Open(ctx int, bell *transport.Doorbell) (transport.Port, error
 	if a.ports[ctx] != nil {
 		return nil, fmt.Errorf("tcp: rank %d context %d opened twice", a.rank, ctx)
 	}
-	p := newPort(a, ctx, bell)
+	p, err := newPort(a, ctx, bell)
+	if err != nil {
+		return nil, err
+	}
 	a.ports[ctx] = p
 	// Adopt the connections that arrived before the context opened.
 	kept := a.pending[:0]

@@ -99,6 +99,7 @@ type conn struct {
 	rcvd     atomic.Uint64 // bytes received
 	rd       readState
 	wantKick bool // the pump made work for the write side (replies, acks received)
+	inReady  bool // the port's epoll reported the socket readable (Poll's goroutine only)
 
 	// Target: the reception ring. Produced by the read side, consumed by
 	// Poll on the context's goroutine.
@@ -206,6 +207,10 @@ func (c *conn) attach(nc *net.TCPConn) error {
 	}
 	c.fd = fd
 	err = c.a.eng.add(c)
+	if err == nil && !c.initiator {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(c.slot)}
+		err = unix.EpollCtl(c.p.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
+	}
 	c.armMu.Unlock()
 	if err != nil {
 		return err
@@ -303,6 +308,9 @@ func (c *conn) finish(err error) {
 	// Both sides are ours for good.
 	c.armMu.Lock()
 	if c.fd >= 0 {
+		if !c.initiator {
+			_ = unix.EpollCtl(c.p.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+		}
 		c.a.eng.remove(c)
 		unix.Close(c.fd)
 	}

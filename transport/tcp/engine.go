@@ -28,8 +28,9 @@ type engine struct {
 	done chan struct{}
 
 	mu    sync.Mutex
-	conns []*conn // by slot
+	conns []*conn // by slot, under mu
 	free  []int
+	table atomic.Pointer[[]*conn] // a copy of conns, replaced under mu, read without a lock
 }
 
 func newEngine(a *Adapter) (*engine, error) {
@@ -64,6 +65,7 @@ func (e *engine) add(c *conn) error {
 		slot = len(e.conns)
 		e.conns = append(e.conns, c)
 	}
+	e.publish()
 	e.mu.Unlock()
 	c.slot = slot
 	ev := unix.EpollEvent{Events: unix.EPOLLONESHOT, Fd: int32(slot)}
@@ -95,16 +97,23 @@ func (e *engine) release(slot int) {
 	e.mu.Lock()
 	e.conns[slot] = nil
 	e.free = append(e.free, slot)
+	e.publish()
 	e.mu.Unlock()
 }
 
+// publish replaces the lock-free copy of the table; the caller holds mu.
+func (e *engine) publish() {
+	t := append([]*conn(nil), e.conns...)
+	e.table.Store(&t)
+}
+
+// lookup returns the connection registered at slot, without a lock.
 func (e *engine) lookup(slot int32) *conn {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if slot < 0 || int(slot) >= len(e.conns) {
+	p := e.table.Load()
+	if p == nil || slot < 0 || int(slot) >= len(*p) {
 		return nil
 	}
-	return e.conns[slot]
+	return (*p)[slot]
 }
 
 func (e *engine) run() {

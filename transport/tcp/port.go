@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/amigo-hpc/amigo/internal/ring"
 	"github.com/amigo-hpc/amigo/transport"
 )
@@ -40,21 +42,35 @@ type port struct {
 	extra  int  // work done in Poll beyond the packets it returned, reported by Progress
 	ackDue bool // Poll delivered packets: Progress acknowledges them
 
+	// epfd is an epoll instance watching, level-triggered, the sockets of
+	// the port's links in: with more than directPoll of them, Poll asks it
+	// which are readable (one system call) rather than reading each.
+	epfd   int
+	events [64]unix.EpollEvent
+
 	closed atomic.Bool
 }
 
-func newPort(a *Adapter, ctx int, bell *transport.Doorbell) *port {
+// directPoll is the most links in a Poll reads without asking epoll first.
+const directPoll = 4
+
+func newPort(a *Adapter, ctx int, bell *transport.Doorbell) (*port, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
 	p := &port{
 		a:     a,
 		ctx:   ctx,
 		addr:  transport.Addr{Rank: int32(a.rank), Context: int32(ctx)},
 		bell:  bell,
 		links: make(map[transport.Addr]*transport.Link),
+		epfd:  epfd,
 	}
 	empty := []*conn{}
 	p.ins.Store(&empty)
 	p.outs.Store(&empty)
-	return p
+	return p, nil
 }
 
 func (p *port) list(which *atomic.Pointer[[]*conn]) []*conn { return *which.Load() }
@@ -245,6 +261,14 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	if p.rr >= n {
 		p.rr = 0
 	}
+	if attended && n > directPoll {
+		k, _ := unix.EpollWait(p.epfd, p.events[:], 0)
+		for _, ev := range p.events[:max(k, 0)] {
+			if c := p.a.eng.lookup(ev.Fd); c != nil && c.p == p {
+				c.inReady = true
+			}
+		}
+	}
 	for i := 0; i < n && got < budget; i++ {
 		c := ins[(p.rr+i)%n]
 		got += c.deliver(r, budget-got)
@@ -258,7 +282,8 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 			}
 			continue
 		}
-		if attended && got < budget && c.ready.Load() {
+		if attended && got < budget && c.ready.Load() && (n <= directPoll || c.inReady) {
+			c.inReady = false
 			if w := c.pollInline(); w > 0 {
 				p.extra += w
 				got += c.deliver(r, budget-got)
@@ -459,5 +484,6 @@ func (p *port) Close() error {
 	for _, c := range conns {
 		<-c.finished
 	}
+	unix.Close(p.epfd)
 	return nil
 }
