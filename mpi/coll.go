@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"unsafe"
+
+	"github.com/amigo-hpc/amigo"
 )
 
 // Collectives. Every rank of the communicator must call the same
@@ -50,10 +52,10 @@ func (c *Comm) barrierSched() (*sched, error) {
 //
 // Small messages, and any message between two ranks, go down a binomial
 // tree; larger ones are pipelined along a chain in segments
-// (Options.BcastShortMax, BcastSegment). Above Options.BcastMulticastMin a
-// broadcast is meant to use the AMI's RDMA multicast (seed 004: one
-// announcement, check-in acknowledgements, one forwarded direct put) once
-// the AMI offers it; bcastMulticast is where it plugs in.
+// (Options.BcastShortMax, BcastSegment). From Options.BcastMulticastMin
+// bytes on (256 KiB by default), a broadcast to more than two ranks uses the
+// AMI's RDMA multicast instead (seed 004: one announcement, check-in
+// acknowledgements, one direct put of the data forwarded along the ranks).
 func Bcast[T Numeric](ctx context.Context, c *Comm, buf []T, root int) error {
 	s, err := bcastSched(c, Bytes(buf), root)
 	if err != nil {
@@ -80,7 +82,7 @@ func bcastSched(c *Comm, buf []byte, root int) (*sched, error) {
 	o := &c.e.opts
 	switch {
 	case p == 1 || n == 0:
-	case o.BcastMulticastMin > 0 && n >= o.BcastMulticastMin && c.bcastMulticast(s, buf, root):
+	case n >= o.BcastMulticastMin && p > 2 && c.bcastMulticast(s, buf, root):
 	case n <= o.BcastShortMax || p <= 2:
 		s.bcastBinomial(buf, root)
 	default:
@@ -89,13 +91,30 @@ func bcastSched(c *Comm, buf []byte, root int) (*sched, error) {
 	return s, nil
 }
 
-// bcastMulticast is the hook for the AMI's RDMA multicast: once the AMI
-// offers it, it adds to s one step (sched.call) that starts the multicast
-// of buf from root to every rank of c — the root announcing and sending,
-// the others naming buf as their storage — and completes with its
-// callbacks, and reports true. Until then it reports false and Bcast uses
-// its own algorithms.
-func (c *Comm) bcastMulticast(s *sched, buf []byte, root int) bool { return false }
+// bcastMulticast broadcasts buf with the AMI's RDMA multicast (seed 004):
+// the root announces it once to every other rank, in chain order from the
+// root, and sends the data once, which each target deposits and forwards
+// along the chain; the targets' receives match the announcement like any
+// message, so a target names its buffer when it has posted its receive.
+// The root's step completes with the multicast's "sent" callback, each
+// target's with its receive.
+func (c *Comm) bcastMulticast(s *sched, buf []byte, root int) bool {
+	if c.rank != root {
+		s.recv(buf, root)
+		s.end()
+		return true
+	}
+	targets := make([]amigo.Endpoint, 0, c.size-1)
+	for i := 1; i < c.size; i++ {
+		targets = append(targets, c.eps[(root+i)%c.size])
+	}
+	var hdr [hdrLen]byte
+	putHdr(&hdr, c.coll, int32(root), s.tag)
+	ac, disp := c.e.ac, c.e.disp
+	s.call(func(done func(error)) error { return ac.Multicast(targets, disp, hdr[:], buf, done) })
+	s.end()
+	return true
+}
 
 // Reduce combines send of every rank of c element-wise with op, in rank
 // order, into recv at root. recv is used at root only; send nil at root

@@ -243,9 +243,10 @@ func TestBcast(t *testing.T) {
 		name  string
 		short int
 		seg   int
-	}{{"auto", 0, 0}, {"binomial", mpi.Never, 0}, {"chain", -1, 1000}} {
+		mcast int
+	}{{"auto", 0, 0, 0}, {"binomial", mpi.Never, 0, mpi.Never}, {"chain", -1, 1000, mpi.Never}, {"multicast", 0, 0, -1}} {
 		t.Run(alg.name, func(t *testing.T) {
-			j := job{opts: &mpi.Options{BcastShortMax: alg.short, BcastSegment: alg.seg}}
+			j := job{opts: &mpi.Options{BcastShortMax: alg.short, BcastSegment: alg.seg, BcastMulticastMin: alg.mcast}}
 			forRanksOf(t, j, alg.name != "auto", checkBcast)
 		})
 	}

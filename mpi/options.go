@@ -49,9 +49,9 @@ type Options struct {
 	// 65536; AMIGO_MPI_BCAST_SEGMENT, default 262144).
 	BcastShortMax int
 	BcastSegment  int
-	// BcastMulticastMin is the smallest Bcast, in bytes, that will use the
-	// AMI's RDMA multicast once the AMI offers one (AMIGO_MPI_BCAST_MULTICAST,
-	// default 0: never). See Comm.Bcast.
+	// BcastMulticastMin is the smallest Bcast, in bytes, on more than two
+	// ranks, that uses the AMI's RDMA multicast (AMIGO_MPI_BCAST_MULTICAST,
+	// default 262144; Never turns it off). See Bcast.
 	BcastMulticastMin int
 	// AllgatherShortMax is the largest Allgather result, in bytes, gathered
 	// by Bruck's algorithm; larger ones go around a ring
@@ -79,7 +79,7 @@ var optSettings = []optSetting{
 	{"AMIGO_MPI_REDUCE_SHORT", func(o *Options) *int { return &o.ReduceShortMax }, 16 << 10},
 	{"AMIGO_MPI_BCAST_SHORT", func(o *Options) *int { return &o.BcastShortMax }, 64 << 10},
 	{"AMIGO_MPI_BCAST_SEGMENT", func(o *Options) *int { return &o.BcastSegment }, 256 << 10},
-	{"AMIGO_MPI_BCAST_MULTICAST", func(o *Options) *int { return &o.BcastMulticastMin }, 0},
+	{"AMIGO_MPI_BCAST_MULTICAST", func(o *Options) *int { return &o.BcastMulticastMin }, 256 << 10},
 	{"AMIGO_MPI_ALLGATHER_SHORT", func(o *Options) *int { return &o.AllgatherShortMax }, 64 << 10},
 	{"AMIGO_MPI_GATHER_SHORT", func(o *Options) *int { return &o.GatherShortMax }, 16 << 10},
 	{"AMIGO_MPI_ALLTOALL_SHORT", func(o *Options) *int { return &o.AlltoallShortMax }, 1 << 10},

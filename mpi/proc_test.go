@@ -168,9 +168,10 @@ func TestCollectivesShm(t *testing.T) {
 		})
 	}
 	long := []string{"AMIGO_MPI_ALLREDUCE_SHORT=-1", "AMIGO_MPI_REDUCE_SHORT=-1", "AMIGO_MPI_BCAST_SHORT=-1",
-		"AMIGO_MPI_BCAST_SEGMENT=1000", "AMIGO_MPI_ALLGATHER_SHORT=-1", "AMIGO_MPI_GATHER_SHORT=-1", "AMIGO_MPI_ALLTOALL_SHORT=-1"}
+		"AMIGO_MPI_BCAST_SEGMENT=1000", "AMIGO_MPI_BCAST_MULTICAST=-1", "AMIGO_MPI_ALLGATHER_SHORT=-1", "AMIGO_MPI_GATHER_SHORT=-1", "AMIGO_MPI_ALLTOALL_SHORT=-1"}
 	short := []string{"AMIGO_MPI_ALLREDUCE_SHORT=" + strconv.Itoa(mpi.Never), "AMIGO_MPI_REDUCE_SHORT=" + strconv.Itoa(mpi.Never),
-		"AMIGO_MPI_BCAST_SHORT=" + strconv.Itoa(mpi.Never), "AMIGO_MPI_ALLGATHER_SHORT=" + strconv.Itoa(mpi.Never),
+		"AMIGO_MPI_BCAST_SHORT=" + strconv.Itoa(mpi.Never), "AMIGO_MPI_BCAST_MULTICAST=" + strconv.Itoa(mpi.Never),
+		"AMIGO_MPI_ALLGATHER_SHORT=" + strconv.Itoa(mpi.Never),
 		"AMIGO_MPI_GATHER_SHORT=" + strconv.Itoa(mpi.Never), "AMIGO_MPI_ALLTOALL_SHORT=" + strconv.Itoa(mpi.Never)}
 	for _, p := range []int{3, 6, 8} {
 		t.Run(fmt.Sprintf("long-algorithms/p=%d", p), func(t *testing.T) {
