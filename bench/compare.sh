@@ -60,7 +60,7 @@ rec() {
   local cmd
   case $kind in
     amigo) cmd=("$work/amibench" --json "$@") ;;
-    mpich) local n=$1; shift; cmd=(mpiexec.mpich -n "$n" "$work/osu-mpich" "$@" --json) ;;
+    mpich) local n=$1; shift; cmd=(mpiexec.hydra -n "$n" "$work/osu-mpich" "$@" --json) ;;
     ompi) local n=$1; shift; cmd=(mpirun.openmpi --oversubscribe -n "$n" "$work/osu-ompi" "$@" --json) ;;
   esac
   local t0 t1
