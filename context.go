@@ -19,6 +19,10 @@ import (
 // may be posted to it from any goroutine. A program that wants parallelism
 // opens several contexts, one per goroutine that advances.
 type Context struct {
+	// Contexts of different ranks are allocated side by side and written on
+	// every Advance by different goroutines: the padding at both ends keeps
+	// them off each other's cache lines.
+	_      [64]byte
 	client *Client
 	index  int
 	nctx   int
@@ -53,6 +57,8 @@ type Context struct {
 	stopVariant uint32
 	mcTargets   []*op // multicasts this context is a target of
 	mcGone      []mcTombstone
+
+	_ [64]byte // see the padding at the top
 }
 
 type laterDone struct {

@@ -11,6 +11,7 @@ import (
 // injection FIFOs with their completion trackers, and the instructions that
 // wait for room in them. It belongs to the owner goroutine.
 type peer struct {
+	_    [64]byte // written per message by the owner: no sharing of lines
 	idx  int32
 	ep   Endpoint
 	link *transport.Link
@@ -30,6 +31,8 @@ type peer struct {
 	ops      int      // live operations bound to this peer
 	isActive bool
 	failed   error
+
+	_ [64]byte // see the padding at the top
 }
 
 func (p *peer) idle() bool {

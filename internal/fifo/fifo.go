@@ -59,8 +59,12 @@ type entry struct {
 	ord uint64 // ordinal of the descriptor among all injected descriptors
 }
 
-// Tracker is the completion engine of one injection FIFO.
+// Tracker is the completion engine of one injection FIFO. It is padded to
+// whole cache lines at both ends, because its owner writes it on every
+// injection and another goroutine's hot object may be allocated next to it.
 type Tracker struct {
+	_ [64]byte
+
 	n    uint64
 	mask uint64
 
@@ -80,6 +84,8 @@ type Tracker struct {
 	last     uint64 // transfer counter at the previous completion check
 
 	status func(slot uint64) error
+
+	_ [64]byte
 }
 
 // New returns the tracker of an injection FIFO of n slots (a power of two)

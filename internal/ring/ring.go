@@ -219,12 +219,16 @@ func Decode(word uint64, slots []byte, n, head uint64) (k int, pad bool, payload
 }
 
 // Reader is the consumer side of a ring. A Reader is used by one goroutine at
-// a time.
+// a time. It is padded to whole cache lines at both ends: its consumer writes
+// it on every message, and a small object allocated next to it (the Reader
+// of the opposite direction, say) must not share its lines.
 type Reader struct {
+	_    [64]byte
 	r    *Ring
 	head uint64 // next position to release
 	k    uint64 // slots of the descriptors returned by Next or Peek and not yet released
 	nd   uint64 // how many descriptors those slots hold, pads included
+	_    [64]byte
 }
 
 // NewReader returns a reader that starts at the ring's published head.

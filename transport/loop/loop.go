@@ -191,6 +191,7 @@ type inbound struct {
 }
 
 type port struct {
+	_    [64]byte // ports of different ranks sit side by side; each is written per poll
 	a    *adapter
 	addr transport.Addr
 	bell *transport.Doorbell
@@ -208,6 +209,8 @@ type port struct {
 	ebell *transport.Doorbell
 	stop  chan struct{}
 	wg    sync.WaitGroup
+
+	_ [64]byte // see the padding at the top
 }
 
 func (p *port) Link(to transport.Addr) (*transport.Link, error) {
