@@ -40,11 +40,13 @@ type TCPConfig struct {
 	// kernel's autotuning (AMIGO_TCP_SOCKBUF, default 0).
 	SocketBuffer int
 	// RingSlots is the number of 64-byte slots of each TCP link's
-	// descriptor buffer (AMIGO_TCP_RING_SLOTS, default 4096: 256 KiB, and
-	// never fewer than Config.RingSlots). A packet's slots are given back
-	// only once the target acknowledged it, so the buffer must cover a
-	// round trip of the network for streams of packets to flow; the target
-	// keeps a reception ring of twice that per link.
+	// descriptor buffer (AMIGO_TCP_RING_SLOTS, default Config.RingSlots,
+	// never fewer). A packet's slots are given back only once the target
+	// acknowledged it, so the buffer bounds what a stream of packets has in
+	// flight: a larger one speeds up messages of tens of KiB (measured here:
+	// 4096 slots, 64 KiB messages about 1.3x) and slows down those of MiBs,
+	// whose eager start it lengthens (1 MiB about 0.9x). The target keeps a
+	// reception ring of twice that per link.
 	RingSlots int
 }
 
@@ -81,9 +83,6 @@ func init() {
 
 // resolveTCP applies the defaults of TCPConfig and checks it.
 func resolveTCP(c *Config) error {
-	if c.TCP.RingSlots == 0 {
-		c.TCP.RingSlots = 4096
-	}
 	c.TCP.RingSlots = max(c.TCP.RingSlots, c.RingSlots)
 	o, err := tcpOptions(c).Validate()
 	if err != nil {

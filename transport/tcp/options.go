@@ -20,7 +20,7 @@ type Options struct {
 	// non-loopback IPv4 address of an interface that is up.
 	Addr string
 	// RingSlots is the number of 64-byte slots of each link's descriptor
-	// buffer (default 4096: 256 KiB). A packet's slots are given back only
+	// buffer (default 1024: 64 KiB). A packet's slots are given back only
 	// once the target acknowledged it, so the buffer must cover a round
 	// trip for a stream to flow; the target keeps a reception ring of
 	// twice the initiator's size per link.
@@ -54,7 +54,7 @@ type Options struct {
 
 // Defaults for Options' zero values.
 const (
-	DefaultRingSlots = 4096
+	DefaultRingSlots = 1024
 	DefaultRDMASlots = 256
 	DefaultTimeout   = 10 * time.Second
 	DefaultHandoff   = time.Millisecond
