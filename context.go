@@ -89,8 +89,10 @@ func newContext(cl *Client, index int) (*Context, error) {
 		c.stopVariant = wire.StopDiscard
 	case "put":
 		c.stopVariant = wire.StopPut
-	default:
+	case "keep":
 		c.stopVariant = wire.StopKeep
+	default:
+		c.stopVariant = 0 // auto: chosen per message by stop
 	}
 	c.ops.c = c
 	c.timer = time.NewTimer(time.Hour)

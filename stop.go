@@ -41,6 +41,11 @@ import (
 // receiver unable to keep it in order (it dropped one before) is dropped; the
 // receiver's contiguous count then says where RDMA must start.
 
+// autoKeepAbove is where the "auto" STOP variant switches from discard to
+// keep: from bench/stop.sh over shared memory, keep's two-ended fetch beat
+// plain rendezvous from 2 MiB, and lost to discard below.
+const autoKeepAbove = 2 << 20
+
 // unexpectedChunk is the unit in which unexpected eager data is held.
 const unexpectedChunk = 64 << 10
 
@@ -298,6 +303,13 @@ func (c *Context) releaseUnexpected(o *op) {
 func (c *Context) stop(o *op) {
 	o.stopped = true
 	o.variant = c.stopVariant
+	if o.variant == 0 {
+		// auto: fetching from both ends at once pays for large remainders.
+		o.variant = wire.StopDiscard
+		if o.size-min(o.contig, o.size) >= autoKeepAbove {
+			o.variant = wire.StopKeep
+		}
+	}
 	switch o.variant {
 	case wire.StopDiscard:
 		o.frozen = true

@@ -32,11 +32,14 @@ func echoRank(size int) func(c *amigo.Context) {
 // same packets, with receivers that named a buffer never stopping).
 func BenchmarkStopLatency(b *testing.B) {
 	for _, size := range []int{8, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10} {
-		for _, proto := range []string{"eager", "stop", "stop-always", "rendezvous"} {
+		for _, proto := range []string{"eager", "stop", "stop-always", "stop-always-discard", "rendezvous"} {
 			b.Run(fmt.Sprintf("%s/%s", sizeName(size), proto), func(b *testing.B) {
 				cfg := amigo.Config{Protocol: proto}
-				if proto == "stop-always" {
+				switch proto {
+				case "stop-always":
 					cfg = amigo.Config{Protocol: "stop", StopAbove: 1}
+				case "stop-always-discard":
+					cfg = amigo.Config{Protocol: "stop", StopAbove: 1, StopVariant: "discard"}
 				}
 				p := newPair(b, cfg, echoRank(size))
 				defer p.close(b)

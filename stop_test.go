@@ -9,7 +9,7 @@ import (
 	"github.com/amigo-hpc/amigo"
 )
 
-var variants = []string{"keep", "discard", "put"}
+var variants = []string{"auto", "keep", "discard", "put"}
 
 // stopRig is a sender (rank 0) and a receiver (rank 1) that the test
 // goroutine advances itself, in the order each scenario needs.

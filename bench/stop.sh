@@ -29,6 +29,7 @@ exec 9>/tmp/amigo-bench.lock
 flock 9
 run rendezvous AMIGO_PROTOCOL=rendezvous
 run eager AMIGO_PROTOCOL=eager
+run stop-auto AMIGO_PROTOCOL=stop AMIGO_STOP_VARIANT=auto
 run stop-keep AMIGO_PROTOCOL=stop AMIGO_STOP_VARIANT=keep
 run stop-discard AMIGO_PROTOCOL=stop AMIGO_STOP_VARIANT=discard
 run stop-put AMIGO_PROTOCOL=stop AMIGO_STOP_VARIANT=put
@@ -39,7 +40,7 @@ for line in open(sys.argv[1]):
     o = json.loads(line)
     v = o.get("latency_us", o.get("mb_per_s"))
     rows[(o["benchmark"], o["size"])][o["config"]] = v
-cfgs = ["rendezvous", "eager", "stop-keep", "stop-discard", "stop-put"]
+cfgs = ["rendezvous", "eager", "stop-auto", "stop-keep", "stop-discard", "stop-put"]
 for bench, unit in (("latency", "us"), ("bw", "MB/s"), ("bw_late", "MB/s")):
     print(f"\n{bench} ({unit})")
     print(f"{'size':>10} " + " ".join(f"{c:>13}" for c in cfgs))
