@@ -358,7 +358,9 @@ func TestTCPCutMidMessage(t *testing.T) {
 func TestTCPSilentPeer(t *testing.T) {
 	timeout := time.Second
 	cfg := amigo.Config{TCP: amigo.TCPConfig{Timeout: timeout}}
-	failScenario(t, cfg, timeout+timeout/2+500*time.Millisecond, func(p *tcptest.Proxy) { p.Silence() }, tcp.ErrSilent, tcp.ErrConnLost)
+	// Detection takes between Timeout and 1.25 Timeout (the silence is
+	// checked every Timeout/4); the rest is slack for a loaded machine.
+	failScenario(t, cfg, 2*timeout+time.Second, func(p *tcptest.Proxy) { p.Silence() }, tcp.ErrSilent, tcp.ErrConnLost)
 }
 
 // With several contexts per rank, each pair of contexts has links of its
