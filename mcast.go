@@ -24,14 +24,18 @@ import (
 //     target returns the request, with every target's key, to the origin,
 //     which serves as the acknowledgement of all.
 //
+// A target's "received" callback (the done of its Receive) runs once all the
+// data is in its buffer and it has passed every piece on to the next target:
+// after it, the target may stop advancing or close without holding up the
+// chain.
+//
 // At zero, the origin sends the data once: it PUTs it, piece by piece, into
 // the first target's buffer, and after each piece tells the first target it
 // was deposited (MCDATA); each target forwards each piece the same way to the
 // next, pipelined, so the origin's outbound bytes are about the data's size
 // whatever the number of targets. The first MCDATA carries the chain of
 // targets and keys. The last target tells the origin when it has everything;
-// then the origin's "sent" callback runs. Each target's "received" callback
-// (the done of its Receive) runs once all the data is in its buffer.
+// then the origin's "sent" callback runs.
 //
 // A target that declines (its handler names no buffer), or that dies, or
 // whose forwarding fails, fails the multicast: the origin calls it off at
@@ -643,9 +647,8 @@ func (c *Context) onMCTarget(src int32, pk *wire.Packet) {
 			if last {
 				c.sendMC(st.originIdx, wire.KindMCDONE, 0, nil, &wire.MC{Op: st.originOp, Pos: uint32(st.pos), OriginRank: m.OriginRank, OriginCtx: m.OriginCtx})
 			}
-			c.mcReceived(o, nil)
 			if last || st.forwarded == o.size {
-				c.mcRelease(o)
+				c.mcFinish(o, nil)
 			}
 		}
 	}
@@ -714,7 +717,7 @@ func (c *Context) mcChildDone(o *op, off, n uint64, err error) {
 	c.mcNotify(o, off, n)
 	st.forwarded += n
 	if st.forwarded == o.size && st.received == o.size {
-		c.mcRelease(o)
+		c.mcFinish(o, nil)
 	}
 }
 
