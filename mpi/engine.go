@@ -83,9 +83,15 @@ type Stats struct {
 	Unexpected    uint64 // messages that arrived before their receive
 	Deferred      uint64 // of which announcements kept for a later fetch
 	Truncated     uint64 // messages longer than their receive buffer
-	Malformed     uint64 // packets with a header the layer does not know
-	Dropped       uint64 // messages that arrived after the world was freed
-	Collectives   uint64 // collective operations started
+	// UnexpectedBytes is the inline data held now for messages that wait
+	// for their receive; UnexpectedPeak the most it has been. Announced
+	// messages hold no data here: theirs stays at the sender, within the
+	// AMI's unexpected-data budget.
+	UnexpectedBytes int
+	UnexpectedPeak  int
+	Malformed       uint64 // packets with a header the layer does not know
+	Dropped         uint64 // messages that arrived after the world was freed
+	Collectives     uint64 // collective operations started
 }
 
 var (
@@ -278,6 +284,8 @@ func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 		u.inline = true
 		u.data = e.bufs.get(len(m.Data))
 		copy(u.data, m.Data)
+		e.stats.UnexpectedBytes += len(u.data)
+		e.stats.UnexpectedPeak = max(e.stats.UnexpectedPeak, e.stats.UnexpectedBytes)
 	} else {
 		d, err := m.Defer()
 		if err != nil {
@@ -334,6 +342,7 @@ func (e *engine) postRecv(r *request) {
 		r.status.Count = 0
 		if u.inline {
 			r.status.Count = copy(r.buf, u.data)
+			e.stats.UnexpectedBytes -= len(u.data)
 			e.bufs.put(u.data)
 		} else {
 			_ = e.ac.Reject(u.deferred)
@@ -342,6 +351,7 @@ func (e *engine) postRecv(r *request) {
 		e.complete(r, &TruncateError{Source: int(u.src), Tag: int(u.tag), Size: u.size, Cap: len(r.buf)})
 	case u.inline:
 		copy(r.buf, u.data)
+		e.stats.UnexpectedBytes -= len(u.data)
 		e.bufs.put(u.data)
 		e.stats.Received++
 		e.complete(r, nil)

@@ -386,6 +386,11 @@ func nonOvertaking(mode string) func(ctx context.Context, w *mpi.Comm) error {
 		if mode != "unexpected first" {
 			return w.Barrier(ctx)
 		}
+		// The small messages' data was held until its receive and is
+		// all handed over now.
+		if s := w.Stats(); s.UnexpectedBytes != 0 || s.UnexpectedPeak == 0 {
+			return fmt.Errorf("unexpected data held %d bytes, peaked at %d: want 0 held after a nonzero peak", s.UnexpectedBytes, s.UnexpectedPeak)
+		}
 		return nil
 	}
 }

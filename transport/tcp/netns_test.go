@@ -117,7 +117,7 @@ func mesh(arg string) error {
 	if err := c.Wait(ctx, func() bool { return dones == n-1 && k.Pending() == 0 }); err != nil {
 		return fmt.Errorf("rank %d: %d of %d peers done: %w", me, dones, n-1, err)
 	}
-	fmt.Printf("rank %d: mesh ok, %d messages from %d peers, %d bytes each way with each\n", me, got, n-1, size)
+	fmt.Printf("rank %d: mesh ok, %d messages from %d peers, %d bytes each way with each, adapters %v\n", me, got, n-1, size, cl.Adapters())
 	return nil
 }
 
@@ -135,6 +135,9 @@ var meshLine = regexp.MustCompile(`(?m)^\[\d+\] rank (\d+): mesh ok`)
 // by amirun --hosts; every rank exchanges with every other over TCP, and
 // the interface counters of every link show the traffic between its two
 // hosts crossed it.
+//
+// With AMIGO_TRANSPORT=auto, ranks of one host use shared memory and only
+// ranks of different hosts TCP; the links carry the same.
 func TestHostsMesh(t *testing.T) {
 	if why := netns.Available(); why != "" {
 		if os.Getenv("CI") != "" {
@@ -142,6 +145,12 @@ func TestHostsMesh(t *testing.T) {
 		}
 		t.Skip(why)
 	}
+	for _, transport := range []string{"tcp", "auto"} {
+		t.Run(transport, func(t *testing.T) { hostsMesh(t, transport) })
+	}
+}
+
+func hostsMesh(t *testing.T, transport string) {
 	const hosts, perHost, size = 3, 2, 4 << 20
 	nt := netns.Mesh(t, hosts)
 	bin := filepath.Join(t.TempDir(), "amirun")
@@ -173,7 +182,7 @@ func TestHostsMesh(t *testing.T) {
 	cmd := nt.Command(0, bin, "-n", strconv.Itoa(hosts*perHost), "--hosts", strings.Join(nt.Hosts, ","),
 		"--launch", "ip netns exec {host} {cmd}", "--bind", netns.HostAddr(0), "--timeout", "150s", "--tag-output", os.Args[0])
 	cmd = exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
-	cmd.Env = append(os.Environ(), rankEnv+"=mesh:"+strconv.Itoa(size), "AMIGO_TRANSPORT=tcp", "AMIGO_TCP_STATS=1", "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(os.Environ(), rankEnv+"=mesh:"+strconv.Itoa(size), "AMIGO_TRANSPORT="+transport, "AMIGO_TCP_STATS=1", "GORACE=atexit_sleep_ms=0")
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -185,6 +194,13 @@ func TestHostsMesh(t *testing.T) {
 	}
 	if len(ok) != hosts*perHost {
 		t.Fatalf("%d ranks report the mesh done, want %d\n%s", len(ok), hosts*perHost, out)
+	}
+	adapters := "adapters [loop tcp]"
+	if transport == "auto" {
+		adapters = "adapters [loop shm tcp]"
+	}
+	if c := strings.Count(string(out), adapters); c != hosts*perHost {
+		t.Fatalf("%d ranks say %q, want %d\n%s", c, adapters, hosts*perHost, out)
 	}
 	t.Logf("%d ranks on %d hosts exchanged in %v", hosts*perHost, hosts, time.Since(start).Round(time.Millisecond))
 	after := read()
