@@ -28,6 +28,7 @@ type Stats struct {
 	EagerBytesKept    uint64 // eager bytes the receiver kept
 	EagerBytesDropped uint64 // eager bytes the receiver dropped (discarded, over budget, after STOP)
 	Stops             uint64 // STOP packets sent
+	StopsReceived     uint64 // STOP packets a sender read for its streams
 	FetchedBytes      uint64 // bytes the receiver fetched by GET
 	PutBytes          uint64 // bytes the sender PUT after a STOP that named a buffer
 	UnexpectedPeak    int    // most bytes held for messages with no buffer yet

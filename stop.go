@@ -507,6 +507,7 @@ func (c *Context) onSTOP(src int32, pk *wire.Packet) {
 		c.stats.StaleAcks++
 		return
 	}
+	c.stats.StopsReceived++
 	o.stopped = true
 	switch pk.Status {
 	case wire.StopKeep:
