@@ -71,7 +71,7 @@ rec() {
     return 0
   fi
   t1=$(date +%s.%N)
-  grep '^{' "$work/out" | sed "s/^{/{\"run\":\"$name\",/" >>"$work/results" || true
+  grep '^{' "$work/out" | sed "s|^{|{\"run\":\"$name\",|" >>"$work/results" || true
   echo "{\"run\":\"$name\",\"wall_s\":$(awk "BEGIN{print $t1 - $t0}")}" >>"$work/results"
 }
 

@@ -61,7 +61,7 @@ rec() {
     echo "{\"run\":\"$name\",\"failed\":true}" >>"$work/results"
     return 0
   fi
-  grep '^{' "$work/out" | sed "s/^{/{\"run\":\"$name\",/" >>"$work/results" || true
+  grep '^{' "$work/out" | sed "s|^{|{\"run\":\"$name\",|" >>"$work/results" || true
 }
 
 sz=(--min-size "$MIN" --max-size "$MAX" --iterations "$ITERS")

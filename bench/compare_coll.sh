@@ -54,7 +54,7 @@ rec() {
     echo "{\"run\":\"$name\",\"failed\":true}" >>"$work/results"
     return 0
   fi
-  grep '^{' "$work/out" | sed "s/^{/{\"run\":\"$name\",/" >>"$work/results" || true
+  grep '^{' "$work/out" | sed "s|^{|{\"run\":\"$name\",|" >>"$work/results" || true
 }
 
 # pair BENCH N SIZE: amigo, then MPICH.

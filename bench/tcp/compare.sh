@@ -41,7 +41,7 @@ rec() {
     echo "{\"run\":\"$name\",\"failed\":true}" >>"$work/results"
     return 0
   fi
-  grep '^{' "$work/out" | sed "s/^{/{\"run\":\"$name\",/" >>"$work/results" || true
+  grep '^{' "$work/out" | sed "s|^{|{\"run\":\"$name\",|" >>"$work/results" || true
 }
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores; $(go version | cut -d' ' -f3); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$ROUNDS"); do
