@@ -69,8 +69,10 @@ type Config struct {
 	// 1.5x from 2 MiB up and lost up to 40% below).
 	StopVariant string
 	// StopAbove: a receiver that names a buffer for a message with more
-	// than this many bytes still to come stops the stream and fetches the
-	// rest by RDMA (AMIGO_STOP_ABOVE, default 65536).
+	// than this many bytes still to come, or defers one, stops the stream
+	// and fetches the rest by RDMA (AMIGO_STOP_ABOVE). Zero, the default,
+	// lets each adapter choose what it measured (256 KiB over shared
+	// memory, where streaming pays longer) and is 64 KiB elsewhere.
 	StopAbove int
 	// UnexpectedBudget bounds the eager data a context holds for messages
 	// whose handler named no buffer yet, in bytes; beyond it the receiver
@@ -162,7 +164,7 @@ var settings = []setting{
 			return nil
 		},
 	},
-	intSetting("AMIGO_STOP_ABOVE", "bytes still to come above which a receiver stops an eager stream", func(c *Config) *int { return &c.StopAbove }),
+	intSetting("AMIGO_STOP_ABOVE", "bytes still to come above which a receiver stops an eager stream (0: the adapter's choice)", func(c *Config) *int { return &c.StopAbove }),
 	intSetting("AMIGO_UNEXPECTED_BUDGET", "eager bytes held for messages with no buffer yet, per context", func(c *Config) *int { return &c.UnexpectedBudget }),
 	intSetting("AMIGO_EAGER_PACKET", "first eager packet of a stream, bytes", func(c *Config) *int { return &c.EagerPacket }),
 	intSetting("AMIGO_EAGER_PACKET_MAX", "largest eager packet, bytes", func(c *Config) *int { return &c.EagerPacketMax }),
@@ -230,7 +232,6 @@ func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
 	if c.StopVariant == "" {
 		c.StopVariant = "auto"
 	}
-	def(&c.StopAbove, 64<<10)
 	def(&c.UnexpectedBudget, 16<<20)
 	def(&c.EagerPacket, 4096)
 	def(&c.EagerPacketMax, 16384)
@@ -302,3 +303,6 @@ func Settings(cfg Config) ([]Setting, error) {
 	}
 	return out, err
 }
+
+// defaultStopAbove is Config.StopAbove on links whose adapter did not choose.
+const defaultStopAbove = 64 << 10

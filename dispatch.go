@@ -126,7 +126,7 @@ func (m *Message) Defer() (Deferred, error) {
 		// Data-flow condition: eager data for a message with no buffer is
 		// worth holding only if little is still to come; stop a large one
 		// now rather than after it filled the budget.
-		if c.cfg.Protocol == "stop" && o.size-min(o.contig, o.size) > uint64(c.cfg.StopAbove) && !o.stopped {
+		if c.cfg.Protocol == "stop" && o.size-min(o.contig, o.size) > o.peer.stopAbove && !o.stopped {
 			c.stop(o)
 		}
 		return Deferred{id: o.id()}, nil

@@ -1,6 +1,8 @@
 package amigo
 
 import (
+	"cmp"
+
 	"github.com/amigo-hpc/amigo/internal/fifo"
 	"github.com/amigo-hpc/amigo/internal/ring"
 	"github.com/amigo-hpc/amigo/internal/wire"
@@ -25,6 +27,9 @@ type peer struct {
 	rq    *transport.RDMAQueue
 	rdma  *fifo.Tracker
 	chunk int
+	// stopAbove is Config.StopAbove for this peer: the program's, else the
+	// link's, else the default.
+	stopAbove uint64
 
 	q        instRing // instructions waiting for FIFO space, in order
 	streams  []*op    // messages this peer is streaming to us
@@ -71,6 +76,10 @@ func (c *Context) connect(idx int32) *peer {
 	p.msg = fifo.New(link.Msg.Slots(), link.Msg.HeadCounter(), link.Msg.TransferCounter(), nil)
 	p.rdma = fifo.New(link.RDMA.Slots(), link.RDMA.HeadCounter(), link.RDMA.TransferCounter(), link.RDMA.Status)
 	p.chunk = c.cfg.RDMAChunk
+	p.stopAbove = uint64(c.cfg.StopAbove)
+	if p.stopAbove == 0 {
+		p.stopAbove = uint64(cmp.Or(link.StopAbove, defaultStopAbove))
+	}
 	if link.MaxRDMA > 0 && link.MaxRDMA < p.chunk {
 		p.chunk = link.MaxRDMA
 	}

@@ -494,7 +494,7 @@ func (c *Context) nameBuffer(o *op, buf []byte, done func(error)) {
 	case o.frozen:
 		// Eager data was dropped: the stream cannot complete by itself.
 		c.stop(o)
-	case c.cfg.Protocol == "stop" && o.size-min(o.contig, o.size) > uint64(c.cfg.StopAbove):
+	case c.cfg.Protocol == "stop" && o.size-min(o.contig, o.size) > o.peer.stopAbove:
 		c.stop(o)
 	}
 	c.maybeCompleteStream(o)

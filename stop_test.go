@@ -167,7 +167,7 @@ func TestStopEarlyReceiver(t *testing.T) {
 	for _, v := range variants {
 		for _, size := range []int{8193, 60 << 10, 64 << 10, 64<<10 + 1, 300 << 10, 1 << 20} {
 			t.Run(fmt.Sprintf("%s/%d", v, size), func(t *testing.T) {
-				r := newStopRig(t, amigo.Config{StopVariant: v}, "early")
+				r := newStopRig(t, amigo.Config{StopVariant: v, StopAbove: 64 << 10}, "early")
 				r.send(size)
 				r.finish()
 				s0, s1 := r.c0.Stats(), r.c1.Stats()
@@ -192,6 +192,32 @@ func TestStopEarlyReceiver(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// With StopAbove left zero, each link uses its adapter's choice: 256 KiB
+// over shared memory, 64 KiB elsewhere; a message with more still to come
+// is stopped, a smaller one streams whole.
+func TestStopAboveByAdapter(t *testing.T) {
+	limit := map[string]int{"loop": 64 << 10, "shm": 256 << 10, "tcp": 64 << 10}
+	for _, over := range []string{"loop", "shm", "tcp"} {
+		t.Run(over, func(t *testing.T) {
+			for _, size := range []int{100 << 10, 200 << 10, 300 << 10} {
+				func() {
+					rigTransport = over
+					defer func() { rigTransport = "loop" }()
+					r := newStopRig(t, amigo.Config{}, "early")
+					r.send(size)
+					r.finish()
+					// The handler runs on the announcement, before any
+					// eager packet landed: all of it is still to come.
+					stopped := r.c1.Stats().Stops > 0
+					if want := size > limit[over]; stopped != want {
+						t.Fatalf("%d bytes: stopped %v, want %v", size, stopped, want)
+					}
+				}()
+			}
+		})
 	}
 }
 

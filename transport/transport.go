@@ -89,6 +89,11 @@ type Link struct {
 	// MaxRDMA is the largest Get or Put the engine takes in one descriptor;
 	// the AMI splits larger ones. Zero means no limit.
 	MaxRDMA int
+	// StopAbove is the adapter's measured choice for amigo.Config.StopAbove
+	// on this link: the bytes still to come of a message above which
+	// fetching the rest by RDMA beats streaming it in eager packets. Zero
+	// leaves the AMI's default; a value the program sets wins over both.
+	StopAbove int
 
 	err atomic.Pointer[error]
 }
