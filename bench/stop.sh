@@ -7,6 +7,7 @@
 #
 #   bash bench/stop.sh [--transport shm|loop|tcp] [--max-size BYTES]
 #   ROUNDS=5 bash bench/stop.sh
+#   ROUNDS=8 ONLY="rendezvous stop-auto" LATENCY=0 MIN_BW=1048576 bash bench/stop.sh
 #
 # Each round runs every protocol one after the other, so the ratios compare
 # runs seconds apart; the tables give medians over the rounds. Latency runs
@@ -20,6 +21,9 @@ export PATH=$PATH:/usr/local/go/bin
 transport=shm
 max=$((64 << 20))
 ROUNDS=${ROUNDS:-3}
+ONLY=${ONLY:-"rendezvous eager stop-auto stop-keep stop-discard stop-put"}
+LATENCY=${LATENCY:-1}
+MIN_BW=${MIN_BW:-$((64 << 10))}
 while [ $# -gt 0 ]; do
   case $1 in
     --transport) transport=$2; shift 2 ;;
@@ -34,7 +38,10 @@ out=$work/results
 : >"$out"
 run() { # label, env...
   local label=$1; shift
-  for args in "-b latency --min-size 8 --max-size $((1 << 20))" "-b bw,bw_late --min-size $((64 << 10)) --max-size $max"; do
+  case " $ONLY " in *" $label "*) ;; *) return 0 ;; esac
+  local runs=("-b bw,bw_late --min-size $MIN_BW --max-size $max")
+  [ "$LATENCY" = 1 ] && runs=("-b latency --min-size 8 --max-size $((1 << 20))" "${runs[@]}")
+  for args in "${runs[@]}"; do
     # shellcheck disable=SC2086
     if ! env "$@" timeout -k 10 900 "$work/amibench" --transport "$transport" $args --json >"$work/out" 2>"$work/err"; then
       echo "  $label $args: failed: $(tail -n 3 "$work/err" | tr '\n' ' ')" >&2
