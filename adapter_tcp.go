@@ -48,6 +48,10 @@ type TCPConfig struct {
 	// whose eager start it lengthens (1 MiB about 0.9x). The target keeps a
 	// reception ring of twice that per link.
 	RingSlots int
+	// RDMAPiece is the largest GET or PUT piece on a TCP link
+	// (AMIGO_TCP_RDMA_PIECE, default 128 KiB; Config.RDMAChunk applies if
+	// smaller).
+	RDMAPiece int
 }
 
 func init() {
@@ -77,6 +81,7 @@ func init() {
 		dur("AMIGO_TCP_READ_SPIN", "TCP, polling of a quiet socket before parking", func(c *Config) *time.Duration { return &c.TCP.ReadSpin }),
 		intSetting("AMIGO_TCP_SOCKBUF", "TCP, SO_SNDBUF and SO_RCVBUF bytes (0: autotuning)", func(c *Config) *int { return &c.TCP.SocketBuffer }),
 		intSetting("AMIGO_TCP_RING_SLOTS", "TCP, 64-byte slots of a link's descriptor buffer", func(c *Config) *int { return &c.TCP.RingSlots }),
+		intSetting("AMIGO_TCP_RDMA_PIECE", "TCP, largest GET or PUT piece, bytes", func(c *Config) *int { return &c.TCP.RDMAPiece }),
 	)
 	resolvers = append(resolvers, resolveTCP)
 }
@@ -88,7 +93,7 @@ func resolveTCP(c *Config) error {
 	if err != nil {
 		return fmt.Errorf("amigo: %w", err)
 	}
-	c.TCP.Timeout, c.TCP.Handoff, c.TCP.ReadSpin = o.Timeout, o.Handoff, o.ReadSpin
+	c.TCP.Timeout, c.TCP.Handoff, c.TCP.ReadSpin, c.TCP.RDMAPiece = o.Timeout, o.Handoff, o.ReadSpin, o.RDMAPiece
 	return nil
 }
 
@@ -101,6 +106,7 @@ func tcpOptions(c *Config) tcp.Options {
 		Handoff:      c.TCP.Handoff,
 		ReadSpin:     c.TCP.ReadSpin,
 		SocketBuffer: c.TCP.SocketBuffer,
+		RDMAPiece:    c.TCP.RDMAPiece,
 	}
 }
 

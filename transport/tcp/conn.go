@@ -94,12 +94,14 @@ type conn struct {
 	wg       sync.WaitGroup
 
 	// Read side, guarded by rlock.
-	rlock    atomic.Uint32
-	stalled  atomic.Bool   // reading stopped on a full reception ring or reply queue
-	rcvd     atomic.Uint64 // bytes received
-	rd       readState
-	wantKick bool // the pump made work for the write side (replies, acks received)
-	inReady  bool // the port's epoll reported the socket readable (Poll's goroutine only)
+	rlock     atomic.Uint32
+	stalled   atomic.Bool   // reading stopped on a full reception ring or reply queue
+	rcvd      atomic.Uint64 // bytes received
+	rd        readState
+	readEmpty bool           // the last read for answers found nothing (Progress's goroutine only)
+	pfd       [1]unix.PollFd // its poll(2) argument
+	wantKick  bool           // the pump made work for the write side (replies, acks received)
+	inReady   bool           // the port's epoll reported the socket readable (Poll's goroutine only)
 
 	// Target: the reception ring. Produced by the read side, consumed by
 	// Poll on the context's goroutine.
@@ -375,6 +377,29 @@ type writeState struct {
 // descriptors to give back.
 func (c *conn) hasOutgoing() bool {
 	return c.link.Msg.Tail() != c.wpos.Load() || c.q.At(c.issued.Load()) != nil || c.acked.Load() != c.released.Load() || c.ping.Load() || c.bye.Load()
+}
+
+// maybeReadable reports whether an initiator's read for answers may find
+// bytes. After a read that found none, it asks poll(2) first: a read of an
+// empty socket takes the socket's lock, which the kernel's delivery of
+// arriving data on the other processor then waits for, and a context spins
+// on it while a GET is due (measured: 4 MiB streams 6% faster with the
+// check). It runs on the context's goroutine.
+func (c *conn) maybeReadable() bool {
+	if !c.readEmpty {
+		return true
+	}
+	c.pfd[0] = unix.PollFd{Fd: int32(c.fd), Events: unix.POLLIN}
+	k, err := unix.Poll(c.pfd[:], 0)
+	return k != 0 || err != nil
+}
+
+// readAnswers is pollInline for the initiator's Progress, remembering
+// whether the read found anything.
+func (c *conn) readAnswers() int {
+	n := c.pollInline()
+	c.readEmpty = n == 0
+	return n
 }
 
 // ackDue reports whether the target side owes the initiator an ack.

@@ -106,7 +106,7 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &transport.Link{To: to, Msg: r, RDMA: transport.NewRDMAQueue(a.opts.RDMASlots)}
+	l := &transport.Link{To: to, Msg: r, RDMA: transport.NewRDMAQueue(a.opts.RDMASlots), MaxRDMA: a.opts.RDMAPiece}
 	c := newConn(a, p, true, to)
 	c.link, c.msg, c.q = l, r.NewReader(), l.RDMA
 	c.remote = addr
@@ -324,8 +324,8 @@ func (p *port) Progress() int {
 		// eighth call, to keep an idle poll to one system call).
 		if attended && (c.issued.Load() != c.q.HeadCounter().Load() ||
 			c.acked.Load() != c.peeked.Load() && (p.calls&7 == 0 || c.link.Msg.Tail()-c.link.Msg.HeadCounter().Load() >= uint64(c.link.Msg.Slots()/2)) ||
-			p.calls&63 == 0) {
-			n += c.pollInline()
+			p.calls&63 == 0) && c.maybeReadable() {
+			n += c.readAnswers()
 		}
 	}
 
