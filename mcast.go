@@ -165,6 +165,13 @@ type mcState struct {
 	notified  bool // the first MCDATA to the next target went out
 	handled   bool // the received callback ran
 	named     bool
+	// fwdErr is why the next target could not take a deposit: the
+	// origin was told (MCFAIL), and the target keeps its buffer
+	// registered, so that the origin's deposits still land, until the
+	// origin calls the multicast off (MCABORT) or dies. Were it to
+	// withdraw at once, the origin's next deposit would fail on it and
+	// the origin would blame it instead of the target that failed.
+	fwdErr error
 }
 
 // entries encodes the chain with the keys known.
@@ -271,6 +278,16 @@ func (c *Context) onMCOrigin(src int32, pk *wire.Packet) {
 		// A target that checks in with a multicast already called off (the
 		// request overtook nothing: it travels on other links than the
 		// abort) is told again.
+		if pk.Kind == wire.KindMCFAIL {
+			// A target waits for the call-off of a multicast already
+			// over here: tell it.
+			self := c.Endpoint()
+			c.sendMC(src, wire.KindMCABORT, 0, nil, &wire.MC{
+				Op: m.Op, Pos: m.Pos, Status: wire.StatusRemoteIO,
+				OriginRank: uint32(self.Rank), OriginCtx: uint32(self.Context),
+			})
+			return
+		}
 		if pk.Kind == wire.KindMCCTS && m.Status == wire.StatusOK {
 			for _, g := range c.mcGone {
 				if g.op == m.Op {
@@ -614,12 +631,19 @@ func (c *Context) onMCTarget(src int32, pk *wire.Packet) {
 	st := o.mc
 	switch pk.Kind {
 	case wire.KindMCABORT:
+		if st.fwdErr != nil {
+			c.mcFinish(o, st.fwdErr)
+			return
+		}
 		var failed Endpoint
 		if int(m.Pos) < len(st.targets) {
 			failed = st.targets[m.Pos]
 		}
 		c.mcFinish(o, fmt.Errorf("%w: target %v failed", ErrMulticast, failed))
 	case wire.KindMCDATA:
+		if st.fwdErr != nil {
+			return // waiting for the origin to call it off
+		}
 		if !st.named || m.Off+m.Len < m.Off || m.Off+m.Len > o.size {
 			c.mcFinish(o, peerErr(c.endpointAt(src), fmt.Errorf("multicast deposit outside the buffer: %w", ErrCorrupt)))
 			return
@@ -671,6 +695,12 @@ func (c *Context) mcReceived(o *op, err error) {
 
 // mcFinish completes a target with err and frees it.
 func (c *Context) mcFinish(o *op, err error) {
+	// Withdraw the buffer first: no deposit lands in it once the program
+	// has it back.
+	if o.rkey != 0 {
+		_ = c.client.regions.Deregister(o.rkey)
+		o.rkey = 0
+	}
 	c.mcReceived(o, err)
 	c.mcRelease(o)
 }
@@ -704,14 +734,18 @@ func (c *Context) mcChildDone(o *op, off, n uint64, err error) {
 		c.mcNotify(o, off, n)
 		return
 	}
-	if err != nil {
-		// The next target could not take the deposit.
+	if err != nil || st.fwdErr != nil {
+		if st.fwdErr != nil {
+			return // told the origin already; waiting for its MCABORT
+		}
+		// The next target could not take the deposit: tell the origin,
+		// and wait for it to call the multicast off (see fwdErr).
 		origin := c.endpointAt(st.originIdx)
 		c.sendMC(st.originIdx, wire.KindMCFAIL, 0, nil, &wire.MC{
 			Op: st.originOp, Pos: uint32(st.pos + 1), Status: wire.StatusRemoteIO,
 			OriginRank: uint32(origin.Rank), OriginCtx: uint32(origin.Context),
 		})
-		c.mcFinish(o, fmt.Errorf("%w: target %v: %w", ErrMulticast, st.targets[st.pos+1], asPeerErr(st.targets[st.pos+1], err)))
+		st.fwdErr = fmt.Errorf("%w: target %v: %w", ErrMulticast, st.targets[st.pos+1], asPeerErr(st.targets[st.pos+1], err))
 		return
 	}
 	c.mcNotify(o, off, n)

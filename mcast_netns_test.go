@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 
 func runRank(spec string) error {
 	f := strings.Split(spec, ":")
+	if len(f) == 2 && f[0] == "mcastkill" {
+		return mcastKillRank(f[1])
+	}
 	if len(f) != 3 || f[0] != "mcast" {
 		return fmt.Errorf("unknown rank program %q", spec)
 	}
