@@ -28,8 +28,13 @@ type Context struct {
 	nctx   int
 	cfg    *Config
 
-	busy   atomic.Int32 // 1 while a goroutine is inside Advance or close
+	// busy is busyAdvance while a goroutine is inside Advance or close,
+	// busyPoster while a posting goroutine injects directly (direct).
+	busy   atomic.Int32
 	closed atomic.Bool
+	// sentDirect counts the active messages posters injected directly;
+	// Stats adds it to SentInline (c.stats belongs to the owner).
+	sentDirect atomic.Uint64
 
 	bell  *transport.Doorbell
 	ports []transport.Port
@@ -142,15 +147,79 @@ func (c *Context) Endpoint() Endpoint { return Endpoint{Rank: c.client.rank, Con
 
 // Stats returns the context's counters. Call it from the goroutine that owns
 // the context.
-func (c *Context) Stats() Stats { return c.stats }
+func (c *Context) Stats() Stats {
+	s := c.stats
+	s.SentInline += c.sentDirect.Load()
+	return s
+}
+
+const (
+	busyAdvance int32 = 1
+	busyPoster  int32 = 2
+)
 
 func (c *Context) enter() {
-	if !c.busy.CompareAndSwap(0, 1) {
-		panic("amigo: Advance called from a callback or from two goroutines at once; a Context has a single owner")
+	for spins := 0; !c.busy.CompareAndSwap(0, busyAdvance); spins++ {
+		if c.busy.Load() == busyAdvance {
+			panic("amigo: Advance called from a callback or from two goroutines at once; a Context has a single owner")
+		}
+		// A posting goroutine is injecting directly: a few stores.
+		if spins > 64 {
+			runtime.Gosched()
+		}
 	}
 }
 
 func (c *Context) leave() { c.busy.Store(0) }
+
+// direct takes the context for a posting goroutine that injects an
+// active message itself instead of queueing an instruction for Advance:
+// only when no goroutine is inside Advance (or injecting), no instruction
+// waits in the queue (so a goroutine's own earlier posts cannot be
+// overtaken), and the peer is connected, healthy and has nothing queued
+// behind a full FIFO. It returns the peer with the context held
+// (busyPoster), or nil. The caller injects without blocking and calls
+// leave.
+//
+// Memory ordering: the CompareAndSwap that takes busy and the Store that
+// gives it back order the poster's writes to the peer's descriptor buffer
+// and tracker before the next Advance's reads, as between two Advance
+// calls; the consumer of the buffer sees them through its header word, as
+// always. Inside Advance (a callback posting) the CompareAndSwap fails and
+// the instruction is queued.
+func (c *Context) direct(idx int32) *peer {
+	if !c.busy.CompareAndSwap(0, busyPoster) {
+		return nil
+	}
+	q := c.inq
+	if c.closed.Load() || q.enq.Load() != q.deq || q.overflowing.Load() {
+		c.leave()
+		return nil
+	}
+	p := c.peers[idx]
+	if p == nil || p.failed != nil || p.q.len() > 0 {
+		c.leave()
+		return nil
+	}
+	return p
+}
+
+// injectDirect injects a small active message with no callback from the
+// posting goroutine, if direct allows; it reports whether it did.
+func (c *Context) injectDirect(idx int32, d Dispatch, header, data []byte) bool {
+	p := c.direct(idx)
+	if p == nil {
+		return false
+	}
+	b := p.reserve(wire.AMSize(len(header), len(data), false))
+	if b != nil {
+		wire.PutAM(b, uint16(d), header, data, false, 0)
+		p.commit(nil)
+		c.sentDirect.Add(1)
+	}
+	c.leave()
+	return b != nil
+}
 
 // Advance makes progress on the context once and returns the number of
 // events it handled: instructions injected, completions, packets received.
@@ -399,8 +468,11 @@ func (c *Context) post(in *inst, pos uint64) {
 
 // close fails everything outstanding and detaches the context's ports.
 func (c *Context) close() error {
-	if !c.busy.CompareAndSwap(0, 1) {
-		return fmt.Errorf("amigo: close context %d: %w", c.index, ErrBusy)
+	for !c.busy.CompareAndSwap(0, busyAdvance) {
+		if c.busy.Load() == busyAdvance {
+			return fmt.Errorf("amigo: close context %d: %w", c.index, ErrBusy)
+		}
+		runtime.Gosched()
 	}
 	defer c.leave()
 	c.shutdown(ErrClosed)

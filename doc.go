@@ -23,7 +23,12 @@
 //     Posting copies the instruction into the context's lock-free instruction
 //     queue and returns at once; it never waits for the network. Buffers named
 //     by the instruction belong to amigo until its done callback runs (a
-//     SendImmediate's bytes are copied before it returns).
+//     SendImmediate's bytes are copied before it returns). A small active
+//     message with no callback (SendImmediate, or an inline Send with no
+//     done callback) skips the queue when nobody is inside Advance and
+//     nothing waits in the queue: the posting goroutine takes the context
+//     for the few stores that write it into the peer's descriptor buffer,
+//     which keeps each goroutine's messages in the order posted.
 //  2. One goroutine at a time owns the context and calls Advance (directly,
 //     through Wait, or through a Driver). Calling Advance from two goroutines
 //     at once, or from inside a callback, is a programming error and panics.

@@ -51,6 +51,9 @@ func (c *Context) send(ep Endpoint, d Dispatch, header, data []byte, done, rdone
 	if len(header) > c.cfg.InlineMax || len(header) > 0xffff {
 		return fmt.Errorf("amigo: header of %d bytes, limit %d: %w", len(header), min(c.cfg.InlineMax, 0xffff), ErrTooLarge)
 	}
+	if done == nil && rdone == nil && len(header)+len(data) <= c.cfg.InlineMax && c.injectDirect(idx, d, header, data) {
+		return nil
+	}
 	in, pos, err := c.claim()
 	if err != nil {
 		return err
@@ -83,6 +86,9 @@ func (c *Context) SendImmediate(ep Endpoint, d Dispatch, header, data []byte) er
 	}
 	if n := len(header) + len(data); n > ImmediateMax || n > c.cfg.InlineMax {
 		return fmt.Errorf("amigo: SendImmediate of %d bytes, limit %d: %w", n, min(ImmediateMax, c.cfg.InlineMax), ErrTooLarge)
+	}
+	if c.injectDirect(idx, d, header, data) {
+		return nil
 	}
 	in, pos, err := c.claim()
 	if err != nil {
