@@ -5,11 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -119,17 +117,13 @@ var killOutcome = regexp.MustCompile(`(?m)^rank (\d+): outcome (ok|error: .*|wro
 func TestMulticastTargetKilled(t *testing.T) {
 	for _, way := range []string{"forward", "store-forward"} {
 		t.Run(way, func(t *testing.T) {
-			outs := make([]bytes.Buffer, killRanks)
-			var mu sync.Mutex
+			out := launch.NewCapture(killRanks)
 			job, err := launch.Start(launch.Options{
 				N:         killRanks,
 				Argv:      []string{os.Args[0]},
 				Env:       []string{rankEnv + "=mcastkill:" + way, "AMIGO_TRANSPORT=shm", "GORACE=atexit_sleep_ms=0"},
 				KeepGoing: true,
-				Output: func(r int) (io.Writer, io.Writer) {
-					w := &syncWriter{mu: &mu, b: &outs[r]}
-					return w, w
-				},
+				Output:    out.Output,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -139,12 +133,7 @@ func TestMulticastTargetKilled(t *testing.T) {
 			start := time.Now()
 			err = job.Wait(ctx)
 			elapsed := time.Since(start)
-			mu.Lock()
-			all := ""
-			for r := range outs {
-				all += outs[r].String()
-			}
-			mu.Unlock()
+			all := out.All()
 			var ee *launch.ExitErrors
 			if !errors.As(err, &ee) || len(ee.Ranks) != 1 || ee.Ranks[0] != killVictim {
 				t.Fatalf("want only rank %d to fail (killed), got %v\n%s", killVictim, err, all)
@@ -176,15 +165,4 @@ func TestMulticastTargetKilled(t *testing.T) {
 			t.Logf("job with a killed target over in %v:\n%s", elapsed.Round(time.Millisecond), all)
 		})
 	}
-}
-
-type syncWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
 }

@@ -1,15 +1,12 @@
 package mpi_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -121,18 +118,14 @@ func rankMain(name string) int {
 // with env added, and fails t with the ranks' output if the job fails.
 func runProcs(t *testing.T, n int, name string, env ...string) {
 	t.Helper()
-	var out bytes.Buffer
-	var mu sync.Mutex
+	out := launch.NewCapture(n)
 	job, err := launch.Start(launch.Options{
 		N:    n,
 		Argv: []string{os.Args[0]},
 		Env: append([]string{rankEnv + "=" + name, "AMIGO_TRANSPORT=shm", "GORACE=atexit_sleep_ms=0",
 			// More ranks than cores: a rank that waits sleeps soon.
 			"AMIGO_SPIN=50", "AMIGO_YIELD=50"}, env...),
-		Output: func(r int) (io.Writer, io.Writer) {
-			w := &lockedWriter{mu: &mu, b: &out}
-			return w, w
-		},
+		Output: out.Output,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -140,21 +133,8 @@ func runProcs(t *testing.T, n int, name string, env ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	if err := job.Wait(ctx); err != nil {
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("%d ranks of %s: %v\n%s", n, name, err, out.String())
+		t.Fatalf("%d ranks of %s: %v\n%s", n, name, err, out.All())
 	}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
 }
 
 // Every collective against its reference, ranks as processes over shared

@@ -6,13 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -38,17 +36,13 @@ func TestMain(m *testing.M) {
 // runJob runs n ranks of mode and returns each rank's output.
 func runJob(t *testing.T, n int, mode string, keepGoing bool, timeout time.Duration) ([]string, []int, error, time.Duration) {
 	t.Helper()
-	outs := make([]bytes.Buffer, n)
-	var mu sync.Mutex
+	outs := launch.NewCapture(n)
 	job, err := launch.Start(launch.Options{
 		N:         n,
 		Argv:      []string{os.Args[0]},
 		Env:       []string{rankEnv + "=" + mode, "GORACE=atexit_sleep_ms=0"},
 		KeepGoing: keepGoing,
-		Output: func(r int) (io.Writer, io.Writer) {
-			w := &lockedWriter{mu: &mu, b: &outs[r]}
-			return w, w
-		},
+		Output:    outs.Output,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -62,24 +56,11 @@ func runJob(t *testing.T, n int, mode string, keepGoing bool, timeout time.Durat
 	start := time.Now()
 	err = job.Wait(ctx)
 	elapsed := time.Since(start)
-	mu.Lock()
-	defer mu.Unlock()
 	res := make([]string, n)
-	for r := range outs {
-		res[r] = outs[r].String()
+	for r := range res {
+		res[r] = outs.Rank(r)
 	}
 	return res, pids, err, elapsed
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
 }
 
 // leftovers lists what the ranks of job left behind: files in /dev/shm

@@ -1,17 +1,14 @@
 package tcp_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -55,17 +52,13 @@ func rankMain(mode string) int {
 // runJob runs n ranks of mode over TCP and returns their combined output.
 func runJob(t *testing.T, n int, mode string, timeout time.Duration) (string, error) {
 	t.Helper()
-	var mu sync.Mutex
-	var out bytes.Buffer
+	out := launch.NewCapture(n)
 	job, err := launch.Start(launch.Options{
 		N:         n,
 		Argv:      []string{os.Args[0]},
 		Env:       []string{rankEnv + "=" + mode, "AMIGO_TRANSPORT=tcp", "GORACE=atexit_sleep_ms=0"},
 		KeepGoing: true,
-		Output: func(int) (io.Writer, io.Writer) {
-			w := &lockedWriter{mu: &mu, b: &out}
-			return w, w
-		},
+		Output:    out.Output,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -73,20 +66,7 @@ func runJob(t *testing.T, n int, mode string, timeout time.Duration) (string, er
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err = job.Wait(ctx)
-	mu.Lock()
-	defer mu.Unlock()
-	return out.String(), err
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
+	return out.All(), err
 }
 
 const killGetSize = 128 << 20
