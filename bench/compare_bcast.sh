@@ -22,29 +22,16 @@
 # The script holds /tmp/amigo-bench.lock while it runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -z "${AMIGO_BENCH_LOCKED:-}" ]; then
-  exec env AMIGO_BENCH_LOCKED=1 flock /tmp/amigo-bench.lock bash "$0" "$@"
-fi
-export PATH=$PATH:/usr/local/go/bin
+. bench/lib.sh
+bench_lock "$@"
 ROUNDS=${ROUNDS:-3}
 RANKS=${RANKS:-"4 8"}
 ITERS=${ITERS:-30}
 MIN=${MIN:-1048576}
 MAX=${MAX:-67108864}
 TIMEOUT=${TIMEOUT:-900}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-missing=()
-for p in mpich libmpich-dev; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing ${missing[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bench_work
+need_debs mpich libmpich-dev
 mpicc=mpicc.mpich
 command -v $mpicc >/dev/null || mpicc=mpicc
 $mpicc -O2 -Wall -o "$work/osu_coll" bench/coll/osu_coll.c
@@ -53,19 +40,8 @@ mpiexec=mpiexec.hydra
 command -v $mpiexec >/dev/null || mpiexec=mpiexec
 never=9223372036854775807
 
-# rec NAME CMD...: run CMD, keep its JSON lines under NAME.
-rec() {
-  local name=$1; shift
-  if ! timeout -k 10 "$TIMEOUT" "$@" >"$work/out" 2>"$work/err"; then
-    echo "  $name: failed or timed out: $(tail -n 3 "$work/err" | tr '\n' ' ')" >&2
-    echo "{\"run\":\"$name\",\"failed\":true}" >>"$work/results"
-    return 0
-  fi
-  grep '^{' "$work/out" | sed "s|^{|{\"run\":\"$name\",|" >>"$work/results" || true
-}
 
 sz=(--min-size "$MIN" --max-size "$MAX" --iterations "$ITERS")
-: >"$work/results"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores; $(mpichversion 2>/dev/null | sed -n 's/MPICH Version:\s*/MPICH /p'); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$ROUNDS"); do
   echo "round $r of $ROUNDS" >&2

@@ -19,26 +19,13 @@
 # alltoall at 64 B and 1 MiB; barrier.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -z "${AMIGO_BENCH_LOCKED:-}" ]; then
-  exec env AMIGO_BENCH_LOCKED=1 flock /tmp/amigo-bench.lock bash "$0" "$@"
-fi
-export PATH=$PATH:/usr/local/go/bin
+. bench/lib.sh
+bench_lock "$@"
 ROUNDS=${ROUNDS:-3}
 RANKS=${RANKS:-"2 4 8"}
 TIMEOUT=${TIMEOUT:-600}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-missing=()
-for p in mpich libmpich-dev; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing ${missing[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bench_work
+need_debs mpich libmpich-dev
 mpicc=mpicc.mpich
 command -v $mpicc >/dev/null || mpicc=mpicc
 $mpicc -O2 -Wall -o "$work/osu_coll" bench/coll/osu_coll.c
@@ -46,16 +33,6 @@ go build -o "$work/amibench" ./cmd/amibench
 mpiexec=mpiexec.hydra
 command -v $mpiexec >/dev/null || mpiexec=mpiexec
 
-# rec NAME CMD...: run CMD, keep its JSON lines under NAME.
-rec() {
-  local name=$1; shift
-  if ! timeout -k 10 "$TIMEOUT" "$@" >"$work/out" 2>"$work/err"; then
-    echo "  $name: failed or timed out: $(tail -n 3 "$work/err" | tr '\n' ' ')" >&2
-    echo "{\"run\":\"$name\",\"failed\":true}" >>"$work/results"
-    return 0
-  fi
-  grep '^{' "$work/out" | sed "s|^{|{\"run\":\"$name\",|" >>"$work/results" || true
-}
 
 # pair BENCH N SIZE: amigo, then MPICH.
 pair() {
@@ -66,7 +43,6 @@ pair() {
   rec "mpich/$b/$n/$s" "$mpiexec" -n "$n" "$work/osu_coll" "$b" --json "${sz[@]}"
 }
 
-: >"$work/results"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores; $(mpichversion 2>/dev/null | sed -n 's/MPICH Version:\s*/MPICH /p')"
 for r in $(seq "$ROUNDS"); do
   echo "round $r of $ROUNDS" >&2

@@ -20,29 +20,15 @@
 # 1 MiB and 4 MiB at least the baseline's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-if [ -z "${AMIGO_BENCH_LOCKED:-}" ]; then
-  exec env AMIGO_BENCH_LOCKED=1 flock /tmp/amigo-bench.lock bash "$0" "$@"
-fi
-export PATH=$PATH:/usr/local/go/bin
+. bench/lib.sh
+bench_lock "$@"
 ROUNDS=${ROUNDS:-5}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+bench_work
 go build -o "$work/plain" ./bench/tcp/plain
 go build -o "$work/amibench" ./cmd/amibench
 
 M1=1048576
 M4=4194304
-: >"$work/results"
-# rec NAME CMD...: run CMD and keep its JSON lines under NAME.
-rec() {
-  local name=$1; shift
-  if ! timeout -k 10 600 "$@" >"$work/out" 2>"$work/err"; then
-    echo "  $name: failed: $(tail -n 3 "$work/err" | tr '\n' ' ')" >&2
-    echo "{\"run\":\"$name\",\"failed\":true}" >>"$work/results"
-    return 0
-  fi
-  grep '^{' "$work/out" | sed "s|^{|{\"run\":\"$name\",|" >>"$work/results" || true
-}
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores; $(go version | cut -d' ' -f3); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$ROUNDS"); do
   echo "round $r of $ROUNDS" >&2
