@@ -292,7 +292,23 @@ func (c *Context) service() int {
 			// it failed the link, so this snapshot sees them.
 			n += p.msg.Complete()
 			n += p.rdma.Complete()
-			n += c.failPeer(p, err)
+			// Take first what the peer sent before it went: a peer that
+			// posts a last message and closes once it is delivered (in
+			// the consumer's memory, on a shared link) is heard out
+			// before its operations fail. Bounded: a ring holds a
+			// bounded number of descriptors.
+			for k := 0; k < 8; k++ {
+				got := 0
+				for _, pt := range c.ports {
+					got += pt.Poll(&c.rcv, c.cfg.PollBudget)
+				}
+				if n += got; got == 0 {
+					break
+				}
+			}
+			if p.failed == nil {
+				n += c.failPeer(p, err)
+			}
 		}
 		if p.failed == nil {
 			n += p.msg.Complete()

@@ -39,6 +39,10 @@
 //     at once as eager packets (stop.go: the receiver may answer STOP and
 //     fetch the rest by RDMA); Put and Get become RDMA descriptors. An instruction's done callback is listed in the FIFO's
 //     pending callback list, in the entry of the slot its descriptor took.
+//     An inline send over a link whose descriptor buffer the peer reads in
+//     place (in-process, shared memory) is complete once written: its done
+//     callback runs at once, unless an earlier callback of that FIFO is
+//     still pending, in which case it keeps its turn in the list.
 //     When a FIFO is full the instruction stays queued, in order, behind the
 //     peer's other instructions: Advance does not wait for room.
 //  4. Advance lets adapters whose engine is software run it (the in-process

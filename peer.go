@@ -219,12 +219,20 @@ func (c *Context) injectAM(p *peer, in *inst) bool {
 		id = o.id()
 	}
 	wire.PutAM(b, in.disp, in.hdr, in.data, ack, id)
-	var cb fifo.Done
-	if in.done != nil {
-		cb = fifo.Func(in.done)
-		c.activate(p)
+	// On a link whose descriptor buffer the consumer reads in place, the
+	// message is delivered once published. With no earlier callback of
+	// this FIFO pending, calling done at once keeps the FIFO's callbacks in
+	// injection order; otherwise, and on links that still move the bytes
+	// (a socket, where done means the engine sent them), it waits its turn
+	// in the pending list, as every descriptor's does.
+	if in.done == nil || p.link.Shared && p.msg.Pending() == 0 {
+		p.commit(nil)
+		c.stats.SentInline++
+		c.callNow(in.done, nil)
+		return true
 	}
-	p.commit(cb)
+	c.activate(p)
+	p.commit(fifo.Func(in.done))
 	c.stats.SentInline++
 	return true
 }

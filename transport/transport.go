@@ -94,6 +94,13 @@ type Link struct {
 	// fetching the rest by RDMA beats streaming it in eager packets. Zero
 	// leaves the AMI's default; a value the program sets wins over both.
 	StopAbove int
+	// Shared says that Msg lies in memory the consumer reads directly (the
+	// same process, or a segment both processes map): a descriptor is in
+	// the consumer's hands once published, and the AMI completes an inline
+	// send at once instead of waiting for the transfer counter. An adapter
+	// that still has bytes to move after publication (a socket) leaves it
+	// false.
+	Shared bool
 
 	err atomic.Pointer[error]
 }

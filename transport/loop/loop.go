@@ -237,6 +237,7 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 		MsgBell: dst.bell,
 		RDMA:    transport.NewRDMAQueue(f.opts.RDMASlots),
 		MaxRDMA: f.opts.MaxRDMA,
+		Shared:  true,
 	}
 	l.RDMA.Bell = p.ebell
 	l.RDMA.Work = &p.work

@@ -115,6 +115,7 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 		// bandwidth, and half the latency, of a STOP and a GET of the
 		// rest; from 512 KiB the two were even.
 		StopAbove: 256 << 10,
+		Shared:    true,
 	}
 	tl.RDMA.Work = &p.work
 	// Connect, then look whether the consumer closed: see linkHeader.
