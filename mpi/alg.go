@@ -26,6 +26,27 @@ func (s *sched) barrier() {
 	}
 }
 
+// barrierFlat: every rank checks in with rank 0, which releases them all
+// once each has; two rounds, one message each way per rank.
+func (s *sched) barrierFlat() {
+	c := s.c
+	p, r := c.size, c.rank
+	if r != 0 {
+		s.send(nil, 0)
+		s.recv(nil, 0)
+		s.end()
+		return
+	}
+	for i := 1; i < p; i++ {
+		s.recv(nil, i)
+	}
+	s.end()
+	for i := 1; i < p; i++ {
+		s.send(nil, i)
+	}
+	s.end()
+}
+
 // bcastBinomial: the root sends to the roots of ever smaller subtrees;
 // log2 p rounds, whole messages.
 func (s *sched) bcastBinomial(buf []byte, root int) {
@@ -45,6 +66,23 @@ func (s *sched) bcastBinomial(buf []byte, root int) {
 		if vr+mask < p {
 			s.send(buf, (vr+mask+root)%p)
 		}
+	}
+	s.end()
+}
+
+// bcastFlat: the root sends the whole message to every other rank itself,
+// in rank order from the root; one round, and no rank's receive waits on
+// another non-root being scheduled to forward it.
+func (s *sched) bcastFlat(buf []byte, root int) {
+	c := s.c
+	p := c.size
+	if c.rank != root {
+		s.recv(buf, root)
+		s.end()
+		return
+	}
+	for i := 1; i < p; i++ {
+		s.send(buf, (root+i)%p)
 	}
 	s.end()
 }

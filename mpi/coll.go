@@ -20,6 +20,11 @@ import (
 // own block of it).
 
 // Barrier returns once every rank of c has called it.
+//
+// On up to Options.BarrierFlatRanks ranks (16 by default) every rank checks
+// in with rank 0, which releases them all: two rounds, and each rank waits
+// for one message, however the ranks are scheduled. Two ranks, and more
+// than that bound, use dissemination (ceil(log2 p) rounds of exchanges).
 func (c *Comm) Barrier(ctx context.Context) error {
 	s, err := c.barrierSched()
 	if err != nil {
@@ -43,15 +48,20 @@ func (c *Comm) barrierSched() (*sched, error) {
 		return nil, err
 	}
 	s := c.e.newSched(c)
-	s.barrier()
+	if c.size > 2 && c.size <= c.e.opts.BarrierFlatRanks {
+		s.barrierFlat()
+	} else {
+		s.barrier()
+	}
 	return s, nil
 }
 
 // Bcast sends buf from rank root to every rank of c, which receive it into
 // their buf of the same length.
 //
-// Small messages, and any message between two ranks, go down a binomial
-// tree; larger ones are pipelined along a chain in segments
+// Small messages on up to 16 ranks go from the root to each rank directly
+// (Options.BcastFlatMax, BcastFlatRanks: 4 KiB, 16); other small messages,
+// and any message between two ranks, go down a binomial tree; larger ones are pipelined along a chain in segments
 // (Options.BcastShortMax, BcastSegment). From Options.BcastMulticastMin
 // bytes on (256 KiB by default), a broadcast to more than two ranks uses the
 // AMI's RDMA multicast instead (seed 004: one announcement, check-in
@@ -83,6 +93,8 @@ func bcastSched(c *Comm, buf []byte, root int) (*sched, error) {
 	switch {
 	case p == 1 || n == 0:
 	case n >= o.BcastMulticastMin && p > 2 && c.bcastMulticast(s, buf, root):
+	case n <= o.BcastFlatMax && p <= o.BcastFlatRanks:
+		s.bcastFlat(buf, root)
 	case n <= o.BcastShortMax || p <= 2:
 		s.bcastBinomial(buf, root)
 	default:

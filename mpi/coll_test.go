@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/amigo-hpc/amigo/mpi"
 )
@@ -244,16 +245,26 @@ func TestBcast(t *testing.T) {
 		short int
 		seg   int
 		mcast int
-	}{{"auto", 0, 0, 0}, {"binomial", mpi.Never, 0, mpi.Never}, {"chain", -1, 1000, mpi.Never}, {"multicast", 0, 0, -1}} {
+		flat  int
+	}{{"auto", 0, 0, 0, 0}, {"flat", 0, 0, mpi.Never, mpi.Never}, {"binomial", mpi.Never, 0, mpi.Never, -1},
+		{"chain", -1, 1000, mpi.Never, -1}, {"multicast", 0, 0, -1, 0}} {
 		t.Run(alg.name, func(t *testing.T) {
-			j := job{opts: &mpi.Options{BcastShortMax: alg.short, BcastSegment: alg.seg, BcastMulticastMin: alg.mcast}}
+			j := job{opts: &mpi.Options{BcastShortMax: alg.short, BcastSegment: alg.seg, BcastMulticastMin: alg.mcast,
+				BcastFlatMax: alg.flat, BcastFlatRanks: max(alg.flat, 0)}}
 			forRanksOf(t, j, alg.name != "auto", checkBcast)
 		})
 	}
 }
 
 func TestBarrier(t *testing.T) {
-	forRanks(t, job{}, checkBarrier)
+	for _, alg := range []struct {
+		name  string
+		ranks int
+	}{{"auto", 0}, {"flat", mpi.Never}, {"dissemination", -1}} {
+		t.Run(alg.name, func(t *testing.T) {
+			forRanksOf(t, job{opts: &mpi.Options{BarrierFlatRanks: alg.ranks}}, alg.name != "auto", checkBarrier)
+		})
+	}
 }
 
 // blockCount turns a test count into the block of one rank in gathers:
@@ -426,10 +437,32 @@ func checkBcast(ctx context.Context, w *mpi.Comm, counts []int) error {
 	return nil
 }
 
+// checkBarrier: in round i rank i%p enters late; no rank may leave before
+// every rank entered. Entry and exit times are the host's wall clock, which
+// ranks as goroutines and as processes of one host share.
 func checkBarrier(ctx context.Context, w *mpi.Comm, counts []int) error {
+	p, r := w.Size(), w.Rank()
+	times := make([]int64, 2*p)
 	for i := 0; i < 5; i++ {
+		if r == i%p {
+			time.Sleep(2 * time.Millisecond)
+		}
+		in := time.Now().UnixNano()
 		if err := w.Barrier(ctx); err != nil {
 			return err
+		}
+		out := time.Now().UnixNano()
+		if err := mpi.Allgather(ctx, w, []int64{in, out}, times); err != nil {
+			return err
+		}
+		last := int64(0)
+		for q := 0; q < p; q++ {
+			last = max(last, times[2*q])
+		}
+		for q := 0; q < p; q++ {
+			if times[2*q+1] < last {
+				return fmt.Errorf("barrier round %d: rank %d left %v before rank %d entered", i, q, time.Duration(last-times[2*q+1]), i%p)
+			}
 		}
 	}
 	return nil

@@ -90,8 +90,10 @@
 // nonblocking ones (Ibarrier, Ibcast, Iallreduce, Ireduce, Iallgather,
 // Ialltoall) return a Request. Algorithms are chosen by message size and
 // rank count (see Options): recursive doubling for small Allreduce,
-// reduce-scatter and allgather for large; binomial trees and pipelined
-// chains for Bcast; Bruck and rings for Allgather; and so on. Reductions
+// reduce-scatter and allgather for large; a flat check-in and release for
+// Barrier on up to 16 ranks, dissemination beyond; the root sending to
+// each rank, binomial trees, pipelined chains and the AMI's multicast for
+// Bcast; Bruck and rings for Allgather; and so on. Reductions
 // with the predefined ops give every rank the same result; user ops made
 // by NewOp may be non-commutative, and are then applied in rank order.
 package mpi

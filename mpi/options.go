@@ -49,6 +49,20 @@ type Options struct {
 	// 65536; AMIGO_MPI_BCAST_SEGMENT, default 262144).
 	BcastShortMax int
 	BcastSegment  int
+	// BcastFlatMax and BcastFlatRanks bound the Bcasts the root sends to
+	// every rank itself, in one round: at most BcastFlatMax bytes on at most
+	// BcastFlatRanks ranks (AMIGO_MPI_BCAST_FLAT, default 4096;
+	// AMIGO_MPI_BCAST_FLAT_RANKS, default 16). A receiver then waits for
+	// the root alone, not for the ranks above it in a tree to be scheduled
+	// and forward the message: on a host with fewer cores than ranks that
+	// is the difference between a microsecond and a time slice.
+	BcastFlatMax   int
+	BcastFlatRanks int
+	// BarrierFlatRanks is the most ranks whose Barrier checks in with rank 0
+	// and is released by it (two rounds); more ranks, and two, use
+	// dissemination (ceil(log2 p) rounds) (AMIGO_MPI_BARRIER_FLAT_RANKS,
+	// default 16).
+	BarrierFlatRanks int
 	// BcastMulticastMin is the smallest Bcast, in bytes, on more than two
 	// ranks, that uses the AMI's RDMA multicast (AMIGO_MPI_BCAST_MULTICAST,
 	// default 262144; Never turns it off). See Bcast.
@@ -78,6 +92,9 @@ var optSettings = []optSetting{
 	{"AMIGO_MPI_ALLREDUCE_SHORT", func(o *Options) *int { return &o.AllreduceShortMax }, 16 << 10},
 	{"AMIGO_MPI_REDUCE_SHORT", func(o *Options) *int { return &o.ReduceShortMax }, 16 << 10},
 	{"AMIGO_MPI_BCAST_SHORT", func(o *Options) *int { return &o.BcastShortMax }, 64 << 10},
+	{"AMIGO_MPI_BCAST_FLAT", func(o *Options) *int { return &o.BcastFlatMax }, 4 << 10},
+	{"AMIGO_MPI_BCAST_FLAT_RANKS", func(o *Options) *int { return &o.BcastFlatRanks }, 16},
+	{"AMIGO_MPI_BARRIER_FLAT_RANKS", func(o *Options) *int { return &o.BarrierFlatRanks }, 16},
 	{"AMIGO_MPI_BCAST_SEGMENT", func(o *Options) *int { return &o.BcastSegment }, 256 << 10},
 	{"AMIGO_MPI_BCAST_MULTICAST", func(o *Options) *int { return &o.BcastMulticastMin }, 256 << 10},
 	{"AMIGO_MPI_ALLGATHER_SHORT", func(o *Options) *int { return &o.AllgatherShortMax }, 64 << 10},
