@@ -50,37 +50,49 @@ func (p *pair) close(tb testing.TB) {
 var sizes8 = []byte("01234567")
 
 // BenchmarkPingPong measures one-way latency of an 8-byte message between two
-// goroutines: amigo's SendImmediate ping-pong next to a Go channel ping-pong.
-// ns/op is one round trip; the one-way metric is half of it.
+// goroutines: amigo's ping-pong (SendImmediate, answered from the handler
+// with Reply, or with SendImmediate as "amigo-sendimm") next to a Go channel
+// ping-pong. ns/op is one round trip; the one-way metric is half of it.
 func BenchmarkPingPong(b *testing.B) {
-	b.Run("amigo/8B", func(b *testing.B) {
-		p := newPair(b, amigo.Config{}, func(c *amigo.Context) {
-			c.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+	b.Run("amigo/8B", func(b *testing.B) { benchPingPong(b, true) })
+	b.Run("amigo-sendimm/8B", func(b *testing.B) { benchPingPong(b, false) })
+	benchPingPongFloors(b)
+}
+
+func benchPingPong(b *testing.B, reply bool) {
+	p := newPair(b, amigo.Config{}, func(c *amigo.Context) {
+		c.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+			if reply {
+				_ = m.Reply(1, nil, m.Data)
+			} else {
 				_ = c.SendImmediate(m.Source, 1, nil, m.Data)
-			})
+			}
 		})
-		defer p.close(b)
-		got := 0
-		p.c0.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) { got++ })
-		peer := amigo.EndpointOf(1)
-		want := 0
-		cond := func() bool { return got == want }
-		ctx := context.Background()
-		b.ReportAllocs()
-		b.SetBytes(8)
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			want++
-			if err := p.c0.SendImmediate(peer, 1, nil, sizes8); err != nil {
-				b.Fatal(err)
-			}
-			if err := p.c0.Wait(ctx, cond); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.StopTimer()
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/one-way")
 	})
+	defer p.close(b)
+	got := 0
+	p.c0.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) { got++ })
+	peer := amigo.EndpointOf(1)
+	want := 0
+	cond := func() bool { return got == want }
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetBytes(8)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		want++
+		if err := p.c0.SendImmediate(peer, 1, nil, sizes8); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.c0.Wait(ctx, cond); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/one-way")
+}
+
+func benchPingPongFloors(b *testing.B) {
 	// The floor of any cross-core exchange: two goroutines spinning on
 	// atomic words, one cache line each way.
 	b.Run("atomic/8B", func(b *testing.B) {

@@ -211,14 +211,40 @@ func (c *Context) injectDirect(idx int32, d Dispatch, header, data []byte) bool 
 	if p == nil {
 		return false
 	}
-	b := p.reserve(wire.AMSize(len(header), len(data), false))
-	if b != nil {
-		wire.PutAM(b, uint16(d), header, data, false, 0)
-		p.commit(nil)
+	ok := p.writeAM(d, header, data)
+	if ok {
 		c.sentDirect.Add(1)
 	}
 	c.leave()
-	return b != nil
+	return ok
+}
+
+// writeAM writes an inline active message with no callback into p's
+// descriptor buffer, if it has room; the caller holds the context.
+func (p *peer) writeAM(d Dispatch, header, data []byte) bool {
+	b := p.reserve(wire.AMSize(len(header), len(data), false))
+	if b == nil {
+		return false
+	}
+	wire.PutAM(b, uint16(d), header, data, false, 0)
+	p.commit(nil)
+	return true
+}
+
+// injectOwned is injectDirect for the goroutine that owns the context,
+// inside Advance (a handler's Reply): the same conditions without taking
+// busy, which the owner holds.
+func (c *Context) injectOwned(idx int32, d Dispatch, header, data []byte) bool {
+	q := c.inq
+	if q.enq.Load() != q.deq || q.overflowing.Load() {
+		return false
+	}
+	p := c.peers[idx]
+	if p == nil || p.failed != nil || p.q.len() > 0 || !p.writeAM(d, header, data) {
+		return false
+	}
+	c.stats.SentInline++
+	return true
 }
 
 // Advance makes progress on the context once and returns the number of

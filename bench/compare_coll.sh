@@ -5,6 +5,7 @@
 #
 #   bash bench/compare_coll.sh                 # ROUNDS=3 rounds, medians
 #   ROUNDS=5 RANKS="2 4 8" bash bench/compare_coll.sh
+#   BENCHES="bcast barrier" SIZES=64 bash bench/compare_coll.sh   # a subset
 #
 # It installs Debian's mpich and libmpich-dev if they are missing (as root),
 # builds bench/coll/osu_coll.c with MPICH's mpicc and amibench, and holds
@@ -23,6 +24,8 @@ cd "$(dirname "$0")/.."
 bench_lock "$@"
 ROUNDS=${ROUNDS:-3}
 RANKS=${RANKS:-"2 4 8"}
+BENCHES=${BENCHES:-"allreduce reduce bcast allgather alltoall barrier"}
+SIZES=${SIZES:-"64 1048576 8388608"}
 TIMEOUT=${TIMEOUT:-600}
 bench_work
 need_debs mpich libmpich-dev
@@ -34,9 +37,11 @@ mpiexec=mpiexec.hydra
 command -v $mpiexec >/dev/null || mpiexec=mpiexec
 
 
-# pair BENCH N SIZE: amigo, then MPICH.
+# pair BENCH N SIZE: amigo, then MPICH (if BENCHES and SIZES select it).
 pair() {
   local b=$1 n=$2 s=$3
+  [[ " $BENCHES " == *" $b "* ]] || return 0
+  [ "$b" = barrier ] || [[ " $SIZES " == *" $s "* ]] || return 0
   local sz=(--min-size "$s" --max-size "$s")
   [ "$b" = barrier ] && sz=()
   rec "amigo/$b/$n/$s" "$work/amibench" --json -n "$n" -b "$b" "${sz[@]}"
@@ -78,6 +83,8 @@ print(f"|{'-'*32}|{'-'*7}|{'-'*11}|{'-'*11}|{'-'*8}|")
 for b, s, note in items:
     for n in ranks:
         a, m = med(f"amigo/{b}/{n}/{s}"), med(f"mpich/{b}/{n}/{s}")
+        if a is None and m is None:
+            continue  # not selected (BENCHES, SIZES)
         label = f"{b} {names[s]}" + (f" ({note})" if note else "")
         ratio = "-" if a is None or not m else f"{a / m:.2f}"
         print(f"| {label:<30} | {n:>5} | {fmt(a):>9} | {fmt(m):>9} | {ratio:>6} |")
