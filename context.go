@@ -291,16 +291,14 @@ func (c *Context) drain() int {
 		n++
 	}
 	// The overflow list holds instructions posted after the slots filled up;
-	// take it only once every claimed slot was read, to keep each goroutine's
-	// instructions in order.
-	if c.inq.deq == c.inq.enq.Load() {
-		if list := c.inq.takeOverflow(); list != nil {
-			for i := range list {
-				c.execute(&list[i])
-				n++
-			}
-			c.inq.returnOverflow(list)
+	// takeOverflow gives it only once every claimed slot was read, to keep
+	// each goroutine's instructions in order.
+	if list := c.inq.takeOverflow(); list != nil {
+		for i := range list {
+			c.execute(&list[i])
+			n++
 		}
+		c.inq.returnOverflow(list)
 	}
 	return n
 }

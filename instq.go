@@ -152,13 +152,22 @@ func (q *instQueue) pop() {
 	q.deq++
 }
 
-// takeOverflow returns the overflow list, if any, and lowers the flag. The
-// caller gives the slice back with returnOverflow once done with it.
+// takeOverflow returns the overflow list, if any, and lowers the flag, but
+// only once every claimed slot was read: slot instructions are older than
+// the overflow list's. The check is made under the mutex, with the flag up,
+// when no producer can claim a slot any more: checked before taking the
+// mutex, a producer could fill the slots and raise the flag in between, and
+// its overflowed instructions would overtake those slots. The caller gives
+// the slice back with returnOverflow once done with it.
 func (q *instQueue) takeOverflow() []inst {
 	if !q.overflowing.Load() {
 		return nil
 	}
 	q.mu.Lock()
+	if q.enq.Load() != q.deq {
+		q.mu.Unlock()
+		return nil
+	}
 	list := q.overflow
 	q.overflow = q.spare[:0]
 	q.spare = nil
