@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amigo-hpc/amigo/internal/order"
 	"github.com/amigo-hpc/amigo/internal/ring"
 	"github.com/amigo-hpc/amigo/internal/wire"
 )
@@ -161,6 +162,23 @@ var settings = []setting{
 				return err
 			}
 			c.SleepMax = d
+			return nil
+		},
+	},
+	{
+		// Process-wide, read when the process starts (package
+		// internal/order); listed for what it says about this process.
+		name: "AMIGO_FENCED_STORES", doc: "1: publish descriptors with fenced stores; shown: 0 while this process uses release stores",
+		get: func(*Config) string {
+			if order.Relaxed() {
+				return "0"
+			}
+			return "1"
+		},
+		set: func(_ *Config, v string) error {
+			if v = strings.TrimSpace(v); v != "0" && v != "1" {
+				return fmt.Errorf("want 0 or 1")
+			}
 			return nil
 		},
 	},

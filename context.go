@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/amigo-hpc/amigo/internal/order"
 	"github.com/amigo-hpc/amigo/internal/wire"
 	"github.com/amigo-hpc/amigo/transport"
 )
@@ -46,6 +47,7 @@ type Context struct {
 	dispatch [MaxDispatch]atomic.Pointer[handlerEntry]
 	rcv      receiver
 	msg      Message
+	held     Held
 	ops      opTable
 	later    []laterDone // local completions found inside handlers
 	spare    []laterDone
@@ -89,6 +91,7 @@ func newContext(cl *Client, index int) (*Context, error) {
 	}
 	c.rcv.c = c
 	c.msg.c = c
+	c.held.c = c
 	switch cl.cfg.StopVariant {
 	case "discard":
 		c.stopVariant = wire.StopDiscard
@@ -170,7 +173,10 @@ func (c *Context) enter() {
 	}
 }
 
-func (c *Context) leave() { c.busy.Store(0) }
+// leave gives the context back with a release store (package order): the
+// writes of the Advance or direct injection it ends come before it, and it
+// does not wait for them to leave the core.
+func (c *Context) leave() { order.Store32(&c.busy, 0) }
 
 // direct takes the context for a posting goroutine that injects an
 // active message itself instead of queueing an instruction for Advance:
@@ -213,7 +219,11 @@ func (c *Context) injectDirect(idx int32, d Dispatch, header, data []byte) bool 
 	}
 	ok := p.writeAM(d, header, data)
 	if ok {
-		c.sentDirect.Add(1)
+		// The poster holds the context, so it is the counter's only
+		// writer: a load and a release store, not a locked add, whose
+		// fence would wait here for the descriptor's cache line to reach
+		// this core.
+		order.Store64(&c.sentDirect, c.sentDirect.Load()+1)
 	}
 	c.leave()
 	return ok
@@ -399,6 +409,11 @@ func (c *Context) asyncError(err error) {
 func (c *Context) Wait(ctx context.Context, cond func() bool) error {
 	c.enter()
 	defer c.leave()
+	return c.wait(ctx, cond)
+}
+
+// wait is Wait for a goroutine that holds the context.
+func (c *Context) wait(ctx context.Context, cond func() bool) error {
 	var done <-chan struct{}
 	if ctx != nil {
 		done = ctx.Done()
@@ -456,7 +471,9 @@ func (c *Context) idle(idle int, done <-chan struct{}) int {
 			c.bell.Disarm()
 			return 0
 		}
-		c.bell.Sleep(done, c.timer, c.cfg.SleepMax)
+		if c.bell.Sleep(done, c.timer, c.cfg.SleepMax) {
+			c.stats.SleepTimeouts++
+		}
 		c.stats.Sleeps++
 		// Stay in the sleeping phase: the next idle round sleeps again at
 		// once unless work turns up.

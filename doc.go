@@ -69,6 +69,16 @@
 //  8. Advance returns the number of events it handled. Zero means it found
 //     nothing to do.
 //
+// A goroutine that sends and then waits for the answer can hold the context
+// across both (Context.Hold): it takes the context once, before its message
+// leaves, its sends are written straight into the peers' descriptor buffers,
+// and it waits without taking the context again. Package mpi holds the
+// context for each blocking call.
+//
+// Descriptors are published with release stores, not fences (package
+// internal/order): a consumer about to sleep arms its doorbell and then
+// issues a barrier across processors before it looks for work a last time.
+//
 // Wait advances until a condition holds or a context.Context ends: it spins
 // on Advance, then yields the processor, then sleeps until the context's
 // doorbell is rung by a peer that delivered a packet, an engine that

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/amigo-hpc/amigo/internal/order"
 	"github.com/amigo-hpc/amigo/internal/wire"
 	"github.com/amigo-hpc/amigo/transport"
 )
@@ -148,7 +149,9 @@ func (q *instQueue) peek() *inst {
 func (q *instQueue) pop() {
 	s := &q.slots[q.deq&q.mask]
 	s.in.clear()
-	s.seq.Store(q.deq + q.mask + 1)
+	// A release store: the slot's reads and clearing come before it, and
+	// no fence waits here for a producer's core (package order).
+	order.Store64(&s.seq, q.deq+q.mask+1)
 	q.deq++
 }
 

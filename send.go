@@ -90,6 +90,11 @@ func (c *Context) SendImmediate(ep Endpoint, d Dispatch, header, data []byte) er
 	if c.injectDirect(idx, d, header, data) {
 		return nil
 	}
+	return c.postImmediate(idx, d, header, data)
+}
+
+// postImmediate queues a SendImmediate for the next Advance.
+func (c *Context) postImmediate(idx int32, d Dispatch, header, data []byte) error {
 	in, pos, err := c.claim()
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ type Stats struct {
 	StaleAcks          uint64 // acknowledgements of no live operation
 	Errors             uint64 // errors reported to Config.OnError
 	Sleeps             uint64 // times a waiting goroutine slept
+	SleepTimeouts      uint64 // sleeps that ran to their bound (Config.SleepMax; 1 ms on a shared doorbell) without a ring
 
 	// Eager SEND with receiver-driven STOP.
 	SentEager         uint64 // sends announced by SEND and streamed

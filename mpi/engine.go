@@ -46,6 +46,10 @@ type engine struct {
 	cidx int // context index, the same on every rank
 	// immMax is the most data a message carries by SendImmediate.
 	immMax int
+	// held is the context while a blocking call holds it (Comm.run): its
+	// small messages are written straight into the peers' descriptor
+	// buffers, and it waits without taking the context again.
+	held *amigo.Held
 
 	posted  postedQueue
 	unexp   unexpQueue
@@ -379,6 +383,9 @@ func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []
 		if e.direct {
 			e.unflushed = true
 		}
+		if e.held != nil {
+			return nil, e.held.SendImmediate(dest, e.disp, e.hdr[:], buf)
+		}
 		return nil, e.ac.SendImmediate(dest, e.disp, e.hdr[:], buf)
 	}
 	r := e.allocReq(reqSend)
@@ -399,7 +406,11 @@ func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []
 func (e *engine) flush() {
 	if e.unflushed {
 		e.unflushed = false
-		e.ac.Advance()
+		if e.held != nil {
+			e.held.Advance()
+		} else {
+			e.ac.Advance()
+		}
 	}
 }
 
@@ -410,6 +421,9 @@ func (e *engine) wait(ctx context.Context, cond func() bool) error {
 		return nil
 	}
 	e.unflushed = false
+	if e.held != nil {
+		return e.held.Wait(ctx, cond)
+	}
 	return e.ac.Wait(ctx, cond)
 }
 

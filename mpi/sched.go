@@ -247,20 +247,32 @@ func (s *sched) finish() {
 
 // run runs s to completion on the calling goroutine, which owns the
 // context, and frees it.
+//
+// The context is held for the whole call (amigo.Context.Hold): it is taken
+// once, before the first message leaves, rather than after each send and
+// again to wait, where each taking is a fence that waits for the message's
+// cache line to reach the peer.
 func (c *Comm) run(ctx context.Context, s *sched) error {
-	c.e.direct = true
+	e := c.e
+	h := e.ac.Hold()
+	e.held = h
+	defer func() {
+		e.held = nil
+		h.Release()
+	}()
+	e.direct = true
 	s.progress()
-	c.e.direct = false
+	e.direct = false
 	if !s.done {
-		if err := c.e.wait(ctx, s.cond); err != nil {
+		if err := e.wait(ctx, s.cond); err != nil {
 			s.fail(err)
-			c.e.freeSched(s)
+			e.freeSched(s)
 			return err
 		}
 	}
-	c.e.flush()
+	e.flush()
 	err := s.err
-	c.e.freeSched(s)
+	e.freeSched(s)
 	return err
 }
 

@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/amigo-hpc/amigo/internal/order"
 )
 
 // Doorbell lets a consumer that found no work sleep until a producer has
@@ -13,10 +15,11 @@ import (
 // notification while the consumer is awake.
 //
 // The consumer arms the doorbell, checks once more for work, and only then
-// sleeps; a producer publishes its work and then rings. Because the store that
-// arms and the producer's store that publishes are both followed by a load of
-// the other side's word (Go's atomics are sequentially consistent), either the
-// consumer's check sees the work or the producer's ring sees the armed word.
+// sleeps; a producer publishes its work and then rings. The store that arms
+// is fenced and followed by order.Barrier, which makes every producer's
+// earlier stores visible even when they were release stores without a
+// fence; so either the consumer's check sees the work or the producer's
+// ring (a load that follows its publishing store) sees the armed word.
 //
 // A doorbell either parks goroutines (in-process consumers) or, when its word
 // lives in memory shared between processes, sleeps on a futex in that word and
@@ -74,7 +77,15 @@ func (d *Doorbell) Rings() uint64 { return d.rings.Load() }
 
 // Arm announces that the consumer is about to check for work one last time
 // and sleep.
-func (d *Doorbell) Arm() { d.word.Store(1) }
+//
+// The store is followed by order.Barrier: a producer's descriptor store is
+// a release store without a fence (package order), so without the barrier
+// its load of this word could pass it, and the consumer's last check miss
+// the descriptor while the producer misses the armed word.
+func (d *Doorbell) Arm() {
+	d.word.Store(1)
+	order.Barrier()
+}
 
 // Armed reports whether the consumer has armed the doorbell and not yet been
 // woken: it is about to sleep or asleep. An adapter whose engine runs partly
@@ -87,29 +98,37 @@ func (d *Doorbell) Disarm() { d.word.Store(0) }
 
 // Sleep waits until the doorbell is rung, done is closed, or timeout elapses;
 // t is a stopped or expired timer the caller owns and reuses. The consumer must
-// have armed the doorbell and checked for work since.
-func (d *Doorbell) Sleep(done <-chan struct{}, t *time.Timer, timeout time.Duration) {
+// have armed the doorbell and checked for work since. It reports whether
+// the sleep ran out its time without a ring: on a consumer that waits for a
+// peer which does send, each such sleep is a wake-up the handshake lost, or
+// a peer that took longer than the bound.
+func (d *Doorbell) Sleep(done <-chan struct{}, t *time.Timer, timeout time.Duration) (timedOut bool) {
 	if d.shared {
 		// A futex sleep cannot watch done; keep it short so the caller looks
 		// at done often.
 		if timeout > time.Millisecond {
 			timeout = time.Millisecond
 		}
+		start := time.Now()
 		futexWait(d.word, 1, timeout)
+		// A ring sets the word to 0; a signal can end the wait early.
+		timedOut = d.word.Load() != 0 && time.Since(start) >= timeout
 		d.word.Store(0)
-		return
+		return timedOut
 	}
 	t.Reset(timeout)
 	select {
 	case <-d.ch:
 	case <-done:
 	case <-t.C:
+		timedOut = true
 	}
 	t.Stop()
 	// A ring that raced with the timeout may leave a token in ch; the next
 	// Sleep then returns at once and its caller re-checks for work, which is
 	// harmless.
 	d.word.Store(0)
+	return timedOut
 }
 
 func futexWait(addr *atomic.Uint32, val uint32, timeout time.Duration) {

@@ -33,16 +33,21 @@
 // # Memory ordering
 //
 // The producer writes a descriptor's payload with plain stores, then stores
-// its header word atomically (release), then stores tail atomically. A header
+// its header word with a release store, then stores tail the same way
+// (package order: a plain store on amd64 where the doorbell barrier is
+// available, else Go's fenced atomic store). A header
 // word is never zero, and the consumer zeroes the header word position of
 // every slot it releases, so a consumer waiting at head learns that a
 // descriptor has arrived by loading the header word at head atomically
 // (acquire) and finding it non-zero: one cache line, the one that also holds
 // the first bytes of the data. After it has finished with a descriptor, the
-// consumer zeroes those words, stores head atomically (release) and then
-// increments xfer, so that a producer that loads xfer or head (acquire) and
-// sees the new value may overwrite the released slots. Go's sync/atomic
-// operations are sequentially consistent, which gives every direction needed.
+// consumer zeroes those words, stores head (release) and then increments
+// xfer (a release store of its own new value: the consumer is its only
+// writer), so that a producer that loads xfer or head (acquire) and sees
+// the new value may overwrite the released slots: release stores order the
+// consumer's reads and zeroing before them. No store here is a fence; a
+// side that sleeps for the other's stores arms its doorbell and calls
+// order.Barrier before it looks a last time (package transport).
 //
 // The producer decides whether there is room; package fifo does that for the
 // injection FIFOs of amigo. The ring only lays descriptors out and reads them
@@ -55,6 +60,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/amigo-hpc/amigo/internal/order"
 )
 
 const (
@@ -170,7 +177,7 @@ func (r *Ring) word(pos uint64) *atomic.Uint64 {
 
 // WritePad writes a pad descriptor of pad slots at position tail.
 func (r *Ring) WritePad(tail uint64, pad int) {
-	r.word(tail).Store(header(pad, FlagPad, 0))
+	order.Store64(r.word(tail), header(pad, FlagPad, 0))
 }
 
 // Payload returns the payload area of a descriptor carrying payload bytes at
@@ -184,11 +191,11 @@ func (r *Ring) Payload(tail uint64, payload int) []byte {
 // Seal stores the header of the descriptor at position tail, whose payload
 // the caller has written: from now on the consumer may read it.
 func (r *Ring) Seal(tail uint64, payload int) {
-	r.word(tail).Store(header(SlotsFor(payload), 0, payload))
+	order.Store64(r.word(tail), header(SlotsFor(payload), 0, payload))
 }
 
 // Publish stores the producer's tail.
-func (r *Ring) Publish(tail uint64) { r.ctl.tail.Store(tail) }
+func (r *Ring) Publish(tail uint64) { order.Store64(&r.ctl.tail, tail) }
 
 // Decode validates the descriptor whose header word is word at slot position
 // head of a ring of n slots held in slots. It returns the descriptor's slot
@@ -336,8 +343,7 @@ func (c *Reader) ReleaseFirst(n int) int {
 	c.head = pos
 	c.k -= slots
 	c.nd -= count
-	c.r.ctl.head.Store(c.head)
-	c.r.ctl.xfer.Add(count)
+	c.publish(count)
 	return done
 }
 
@@ -354,6 +360,15 @@ func (c *Reader) Release() {
 	c.head += c.k
 	nd := c.nd
 	c.k, c.nd = 0, 0
-	c.r.ctl.head.Store(c.head)
-	c.r.ctl.xfer.Add(nd)
+	c.publish(nd)
+}
+
+// publish stores the new head, then adds n to the transfer counter. The
+// consumer is the only writer of both, so the counter is a load and a
+// store, not a read-modify-write: with release stores (package order)
+// neither waits for the producer's core to give up the line.
+func (c *Reader) publish(n uint64) {
+	ctl := c.r.ctl
+	order.Store64(&ctl.head, c.head)
+	order.Store64(&ctl.xfer, ctl.xfer.Load()+n)
 }

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/amigo-hpc/amigo/internal/order"
 	"github.com/amigo-hpc/amigo/transport"
 )
 
@@ -132,6 +133,13 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 	a.self = &segment{mem: mem, l: l}
 	a.probe = append([]byte(nil), p.token[:]...)
 	a.peers = make([]*peer, len(a.local))
+	if a.Oversubscribed() {
+		// Consumers here go to sleep all the time, and each arming then
+		// pays for a barrier across processors (package order): fenced
+		// stores are the cheaper side of that trade. Every rank of the
+		// host counts alike and decides alike, before any ring is used.
+		order.Fenced()
+	}
 	a.bells = make([]*transport.Doorbell, opts.Contexts)
 	a.ports = make([]*port, opts.Contexts)
 	a.srv.init(a)
