@@ -42,7 +42,10 @@ type Config struct {
 	// (AMIGO_POLL_BUDGET, default 64).
 	PollBudget int
 	// SpinIterations is how many idle Advance calls a waiting goroutine makes
-	// before it starts yielding the processor (AMIGO_SPIN, default 1000).
+	// before it starts yielding the processor (AMIGO_SPIN). Zero, the
+	// default, lets the context choose: DedicatedSpin when an adapter
+	// between processes reports a processor for each rank of this host,
+	// else 1000; on a host with more ranks than processors at most 20.
 	SpinIterations int
 	// YieldIterations is how many idle Advance calls, each followed by a
 	// yield, it then makes before it sleeps (AMIGO_YIELD, default 200).
@@ -151,7 +154,7 @@ var settings = []setting{
 	intSetting("AMIGO_RDMA_CHUNK", "largest GET/PUT piece handed to an adapter, bytes", func(c *Config) *int { return &c.RDMAChunk }),
 	intSetting("AMIGO_INSTRUCTION_SLOTS", "lock-free instruction queue capacity per context", func(c *Config) *int { return &c.InstructionSlots }),
 	intSetting("AMIGO_POLL_BUDGET", "packets taken per adapter per Advance", func(c *Config) *int { return &c.PollBudget }),
-	intSetting("AMIGO_SPIN", "idle Advance calls before yielding", func(c *Config) *int { return &c.SpinIterations }),
+	intSetting("AMIGO_SPIN", "idle Advance calls before yielding (0: the context's choice)", func(c *Config) *int { return &c.SpinIterations }),
 	intSetting("AMIGO_YIELD", "yielding idle Advance calls before sleeping", func(c *Config) *int { return &c.YieldIterations }),
 	{
 		name: "AMIGO_SLEEP_MAX", doc: "longest single sleep of a waiting goroutine",
@@ -233,7 +236,6 @@ func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
 	def(&c.RDMAChunk, 1<<20)
 	def(&c.InstructionSlots, 256)
 	def(&c.PollBudget, 64)
-	def(&c.SpinIterations, 1000)
 	def(&c.YieldIterations, 200)
 	if c.SleepMax == 0 {
 		c.SleepMax = time.Millisecond
