@@ -73,7 +73,7 @@
 // across both (Context.Hold): it takes the context once, before its message
 // leaves, its sends are written straight into the peers' descriptor buffers,
 // and it waits without taking the context again. Package mpi holds the
-// context for each blocking call.
+// context for each blocking collective.
 //
 // Descriptors are published with release stores, not fences (package
 // internal/order): a consumer about to sleep arms its doorbell and then

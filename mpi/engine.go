@@ -46,7 +46,7 @@ type engine struct {
 	cidx int // context index, the same on every rank
 	// immMax is the most data a message carries by SendImmediate.
 	immMax int
-	// held is the context while a blocking call holds it (Comm.run): its
+	// held is the context while a blocking collective holds it (Comm.run): its
 	// small messages are written straight into the peers' descriptor
 	// buffers, and it waits without taking the context again.
 	held *amigo.Held
