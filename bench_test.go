@@ -237,3 +237,42 @@ func sizeName(n int) string {
 	}
 	return fmt.Sprintf("%dB", n)
 }
+
+// BenchmarkLockstep is a round trip of an 8-byte message between two
+// in-process ranks that one goroutine advances in turn: no second core, so
+// it measures amigo's own instructions per message (two sends, two
+// receptions and the Advance calls between them), not the hardware's
+// cross-core latency.
+func BenchmarkLockstep(b *testing.B) {
+	cl, err := amigo.NewLocal(2, amigo.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cl {
+			c.Close()
+		}
+	}()
+	c0, c1 := cl[0].Context(0), cl[1].Context(0)
+	got0, got1 := 0, 0
+	c0.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) { got0++ })
+	c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) { got1++ })
+	e0, e1 := amigo.EndpointOf(0), amigo.EndpointOf(1)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if err := c0.SendImmediate(e1, 1, nil, sizes8); err != nil {
+			b.Fatal(err)
+		}
+		for got1 <= i {
+			c1.Advance()
+			c0.Advance() // injects the message if it was queued
+		}
+		if err := c1.SendImmediate(e0, 1, nil, sizes8); err != nil {
+			b.Fatal(err)
+		}
+		for got0 <= i {
+			c0.Advance()
+			c1.Advance()
+		}
+	}
+}

@@ -47,6 +47,7 @@ type Context struct {
 	dispatch [MaxDispatch]atomic.Pointer[handlerEntry]
 	rcv      receiver
 	msg      Message
+	pkt      wire.Packet // the packet receive is decoding (never nested)
 	held     Held
 	ops      opTable
 	later    []laterDone // local completions found inside handlers

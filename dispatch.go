@@ -272,7 +272,8 @@ func (c *Context) receive(from transport.Addr, pkt []byte) {
 		c.asyncError(fmt.Errorf("amigo: packet from %v, outside the job", from))
 		return
 	}
-	pk, err := wire.Parse(pkt)
+	pk := &c.pkt
+	err := wire.ParseInto(pk, pkt)
 	if err != nil {
 		c.stats.Malformed++
 		c.asyncError(peerErr(c.endpointAt(idx), err))
@@ -280,23 +281,23 @@ func (c *Context) receive(from transport.Addr, pkt []byte) {
 	}
 	switch pk.Kind {
 	case wire.KindAM, wire.KindRTS, wire.KindSEND:
-		c.deliver(idx, &pk)
+		c.deliver(idx, pk)
 	case wire.KindEAGER:
-		c.onEager(idx, &pk)
+		c.onEager(idx, pk)
 	case wire.KindACK:
-		c.onACK(idx, &pk)
+		c.onACK(idx, pk)
 	case wire.KindSTOP:
-		c.onSTOP(idx, &pk)
+		c.onSTOP(idx, pk)
 	case wire.KindCTS:
-		c.onCTS(idx, &pk)
+		c.onCTS(idx, pk)
 	case wire.KindFIN:
-		c.onFIN(idx, &pk)
+		c.onFIN(idx, pk)
 	case wire.KindMCRTS:
-		c.onMCRTS(idx, &pk)
+		c.onMCRTS(idx, pk)
 	case wire.KindMCCTS, wire.KindMCGO, wire.KindMCFAIL, wire.KindMCDONE:
-		c.onMCOrigin(idx, &pk)
+		c.onMCOrigin(idx, pk)
 	case wire.KindMCDATA, wire.KindMCABORT:
-		c.onMCTarget(idx, &pk)
+		c.onMCTarget(idx, pk)
 	}
 }
 

@@ -356,6 +356,36 @@ func parseMC(p *Packet, b []byte, hlen int) error {
 
 // Parse decodes a packet. It returns ErrMalformed for anything a correct
 // sender cannot have produced.
+// ParseInto is Parse writing into *p. An active message, the packet of
+// every small send, is decoded in place without clearing the rest of the
+// Packet: only Kind, Flags, Dispatch, Op, Header and Data are meaningful
+// for it, and only those are written. Any other kind is decoded by Parse.
+func ParseInto(p *Packet, b []byte) error {
+	if len(b) >= BaseSize && Kind(b[0]) == KindAM && b[1]&^flagsKnown == 0 && b[6] == 0 && b[7] == 0 {
+		hlen := int(binary.LittleEndian.Uint16(b[4:]))
+		n := BaseSize
+		op := uint64(0)
+		if b[1]&FlagAck != 0 {
+			if len(b) < n+8 {
+				return ErrMalformed
+			}
+			op = binary.LittleEndian.Uint64(b[n:])
+			n += 8
+		}
+		if len(b)-n < hlen {
+			return ErrMalformed
+		}
+		p.Kind, p.Flags, p.Op = KindAM, b[1], op
+		p.Dispatch = binary.LittleEndian.Uint16(b[2:])
+		p.Header = b[n : n+hlen : n+hlen]
+		p.Data = b[n+hlen:]
+		return nil
+	}
+	var err error
+	*p, err = Parse(b)
+	return err
+}
+
 func Parse(b []byte) (Packet, error) {
 	var p Packet
 	if len(b) < BaseSize {

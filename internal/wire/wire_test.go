@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"reflect"
 	"testing"
 )
 
@@ -135,8 +136,26 @@ func FuzzParse(f *testing.F) {
 	b = make([]byte, MCSize(2, 3))
 	PutMC(b, KindMCRTS, 4, []byte("hdr"), &mc)
 	f.Add(b)
+	stale := Packet{Kind: KindRTS, Size: 99, Key: 98, Off: 97, Status: 3, Header: []byte("old")}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := Parse(b)
+		// ParseInto agrees with Parse on everything that matters for the
+		// kind, whatever the Packet held before.
+		q := stale
+		qerr := ParseInto(&q, b)
+		if (err == nil) != (qerr == nil) {
+			t.Fatalf("Parse: %v, ParseInto: %v", err, qerr)
+		}
+		if err == nil {
+			if p.Kind == KindAM {
+				if q.Kind != p.Kind || q.Flags != p.Flags || q.Dispatch != p.Dispatch || q.Op != p.Op ||
+					!bytes.Equal(q.Header, p.Header) || !bytes.Equal(q.Data, p.Data) {
+					t.Fatalf("ParseInto %+v, Parse %+v", q, p)
+				}
+			} else if !reflect.DeepEqual(q, p) {
+				t.Fatalf("ParseInto %+v, Parse %+v", q, p)
+			}
+		}
 		if err != nil {
 			return
 		}
