@@ -1,9 +1,6 @@
 package amigo
 
-import (
-	"context"
-	"fmt"
-)
+import "context"
 
 // Held is a context held by one goroutine across several operations: the
 // goroutine that called Hold owns it until Release, as it owns it inside
@@ -53,15 +50,9 @@ func (h *Held) Wait(ctx context.Context, cond func() bool) error { return h.c.wa
 // is queued behind them and the next Advance injects it.
 func (h *Held) SendImmediate(ep Endpoint, d Dispatch, header, data []byte) error {
 	c := h.c
-	idx, err := c.peerIndex(ep)
+	idx, err := c.immediateTo(ep, d, header, data)
 	if err != nil {
 		return err
-	}
-	if d >= MaxDispatch {
-		return fmt.Errorf("amigo: dispatch %d: %w", d, ErrBadDispatch)
-	}
-	if n := len(header) + len(data); n > ImmediateMax || n > c.cfg.InlineMax {
-		return fmt.Errorf("amigo: SendImmediate of %d bytes, limit %d: %w", n, min(ImmediateMax, c.cfg.InlineMax), ErrTooLarge)
 	}
 	if !c.closed.Load() && c.injectOwned(idx, d, header, data) {
 		return nil

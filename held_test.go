@@ -14,7 +14,7 @@ import (
 func TestHeld(t *testing.T) {
 	for _, over := range []string{"loop", "shm"} {
 		t.Run(over, func(t *testing.T) {
-			cl := ranksOver(t, over)
+			cl := openOver(t, 2, amigo.Config{}, over)
 			c0, c1 := cl[0].Context(0), cl[1].Context(0)
 			var got []byte
 			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) { got = append(got, m.Data[0]) })

@@ -7,26 +7,6 @@ import (
 	"github.com/amigo-hpc/amigo"
 )
 
-// ranksOver opens two ranks over the named adapter between them: "loop"
-// (goroutines of one process) or "shm" (shared memory, as between
-// processes).
-func ranksOver(t *testing.T, over string) []*amigo.Client {
-	t.Helper()
-	if over == "shm" {
-		return shmPair(t, amigo.Config{})
-	}
-	cl, err := amigo.NewLocal(2, amigo.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, c := range cl {
-			c.Close()
-		}
-	})
-	return cl
-}
-
 // On a link whose descriptor buffer the receiver reads in place (loop,
 // shm), an inline Send's done callback runs in the Advance that wrote it,
 // without waiting for the receiver to take it: a root that sends to many
@@ -35,7 +15,7 @@ func ranksOver(t *testing.T, over string) []*amigo.Client {
 func TestInlineSendDoneAtInjection(t *testing.T) {
 	for _, over := range []string{"loop", "shm"} {
 		t.Run(over, func(t *testing.T) {
-			cl := ranksOver(t, over)
+			cl := openOver(t, 2, amigo.Config{}, over)
 			c0, c1 := cl[0].Context(0), cl[1].Context(0)
 			got := 0
 			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
@@ -97,7 +77,7 @@ func TestInlineSendDoneAtInjection(t *testing.T) {
 func TestLastMessageBeforeClose(t *testing.T) {
 	for _, over := range []string{"loop", "shm"} {
 		t.Run(over, func(t *testing.T) {
-			cl := ranksOver(t, over)
+			cl := openOver(t, 2, amigo.Config{}, over)
 			c0, c1 := cl[0].Context(0), cl[1].Context(0)
 			bye := false
 			c0.SetDispatch(2, func(c *amigo.Context, m *amigo.Message) { bye = true })

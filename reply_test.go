@@ -13,7 +13,7 @@ import (
 func TestReply(t *testing.T) {
 	for _, over := range []string{"loop", "shm"} {
 		t.Run(over, func(t *testing.T) {
-			cl := ranksOver(t, over)
+			cl := openOver(t, 2, amigo.Config{}, over)
 			c0, c1 := cl[0].Context(0), cl[1].Context(0)
 			var replyErr error
 			checked := false

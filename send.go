@@ -77,20 +77,36 @@ func (c *Context) send(ep Endpoint, d Dispatch, header, data []byte, done, rdone
 // data are copied before it returns, so the caller may reuse them at once.
 // Their total is limited to ImmediateMax bytes.
 func (c *Context) SendImmediate(ep Endpoint, d Dispatch, header, data []byte) error {
-	idx, err := c.peerIndex(ep)
+	idx, err := c.immediateTo(ep, d, header, data)
 	if err != nil {
 		return err
-	}
-	if d >= MaxDispatch {
-		return fmt.Errorf("amigo: dispatch %d: %w", d, ErrBadDispatch)
-	}
-	if n := len(header) + len(data); n > ImmediateMax || n > c.cfg.InlineMax {
-		return fmt.Errorf("amigo: SendImmediate of %d bytes, limit %d: %w", n, min(ImmediateMax, c.cfg.InlineMax), ErrTooLarge)
 	}
 	if c.injectDirect(idx, d, header, data) {
 		return nil
 	}
 	return c.postImmediate(idx, d, header, data)
+}
+
+// immediateTo checks the arguments of a SendImmediate (or a holder's) and
+// returns the peer index of ep.
+func (c *Context) immediateTo(ep Endpoint, d Dispatch, header, data []byte) (int32, error) {
+	idx, err := c.peerIndex(ep)
+	if err != nil {
+		return 0, err
+	}
+	return idx, c.checkImmediate("SendImmediate", d, len(header)+len(data))
+}
+
+// checkImmediate checks the dispatch id and size n of a small message with
+// no callback; what names the call in the error.
+func (c *Context) checkImmediate(what string, d Dispatch, n int) error {
+	if d >= MaxDispatch {
+		return fmt.Errorf("amigo: dispatch %d: %w", d, ErrBadDispatch)
+	}
+	if n > ImmediateMax || n > c.cfg.InlineMax {
+		return fmt.Errorf("amigo: %s of %d bytes, limit %d: %w", what, n, min(ImmediateMax, c.cfg.InlineMax), ErrTooLarge)
+	}
+	return nil
 }
 
 // postImmediate queues a SendImmediate for the next Advance.
@@ -124,11 +140,8 @@ func (c *Context) postImmediate(idx int32, d Dispatch, header, data []byte) erro
 // queue less than one answered with SendImmediate.
 func (m *Message) Reply(d Dispatch, header, data []byte) error {
 	c := m.c
-	if d >= MaxDispatch {
-		return fmt.Errorf("amigo: dispatch %d: %w", d, ErrBadDispatch)
-	}
-	if n := len(header) + len(data); n > ImmediateMax || n > c.cfg.InlineMax {
-		return fmt.Errorf("amigo: Reply of %d bytes, limit %d: %w", n, min(ImmediateMax, c.cfg.InlineMax), ErrTooLarge)
+	if err := c.checkImmediate("Reply", d, len(header)+len(data)); err != nil {
+		return err
 	}
 	if c.busy.Load() == busyAdvance && !c.closed.Load() && c.injectOwned(m.src, d, header, data) {
 		return nil
