@@ -15,9 +15,11 @@ import (
 type ShmConfig struct {
 	// RDMA forces how GET, PUT and the data of large sends move: "auto"
 	// picks per transfer (a region in a shared segment from AllocMemory is
-	// copied straight by the initiator; other memory by cross-memory
-	// attach where the kernel allows it; else by a pipelined copy through
-	// shared chunks); "segment", "cma" or "copy" forces one way, and a
+	// copied straight by the initiator; other memory, where the kernel
+	// allows cross-memory attach, by it under 128 KiB and above by
+	// whichever of it and the pipelined copy through shared chunks the
+	// adapter measured faster toward that peer; else by the pipelined
+	// copy); "segment", "cma" or "copy" forces one way, and a
 	// transfer it cannot serve fails (AMIGO_SHM_RDMA, default "auto").
 	RDMA string
 	// CMA is "auto" (probe cross-memory attach toward each peer at start)
@@ -31,7 +33,7 @@ type ShmConfig struct {
 	// (AMIGO_SHM_HELP_MIN, default 131072).
 	HelpMin int
 	// Chunk and Chunks size the pipelined copy's ring per peer context
-	// (AMIGO_SHM_CHUNK, default 65536 bytes; AMIGO_SHM_CHUNKS, default 8).
+	// (AMIGO_SHM_CHUNK, default 65536 bytes; AMIGO_SHM_CHUNKS, default 16).
 	Chunk, Chunks int
 	// Mirror is how many registered regions peers resolve without the
 	// owner's help (AMIGO_SHM_MIRROR, default 16384).

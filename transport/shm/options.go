@@ -8,10 +8,13 @@ import (
 // Way is how GET and PUT descriptors move their bytes.
 type Way string
 
-// The ways of a large transfer. WayAuto picks, per descriptor, the first that
-// applies: the segment if the region lives in one, else cross-memory attach
-// if the kernel allows it, else the pipelined copy. The others force one way;
-// a transfer it cannot serve fails, which is how each is tested.
+// The ways of a large transfer. WayAuto picks, per descriptor: the segment if
+// the region lives in one; else, when the kernel allows cross-memory attach,
+// for transfers under 128 KiB cross-memory attach, and for larger ones
+// whichever of cross-memory attach and the pipelined copy measured faster
+// toward that owner (see wayChooser); else the pipelined copy. The others
+// force one way; a transfer it cannot serve fails, which is how each is
+// tested.
 const (
 	WayAuto = Way("auto")
 	// WaySegment copies straight from or to a region that its owner
@@ -50,7 +53,7 @@ type Options struct {
 	// 128 KiB).
 	HelpMin int
 	// Chunk and Chunks size the ring of the pipelined copy: Chunks chunks of
-	// Chunk bytes per peer context (defaults 64 KiB and 8).
+	// Chunk bytes per peer context (defaults 64 KiB and 16).
 	Chunk, Chunks int
 	// Mirror is the number of regions whose keys peers resolve without the
 	// owner (default 16384); regions registered beyond it move by the
@@ -70,7 +73,7 @@ const (
 	DefaultRDMASlots = 256
 	DefaultHelpMin   = 128 << 10
 	DefaultChunk     = 64 << 10
-	DefaultChunks    = 8
+	DefaultChunks    = 16
 	DefaultMirror    = 16384
 	DefaultAllocs    = 4096
 	DefaultPiece     = 256 << 10

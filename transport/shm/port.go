@@ -35,6 +35,7 @@ type port struct {
 	active int           // transfers in progress
 	chanBy []*link       // by owner local index: the link using the channel
 	nextID []uint64      // by owner local index: last request id
+	ways   []wayChooser  // by owner local index: measured rates
 	closed atomic.Bool
 	cma    cmaIO
 }
@@ -72,6 +73,7 @@ func newPort(a *Adapter, ctx int, bell *transport.Doorbell) *port {
 		events:  a.self.events(ctx),
 		chanBy:  make([]*link, n),
 		nextID:  make([]uint64, n),
+		ways:    make([]wayChooser, n),
 	}
 	empty := []*link{}
 	p.out.Store(&empty)

@@ -115,8 +115,9 @@ func TestConformanceNoHelpNoCMA(t *testing.T) {
 	transporttest.Run(t, factory(with(small, func(o *shm.Options) { o.HelpOff = true; o.CMA = "off" }), false))
 }
 
-// The automatic choice uses the segment for regions in shared segments and
-// cross-memory attach for the others, and the owner helps with large ones.
+// The automatic choice uses the segment for regions in shared segments; for
+// the others it measures both cross-memory attach and the pipelined copy on
+// large transfers; the owner helps with large ones.
 func TestWays(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -125,7 +126,8 @@ func TestWays(t *testing.T) {
 		check func(s0, s1 shm.Stats) bool
 	}{
 		{"segment", shm.Options{}, true, func(s0, s1 shm.Stats) bool { return s0.Segment > 0 && s0.CMA == 0 && s0.Pipe == 0 }},
-		{"cma", shm.Options{}, false, func(s0, s1 shm.Stats) bool { return s0.CMA > 0 && s0.Segment == 0 && s0.Pipe == 0 }},
+		{"measured", shm.Options{}, false, func(s0, s1 shm.Stats) bool { return s0.CMA > 0 && s0.Pipe > 0 && s0.Segment == 0 }},
+		{"cma", shm.Options{Way: shm.WayCMA}, false, func(s0, s1 shm.Stats) bool { return s0.CMA > 0 && s0.Segment == 0 && s0.Pipe == 0 }},
 		{"copy", shm.Options{Way: shm.WayCopy}, false, func(s0, s1 shm.Stats) bool { return s0.Pipe > 0 && s0.CMA == 0 }},
 		{"helped", shm.Options{}, true, func(s0, s1 shm.Stats) bool { return s1.Helped > 0 }},
 	} {

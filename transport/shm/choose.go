@@ -1,0 +1,75 @@
+package shm
+
+import "time"
+
+// The automatic way for Go memory (a region outside the shared segments)
+// is chosen by measurement. Both cross-memory attach (one copy by the
+// kernel, the owner helping with large ones) and the pipelined copy (two
+// copies, each side doing one at the same time) reach any Go memory, and
+// which is faster depends on the host: the page pinning of
+// process_vm_readv, the size of the caches, and whether the owner advances
+// often enough to keep a pipeline fed. On one 2-core machine, in one
+// afternoon, the pipelined copy moved 34-36 GB/s at 1-4 MiB and cross-memory
+// attach 17-20 GB/s; on an earlier day cross-memory attach had moved up to
+// 45 GB/s. So
+// each port times its large transfers by way, per owner, and keeps a
+// moving average of each way's rate.
+
+// measureMin is the smallest transfer the choice is made for and timed:
+// below it the cost of a pipelined copy's handshake with the owner is not
+// amortised, and cross-memory attach, which needs no one, is used.
+const measureMin = 128 << 10
+
+// exploreEvery is how often the way that measured slower is tried again, so
+// that a change (an owner that stopped advancing, or resumed) is noticed.
+const exploreEvery = 32
+
+// wayChooser picks between cross-memory attach and the pipelined copy for
+// transfers to or from one owner. It belongs to a port: owner goroutine
+// only.
+type wayChooser struct {
+	rate [2]float64 // bytes per second of modeCMA and modePipe; 0 until measured
+	n    uint64     // choices made
+}
+
+func wayIndex(mode int) int {
+	if mode == modePipe {
+		return 1
+	}
+	return 0
+}
+
+// pick returns modeCMA or modePipe: first each once, then the faster,
+// every exploreEvery-th choice the slower.
+func (w *wayChooser) pick() int {
+	w.n++
+	switch {
+	case w.rate[0] == 0:
+		return modeCMA
+	case w.rate[1] == 0:
+		return modePipe
+	}
+	fast, slow := modeCMA, modePipe
+	if w.rate[1] > w.rate[0] {
+		fast, slow = slow, fast
+	}
+	if w.n%exploreEvery == 0 {
+		return slow
+	}
+	return fast
+}
+
+// record folds a transfer of n bytes that took d by mode into the average
+// (a quarter of weight for the newest).
+func (w *wayChooser) record(mode int, n uint64, d time.Duration) {
+	if d <= 0 {
+		d = time.Nanosecond
+	}
+	r := float64(n) / d.Seconds()
+	i := wayIndex(mode)
+	if w.rate[i] == 0 {
+		w.rate[i] = r
+		return
+	}
+	w.rate[i] += (r - w.rate[i]) / 4
+}
