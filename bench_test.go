@@ -244,15 +244,13 @@ func sizeName(n int) string {
 // receptions and the Advance calls between them), not the hardware's
 // cross-core latency.
 func BenchmarkLockstep(b *testing.B) {
-	cl, err := amigo.NewLocal(2, amigo.Config{})
-	if err != nil {
-		b.Fatal(err)
+	for _, over := range []string{"loop", "shm"} {
+		b.Run(over, func(b *testing.B) { benchLockstep(b, over) })
 	}
-	defer func() {
-		for _, c := range cl {
-			c.Close()
-		}
-	}()
+}
+
+func benchLockstep(b *testing.B, over string) {
+	cl := openOver(b, 2, amigo.Config{}, over)
 	c0, c1 := cl[0].Context(0), cl[1].Context(0)
 	got0, got1 := 0, 0
 	c0.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) { got0++ })
@@ -274,5 +272,21 @@ func BenchmarkLockstep(b *testing.B) {
 			c0.Advance()
 			c1.Advance()
 		}
+	}
+}
+
+// BenchmarkAdvanceIdle is one Advance of a context with nothing to do: the
+// cost of a turn of a waiting rank's loop, which bounds how soon it sees a
+// message.
+func BenchmarkAdvanceIdle(b *testing.B) {
+	for _, over := range []string{"loop", "shm"} {
+		b.Run(over, func(b *testing.B) {
+			cl := openOver(b, 2, amigo.Config{}, over)
+			c := cl[0].Context(0)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				c.Advance()
+			}
+		})
 	}
 }

@@ -41,11 +41,14 @@
 // descriptor has arrived by loading the header word at head atomically
 // (acquire) and finding it non-zero: one cache line, the one that also holds
 // the first bytes of the data. After it has finished with a descriptor, the
-// consumer zeroes those words, stores head (release) and then increments
-// xfer (a release store of its own new value: the consumer is its only
-// writer), so that a producer that loads xfer or head (acquire) and sees
-// the new value may overwrite the released slots: release stores order the
-// consumer's reads and zeroing before them. No store here is a fence; a
+// consumer increments xfer (a release store of its own new value: the
+// consumer is its only writer), which tells the producer the transfer is
+// complete; when it releases the descriptor's slots, at once (Release) or
+// later (Consume, then Flush), it zeroes those words and then stores head
+// (release), so that a producer that loads head (acquire) and sees the new
+// value may overwrite the released slots: release stores order the
+// consumer's reads and zeroing before them. Only head gives room; xfer
+// may run ahead of it. No store here is a fence; a
 // side that sleeps for the other's stores arms its doorbell and calls
 // order.Barrier before it looks a last time (package transport).
 //
@@ -232,15 +235,17 @@ func Decode(word uint64, slots []byte, n, head uint64) (k int, pad bool, payload
 type Reader struct {
 	_    [64]byte
 	r    *Ring
-	head uint64 // next position to release
+	head uint64 // next position to read, past the consumed descriptors
 	k    uint64 // slots of the descriptors returned by Next or Peek and not yet released
 	nd   uint64 // how many descriptors those slots hold, pads included
+	rel  uint64 // position up to which slots are released (<= head)
 	_    [64]byte
 }
 
 // NewReader returns a reader that starts at the ring's published head.
 func (r *Ring) NewReader() *Reader {
-	return &Reader{r: r, head: r.ctl.head.Load()}
+	h := r.ctl.head.Load()
+	return &Reader{r: r, head: h, rel: h}
 }
 
 // Pending reports whether a descriptor waits at the head.
@@ -257,6 +262,12 @@ func (c *Reader) Next() ([]byte, error) {
 		return nil, errors.New("ring: Next before Release")
 	}
 	for {
+		// Past half a ring of consumed slots, give them back first: the
+		// producer needs room, and a lap of consumed slots would be read
+		// again.
+		if c.head-c.rel >= c.r.n/2 {
+			c.Flush()
+		}
 		w := c.r.word(c.head).Load()
 		if w == 0 {
 			return nil, nil
@@ -270,7 +281,7 @@ func (c *Reader) Next() ([]byte, error) {
 		if !pad {
 			return payload, nil
 		}
-		c.Release()
+		c.Consume()
 	}
 }
 
@@ -284,7 +295,8 @@ func (c *Reader) Next() ([]byte, error) {
 func (c *Reader) Peek() ([]byte, error) {
 	for {
 		pos := c.head + c.k
-		if c.k >= c.r.n {
+		held := c.head - c.rel + c.k // slots not released
+		if held >= c.r.n {
 			return nil, nil
 		}
 		w := c.r.word(pos).Load()
@@ -295,7 +307,7 @@ func (c *Reader) Peek() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if c.k+uint64(k) > c.r.n {
+		if held+uint64(k) > c.r.n {
 			return nil, ErrCorrupt
 		}
 		c.k += uint64(k)
@@ -317,6 +329,7 @@ func (c *Reader) Position() uint64 { return c.head + c.k }
 // peeked. It lets an engine give slots back only once the far side
 // acknowledged their descriptors, while it goes on peeking at later ones.
 func (c *Reader) ReleaseFirst(n int) int {
+	c.Flush()
 	done := 0
 	var slots, count uint64
 	pos := c.head
@@ -341,6 +354,7 @@ func (c *Reader) ReleaseFirst(n int) int {
 		return 0
 	}
 	c.head = pos
+	c.rel = pos
 	c.k -= slots
 	c.nd -= count
 	c.publish(count)
@@ -349,19 +363,54 @@ func (c *Reader) ReleaseFirst(n int) int {
 
 // Release gives the slots of the descriptors returned by Next or Peek back to
 // the producer and counts each of them (pads included) as a completed
-// transfer.
+// transfer; with them it releases those Consume left.
 func (c *Reader) Release() {
-	if c.k == 0 {
-		return
-	}
-	for i := uint64(0); i < c.k; i++ {
-		*(*uint64)(unsafe.Pointer(&c.r.slots[((c.head+i)&c.r.mask)*SlotSize])) = 0
-	}
-	c.head += c.k
-	nd := c.nd
-	c.k, c.nd = 0, 0
-	c.publish(nd)
+	c.Consume()
+	c.Flush()
 }
+
+// Consume ends the use of the descriptors returned by Next or Peek: it
+// counts them (pads included) as completed transfers at once, as Release
+// does, but leaves giving their slots back to the next Flush (or Release);
+// reading goes on past them.
+//
+// A consumer that answers a message, then flushes, keeps the zeroing of the
+// message's slot out of the answer's way. The slot's line was last written
+// by the producer's core; zeroing it must take it back from there, and
+// stores become visible in program order (amd64), so an answer stored
+// after the zeroing waits for that exchange of a line before the producer
+// can see it. The transfer counter is in the consumer's own line (the
+// producer reads it only while it waits for a callback), so counting at
+// once costs the answer nothing, and a producer's completions never wait
+// for the consumer's next Flush: a consumer may stop reading for good
+// right after Consume.
+func (c *Reader) Consume() {
+	c.head += c.k
+	ctl := c.r.ctl
+	order.Store64(&ctl.xfer, ctl.xfer.Load()+c.nd)
+	c.k, c.nd = 0, 0
+}
+
+// Flush gives back the slots of the descriptors consumed since the last
+// release: it zeroes the header word position of each slot and publishes
+// head. It reports whether there were any.
+func (c *Reader) Flush() bool {
+	if c.rel == c.head {
+		return false
+	}
+	for pos := c.rel; pos != c.head; pos++ {
+		*(*uint64)(unsafe.Pointer(&c.r.slots[(pos&c.r.mask)*SlotSize])) = 0
+	}
+	c.rel = c.head
+	order.Store64(&c.r.ctl.head, c.rel)
+	return true
+}
+
+// Unreleased returns the slots consumed and not yet released.
+func (c *Reader) Unreleased() int { return int(c.head - c.rel) }
+
+// Slots returns the number of slots of the reader's ring.
+func (c *Reader) Slots() int { return int(c.r.n) }
 
 // publish stores the new head, then adds n to the transfer counter. The
 // consumer is the only writer of both, so the counter is a load and a
@@ -369,6 +418,6 @@ func (c *Reader) Release() {
 // neither waits for the producer's core to give up the line.
 func (c *Reader) publish(n uint64) {
 	ctl := c.r.ctl
-	order.Store64(&ctl.head, c.head)
+	order.Store64(&ctl.head, c.rel)
 	order.Store64(&ctl.xfer, ctl.xfer.Load()+n)
 }

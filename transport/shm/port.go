@@ -155,24 +155,34 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	}
 	for i := 0; i < n && got < budget; i++ {
 		in := ins[(start+i)%n]
-		if in.dead || !in.rd.Pending() {
+		if in.dead {
 			continue
 		}
+		// Slots consumed by the last Poll are given back now, after
+		// whatever the program did in between, answers included (see
+		// ring.Reader.Consume).
+		freed := in.rd.Flush()
 		before := got
-		for got < budget {
-			pkt, err := in.rd.Next()
-			if err != nil {
-				p.refuse(in, closeCorrupt)
-				break
+		if in.rd.Pending() {
+			for got < budget {
+				pkt, err := in.rd.Next()
+				if err != nil {
+					p.refuse(in, closeCorrupt)
+					break
+				}
+				if pkt == nil {
+					break
+				}
+				r.Receive(in.from, pkt)
+				in.rd.Consume()
+				got++
 			}
-			if pkt == nil {
-				break
+			// Budget spent or the ring nearly lapped: give back now.
+			if in.rd.Unreleased() >= in.rd.Slots()/2 {
+				freed = in.rd.Flush() || freed
 			}
-			r.Receive(in.from, pkt)
-			in.rd.Release()
-			got++
 		}
-		if got > before {
+		if freed || got > before {
 			// The producer may wait for room or for these transfers.
 			transport.RingShared(in.prodBell)
 		}
