@@ -111,3 +111,57 @@ func BenchmarkPingPong(b *testing.B) {
 		return nil
 	})
 }
+
+// BenchmarkAllreduceLockstep: an allreduce of 8 doubles between two
+// in-process ranks that one goroutine advances in turn (Iallreduce, then
+// Test on each until both completed): no second core and no waiting, so it
+// counts the layer's and the AMI's own instructions per collective.
+func BenchmarkAllreduceLockstep(b *testing.B) {
+	cl, err := amigo.NewLocal(2, amigo.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cl {
+			c.Close()
+		}
+	}()
+	ctx := context.Background()
+	var w [2]*mpi.Comm
+	var werr [2]error
+	var wg sync.WaitGroup
+	for r := range cl {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w[r], werr[r] = mpi.World(ctx, cl[r].Context(0), nil)
+		}()
+	}
+	wg.Wait()
+	if werr[0] != nil || werr[1] != nil {
+		b.Fatal(werr)
+	}
+	send := [2][]float64{make([]float64, 8), make([]float64, 8)}
+	recv := [2][]float64{make([]float64, 8), make([]float64, 8)}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		var q [2]mpi.Request
+		for r := range q {
+			if q[r], err = mpi.Iallreduce(w[r], send[r], recv[r], mpi.Sum); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for done := 0; done < 2; {
+			done = 0
+			for r := range q {
+				ok, _, err := q[r].Test()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if ok {
+					done++
+				}
+			}
+		}
+	}
+}

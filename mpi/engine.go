@@ -70,6 +70,10 @@ type engine struct {
 	hello     [64]int32
 	stats     Stats
 	hdr       [hdrLen]byte // header of SendImmediate, copied at once
+	// small receives the messages of allreduceSmall: up to immMax bytes,
+	// aligned for every element type. Replaced if a receive into it is
+	// abandoned while its data may still land.
+	small []uint64
 
 	anyReqs []Request
 	anyCond func() bool
@@ -146,6 +150,7 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 		size:   cl.Size(),
 		cidx:   ac.Index(),
 		immMax: min(amigo.ImmediateMax, inline) - hdrLen,
+		small:  make([]uint64, amigo.ImmediateMax/8),
 	}
 	e.posted.init(o.MatchBuckets)
 	e.unexp.init(o.MatchBuckets)
@@ -330,6 +335,36 @@ func (e *engine) deliver(r *request, m *amigo.Message, src, tag int32) {
 		r.inAMI = false
 		e.complete(r, err)
 	}
+}
+
+// recvSmall receives the message (ctx, src, tag) into buf, which it must
+// fill exactly, waiting for it if it has not arrived; for collectives that
+// run without a schedule.
+func (e *engine) recvSmall(ctx context.Context, cid uint32, src, tag int32, buf []byte) error {
+	r := e.allocReq(reqRecv)
+	r.ctx, r.src, r.tag, r.buf = cid, src, tag, buf
+	e.postRecv(r) // may complete at once
+	if !r.done {
+		if err := e.wait(ctx, r.cond); err != nil {
+			if r.posted {
+				e.posted.remove(r)
+				e.freeReq(r)
+			} else {
+				// Matched, its data on the way into buf: leave it to
+				// complete into a request nobody waits for, and buf to
+				// it (see engine.small).
+				r.orphan = true
+				e.small = make([]uint64, amigo.ImmediateMax/8)
+			}
+			return err
+		}
+	}
+	err, n := r.err, r.status.Count
+	e.freeReq(r)
+	if err == nil && n != len(buf) {
+		err = fmt.Errorf("%w: a collective's message of %d bytes where %d were due", ErrCount, n, len(buf))
+	}
+	return err
 }
 
 // postRecv matches receive r against the unexpected queue, or posts it.
