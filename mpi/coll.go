@@ -261,7 +261,7 @@ func allreduceSmall[T Numeric](ctx context.Context, c *Comm, send, recv []T, op 
 		e.held = nil
 		h.Release()
 	}()
-	t := Bytes(e.small)[:len(acc)]
+	t := Bytes(e.small[:])[:len(acc)]
 	for mask := 1; mask < c.size; mask <<= 1 {
 		peer := c.rank ^ mask
 		e.direct = true

@@ -71,9 +71,11 @@ type engine struct {
 	stats     Stats
 	hdr       [hdrLen]byte // header of SendImmediate, copied at once
 	// small receives the messages of allreduceSmall: up to immMax bytes,
-	// aligned for every element type. Replaced if a receive into it is
-	// abandoned while its data may still land.
-	small []uint64
+	// aligned for every element type.
+	small [amigo.ImmediateMax / 8]uint64
+	// exp is the receive recvSmall waits for, and expCond reports it done.
+	exp     expected
+	expCond func() bool
 
 	anyReqs []Request
 	anyCond func() bool
@@ -150,13 +152,13 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 		size:   cl.Size(),
 		cidx:   ac.Index(),
 		immMax: min(amigo.ImmediateMax, inline) - hdrLen,
-		small:  make([]uint64, amigo.ImmediateMax/8),
 	}
 	e.posted.init(o.MatchBuckets)
 	e.unexp.init(o.MatchBuckets)
 	e.bufs.limit = o.UnexpectedRetain
 	e.scratch.limit = o.ScratchRetain
 	e.anyCond = e.anyDone
+	e.expCond = func() bool { return e.exp.done }
 	e.probeCond = e.probed
 	for i := range e.ids {
 		e.ids[i] = ^uint64(0)
@@ -282,6 +284,10 @@ func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 		e.stats.Dropped++
 		return
 	}
+	if e.exp.on && ctx == e.exp.ctx && src == e.exp.src && tag == e.exp.tag {
+		e.takeExpected(m)
+		return
+	}
 	if r := e.posted.match(ctx, src, tag); r != nil {
 		e.deliver(r, m, src, tag)
 		return
@@ -337,34 +343,70 @@ func (e *engine) deliver(r *request, m *amigo.Message, src, tag int32) {
 	}
 }
 
-// recvSmall receives the message (ctx, src, tag) into buf, which it must
-// fill exactly, waiting for it if it has not arrived; for collectives that
-// run without a schedule.
+// recvSmall receives the message (cid, src, tag), which must carry exactly
+// len(buf) bytes inline, into buf, waiting for it if it has not arrived;
+// for collectives that run without a schedule. It needs no request: the
+// message is taken from the unexpected queue, or the handler matches it
+// against e.exp before the posted queue, which cannot hold another receive
+// it fits (collective tags are unique within a communicator's collective
+// context, and wildcard receives are for point-to-point traffic only).
 func (e *engine) recvSmall(ctx context.Context, cid uint32, src, tag int32, buf []byte) error {
-	r := e.allocReq(reqRecv)
-	r.ctx, r.src, r.tag, r.buf = cid, src, tag, buf
-	e.postRecv(r) // may complete at once
-	if !r.done {
-		if err := e.wait(ctx, r.cond); err != nil {
-			if r.posted {
-				e.posted.remove(r)
-				e.freeReq(r)
+	if u := e.unexp.find(cid, src, tag); u != nil {
+		e.unexp.remove(u)
+		var err error
+		if u.inline {
+			if u.size == len(buf) {
+				copy(buf, u.data)
+				e.stats.Received++
 			} else {
-				// Matched, its data on the way into buf: leave it to
-				// complete into a request nobody waits for, and buf to
-				// it (see engine.small).
-				r.orphan = true
-				e.small = make([]uint64, amigo.ImmediateMax/8)
+				err = e.smallErr(u.size, len(buf))
 			}
-			return err
+			e.stats.UnexpectedBytes -= len(u.data)
+			e.bufs.put(u.data)
+		} else {
+			_ = e.ac.Reject(u.deferred)
+			err = e.smallErr(u.size, len(buf))
 		}
+		e.unexp.release(u)
+		return err
 	}
-	err, n := r.err, r.status.Count
-	e.freeReq(r)
-	if err == nil && n != len(buf) {
-		err = fmt.Errorf("%w: a collective's message of %d bytes where %d were due", ErrCount, n, len(buf))
+	e.exp = expected{on: true, ctx: cid, src: src, tag: tag, buf: buf}
+	if err := e.wait(ctx, e.expCond); err != nil {
+		e.exp = expected{}
+		return err
 	}
+	err := e.exp.err
+	e.exp = expected{}
 	return err
+}
+
+// expected is the receive of recvSmall while it waits.
+type expected struct {
+	on       bool // waiting
+	done     bool
+	ctx      uint32
+	src, tag int32
+	buf      []byte
+	err      error
+}
+
+// takeExpected hands message m to the waiting recvSmall. A message of
+// another length, or not inline, is refused with an error (an announced
+// one is left unclaimed, which fails the sender's send).
+func (e *engine) takeExpected(m *amigo.Message) {
+	x := &e.exp
+	x.on, x.done = false, true
+	if size := m.Size(); !m.Inline() || size != len(x.buf) {
+		x.err = e.smallErr(size, len(x.buf))
+		return
+	}
+	copy(x.buf, m.Data)
+	e.stats.Received++
+}
+
+func (e *engine) smallErr(got, want int) error {
+	e.stats.Truncated++
+	return fmt.Errorf("%w: a collective's message of %d bytes where %d were due", ErrCount, got, want)
 }
 
 // postRecv matches receive r against the unexpected queue, or posts it.
