@@ -868,3 +868,28 @@ func ops(ctx context.Context, w *mpi.Comm) error {
 	}
 	return nil
 }
+
+// Ranks that disagree on the count of a small Allreduce get an error, not
+// each other's bytes read as the wrong number of elements, and the
+// communicator stays usable.
+func TestAllreduceCountMismatch(t *testing.T) {
+	run(t, 2, func(ctx context.Context, w *mpi.Comm) error {
+		n := 8
+		if w.Rank() == 1 {
+			n = 4
+		}
+		recv := make([]float64, n)
+		err := mpi.Allreduce(ctx, w, make([]float64, n), recv, mpi.Sum)
+		if !errors.Is(err, mpi.ErrCount) {
+			return fmt.Errorf("rank %d: %v, want ErrCount", w.Rank(), err)
+		}
+		got := make([]int64, 3)
+		if err := mpi.Allreduce(ctx, w, []int64{1, 2, int64(w.Rank())}, got, mpi.Sum); err != nil {
+			return err
+		}
+		if got[0] != 2 || got[1] != 4 || got[2] != 1 {
+			return fmt.Errorf("after the mismatch: %v", got)
+		}
+		return nil
+	})
+}
