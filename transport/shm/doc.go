@@ -51,6 +51,13 @@
 //     copies in parallel; it needs the owner to run, and serves the regions
 //     the first two cannot.
 //
+// Between cma and copy, which both reach any Go memory, the automatic way
+// chooses by measurement: each port times its transfers of 128 KiB and more
+// by way and owner, keeps a moving average of each way's rate, takes the
+// faster and tries the other one transfer in 32 (choose.go). Which one wins
+// depends on the kernel's page pinning, the caches, and whether the owner
+// advances often enough to feed a pipeline.
+//
 // To resolve a key without the owner, the owner mirrors its region table
 // into its segment (transport.Mirror): see mirrorEntry for how an access and
 // a deregistration exclude each other. A large segment or cma transfer is
@@ -70,7 +77,9 @@
 // # Memory ordering
 //
 // Every word that one process writes and another reads is accessed with
-// sync/atomic, whose operations are sequentially consistent; the comments
+// sync/atomic, or stored with a release store of package internal/order
+// (see package internal/ring for the doorbell barrier that makes those
+// safe); the comments
 // on ring.Control, linkHeader, mirrorEntry, channel and allocEntry say which
 // side writes what, in which order, and why the reader cannot see a mix.
 // Nothing read from a peer's segment is trusted: positions are checked
