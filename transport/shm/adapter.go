@@ -128,6 +128,7 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 	if err != nil {
 		return nil, fmt.Errorf("shm: rank %d: %w", me, err)
 	}
+	populate(mem, l.chansOff)
 	l.putHeader(mem)
 	a.fd = fd
 	a.self = &segment{mem: mem, l: l}
@@ -219,6 +220,7 @@ func (a *Adapter) attach(ctx context.Context, li, r int) (*peer, error) {
 		_ = unix.Munmap(mem)
 		return nil, err
 	}
+	populate(mem, l.chansOff)
 	pr := &peer{li: li, rank: r, pub: pub, seg: &segment{mem: mem, l: l}}
 	pr.maps = make([]atomic.Pointer[[]byte], l.allocs)
 	if a.opts.CMA != "off" {

@@ -24,11 +24,18 @@ const measureMin = 128 << 10
 // that a change (an owner that stopped advancing, or resumed) is noticed.
 const exploreEvery = 32
 
+// warmTransfers is how many of each way's first transfers are not counted:
+// the first pays for cold pages (the pipelined copy's chunk ring is touched
+// for the first time by both processes) and caches, and measured a fraction
+// of the way's rate.
+const warmTransfers = 1
+
 // wayChooser picks between cross-memory attach and the pipelined copy for
 // transfers to or from one owner. It belongs to a port: owner goroutine
 // only.
 type wayChooser struct {
 	rate [2]float64 // bytes per second of modeCMA and modePipe; 0 until measured
+	seen [2]uint8   // transfers timed by way, up to warmTransfers+1
 	n    uint64     // choices made
 }
 
@@ -39,8 +46,8 @@ func wayIndex(mode int) int {
 	return 0
 }
 
-// pick returns modeCMA or modePipe: first each once, then the faster,
-// every exploreEvery-th choice the slower.
+// pick returns modeCMA or modePipe: first each until it is measured, then
+// the faster, every exploreEvery-th choice the slower.
 func (w *wayChooser) pick() int {
 	w.n++
 	switch {
@@ -67,6 +74,10 @@ func (w *wayChooser) record(mode int, n uint64, d time.Duration) {
 	}
 	r := float64(n) / d.Seconds()
 	i := wayIndex(mode)
+	if w.seen[i] < warmTransfers {
+		w.seen[i]++
+		return
+	}
 	if w.rate[i] == 0 {
 		w.rate[i] = r
 		return
