@@ -151,8 +151,22 @@ func (r *Regions) Register(mem []byte) (Key, error) {
 		if len(tab) >= maxRegions {
 			return 0, fmt.Errorf("amigo: more than %d registered regions", maxRegions)
 		}
+		// Double the table (readers hold the old slice: it is copied, not
+		// extended in place), so that a program whose number of live
+		// registrations creeps up allocates log-many times, not on
+		// each new peak. The new entries but the first go on the free
+		// list, lowest index last, to be taken first.
+		n := min(max(len(tab), 16), maxRegions-len(tab))
+		grown := make([]*region, len(tab), len(tab)+n)
+		copy(grown, tab)
+		batch := make([]region, n)
+		for i := range batch {
+			grown = append(grown, &batch[i])
+		}
 		idx = uint32(len(tab))
-		grown := append(tab[:len(tab):len(tab)], &region{})
+		for i := len(grown) - 1; i > int(idx); i-- {
+			r.free = append(r.free, uint32(i))
+		}
 		r.tab.Store(&grown)
 		tab = grown
 	}

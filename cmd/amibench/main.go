@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strings"
@@ -80,6 +81,7 @@ type Options struct {
 	Timeout    time.Duration
 	Stats      bool
 	CPUProfile string
+	MemProfile string
 }
 
 func main() {
@@ -103,6 +105,7 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.BoolVar(&o.Stats, "stats", false, "print each rank's amigo counters to standard error at the end")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write rank R's CPU profile to this file with .R appended")
+	fs.StringVar(&o.MemProfile, "memprofile", "", "record every allocation of rank R and write the profile to this file with .R appended")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -245,6 +248,15 @@ func runRank(o *Options, stdout io.Writer) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if o.MemProfile != "" {
+		runtime.MemProfileRate = 1
+		defer func() {
+			if f, err := os.Create(fmt.Sprintf("%s.%d", o.MemProfile, c.Rank())); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	e := newEnv(ctx, c, o, stdout, nil)
 	err = e.runAll()
