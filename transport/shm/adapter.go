@@ -128,7 +128,7 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 	if err != nil {
 		return nil, fmt.Errorf("shm: rank %d: %w", me, err)
 	}
-	populate(mem, l.chansOff)
+	populate(mem, l)
 	l.putHeader(mem)
 	a.fd = fd
 	a.self = &segment{mem: mem, l: l}
@@ -220,7 +220,7 @@ func (a *Adapter) attach(ctx context.Context, li, r int) (*peer, error) {
 		_ = unix.Munmap(mem)
 		return nil, err
 	}
-	populate(mem, l.chansOff)
+	populate(mem, l)
 	pr := &peer{li: li, rank: r, pub: pub, seg: &segment{mem: mem, l: l}}
 	pr.maps = make([]atomic.Pointer[[]byte], l.allocs)
 	if a.opts.CMA != "off" {
