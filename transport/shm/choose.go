@@ -9,11 +9,10 @@ import "time"
 // which is faster depends on the host: the page pinning of
 // process_vm_readv, the size of the caches, and whether the owner advances
 // often enough to keep a pipeline fed. On one 2-core machine, in one
-// afternoon, the pipelined copy moved 34-36 GB/s at 1-4 MiB and cross-memory
+// afternoon, the pipelined copy moved 31-37 GB/s at 1-4 MiB and cross-memory
 // attach 17-20 GB/s; on an earlier day cross-memory attach had moved up to
-// 45 GB/s. So
-// each port times its large transfers by way, per owner, and keeps a
-// moving average of each way's rate.
+// 45 GB/s. So each port times its large transfers by way, per owner, and
+// keeps a moving average of each way's rate.
 
 // measureMin is the smallest transfer the choice is made for and timed:
 // below it the cost of a pipelined copy's handshake with the owner is not
@@ -35,7 +34,7 @@ const warmTransfers = 1
 // only.
 type wayChooser struct {
 	rate [2]float64 // bytes per second of modeCMA and modePipe; 0 until measured
-	seen [2]uint8   // transfers timed by way, up to warmTransfers+1
+	seen [2]uint8   // warm-up transfers not counted, by way, up to warmTransfers
 	n    uint64     // choices made
 }
 
