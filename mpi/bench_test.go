@@ -10,17 +10,19 @@ import (
 	"github.com/amigo-hpc/amigo/mpi"
 )
 
-// spmd runs fn on n in-process ranks, rank 0 on the benchmark's goroutine.
-func spmd(b *testing.B, n int, fn func(w *mpi.Comm, iters int) error) {
+// worlds opens n in-process ranks and their world communicators, each
+// World called on a goroutine of its own (it is collective); the ranks are
+// closed when b ends.
+func worlds(b *testing.B, n int) []*mpi.Comm {
 	cl, err := amigo.NewLocal(n, amigo.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() {
+	b.Cleanup(func() {
 		for _, c := range cl {
 			c.Close()
 		}
-	}()
+	})
 	ctx := context.Background()
 	worlds := make([]*mpi.Comm, n)
 	werrs := make([]error, n)
@@ -38,6 +40,14 @@ func spmd(b *testing.B, n int, fn func(w *mpi.Comm, iters int) error) {
 			b.Fatal(err)
 		}
 	}
+	return worlds
+}
+
+// spmd runs fn on n in-process ranks, rank 0 on the benchmark's goroutine.
+func spmd(b *testing.B, n int, fn func(w *mpi.Comm, iters int) error) {
+	ctx := context.Background()
+	worlds := worlds(b, n)
+	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for r := 1; r < n; r++ {
 		go func() { errs <- fn(worlds[r], b.N) }()
@@ -117,36 +127,14 @@ func BenchmarkPingPong(b *testing.B) {
 // Test on each until both completed): no second core and no waiting, so it
 // counts the layer's and the AMI's own instructions per collective.
 func BenchmarkAllreduceLockstep(b *testing.B) {
-	cl, err := amigo.NewLocal(2, amigo.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		for _, c := range cl {
-			c.Close()
-		}
-	}()
-	ctx := context.Background()
-	var w [2]*mpi.Comm
-	var werr [2]error
-	var wg sync.WaitGroup
-	for r := range cl {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w[r], werr[r] = mpi.World(ctx, cl[r].Context(0), nil)
-		}()
-	}
-	wg.Wait()
-	if werr[0] != nil || werr[1] != nil {
-		b.Fatal(werr)
-	}
+	w := worlds(b, 2)
 	send := [2][]float64{make([]float64, 8), make([]float64, 8)}
 	recv := [2][]float64{make([]float64, 8), make([]float64, 8)}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		var q [2]mpi.Request
 		for r := range q {
+			var err error
 			if q[r], err = mpi.Iallreduce(w[r], send[r], recv[r], mpi.Sum); err != nil {
 				b.Fatal(err)
 			}

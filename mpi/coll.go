@@ -226,6 +226,26 @@ func Allreduce[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) e
 	return c.run(ctx, s)
 }
 
+// checkReduce checks the arguments of an element-wise reduction (Allreduce,
+// Scan, Exscan): a usable communicator, an op defined on T, send nil (in
+// place) or as long as recv, and no overlap; it returns T's kind.
+func checkReduce[T Numeric](c *Comm, send, recv []T, op Op, name string) (kind, error) {
+	if err := c.check(); err != nil {
+		return kInvalid, err
+	}
+	k := kindOf[T]()
+	if err := op.check(k); err != nil {
+		return kInvalid, err
+	}
+	if send != nil && len(send) != len(recv) {
+		return kInvalid, fmt.Errorf("%w: %s: recv of %d elements for send of %d", ErrCount, name, len(recv), len(send))
+	}
+	if err := noOverlap(send, recv); err != nil {
+		return kInvalid, err
+	}
+	return k, nil
+}
+
 // allreduceSmall is a blocking Allreduce of data small enough to travel
 // in a descriptor with its header (amigo.Context.SendImmediate), on a power
 // of two ranks: recursive doubling as allreduceRD builds it, run in place
@@ -234,17 +254,8 @@ func Allreduce[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) e
 // what it saves is the schedule's bookkeeping, a third of the layer's cost
 // per collective at this size.
 func allreduceSmall[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) error {
-	if err := c.check(); err != nil {
-		return err
-	}
-	k := kindOf[T]()
-	if err := op.check(k); err != nil {
-		return err
-	}
-	if send != nil && len(send) != len(recv) {
-		return fmt.Errorf("%w: Allreduce: recv of %d elements for send of %d", ErrCount, len(recv), len(send))
-	}
-	if err := noOverlap(send, recv); err != nil {
+	k, err := checkReduce(c, send, recv, op, "Allreduce")
+	if err != nil {
 		return err
 	}
 	acc := Bytes(recv)
@@ -296,17 +307,8 @@ func Iallreduce[T Numeric](c *Comm, send, recv []T, op Op) (Request, error) {
 }
 
 func allreduceSched[T Numeric](c *Comm, send, recv []T, op Op) (*sched, error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	k := kindOf[T]()
-	if err := op.check(k); err != nil {
-		return nil, err
-	}
-	if send != nil && len(send) != len(recv) {
-		return nil, fmt.Errorf("%w: Allreduce: recv of %d elements for send of %d", ErrCount, len(recv), len(send))
-	}
-	if err := noOverlap(send, recv); err != nil {
+	k, err := checkReduce(c, send, recv, op, "Allreduce")
+	if err != nil {
 		return nil, err
 	}
 	es := sizeOf[T]()
@@ -723,17 +725,8 @@ func Exscan[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) erro
 }
 
 func scan[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op, exclusive bool) error {
-	if err := c.check(); err != nil {
-		return err
-	}
-	k := kindOf[T]()
-	if err := op.check(k); err != nil {
-		return err
-	}
-	if send != nil && len(send) != len(recv) {
-		return fmt.Errorf("%w: Scan: recv of %d elements for send of %d", ErrCount, len(recv), len(send))
-	}
-	if err := noOverlap(send, recv); err != nil {
+	k, err := checkReduce(c, send, recv, op, "Scan")
+	if err != nil {
 		return err
 	}
 	s := c.e.newSched(c)

@@ -43,6 +43,36 @@ type Receiver interface {
 	Receive(from Addr, pkt []byte)
 }
 
+// PollRing is an adapter's Poll of one descriptor buffer it reads in place
+// (loop, shm): it first gives back the slots the last call consumed (after
+// whatever the program did in between, answers included: see
+// ring.Reader.Consume), then hands up to budget descriptors to r as from
+// sent them, consuming each, and gives the slots back at once if half the
+// ring is held. It returns how many it handed over, whether the producer
+// should be woken (it may wait for room or for these transfers), and the
+// ring's corruption, after which rd must not be read again.
+func PollRing(rd *ring.Reader, from Addr, r Receiver, budget int) (got int, wake bool, err error) {
+	freed := rd.Flush()
+	if rd.Pending() {
+		for got < budget {
+			pkt, err := rd.Next()
+			if err != nil {
+				return got, freed || got > 0, err
+			}
+			if pkt == nil {
+				break
+			}
+			r.Receive(from, pkt)
+			rd.Consume()
+			got++
+		}
+		if rd.Unreleased() >= rd.Slots()/2 {
+			freed = rd.Flush() || freed
+		}
+	}
+	return got, freed || got > 0, nil
+}
+
 // Adapter attaches one client (one rank's membership in a job) to a fabric.
 type Adapter interface {
 	// Name is the adapter's short name: "loop", "shm", "tcp".

@@ -268,31 +268,12 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	}
 	for i := 0; i < n && got < budget; i++ {
 		in := ins[(start+i)%n]
-		// Slots consumed by the last Poll are given back now, after
-		// whatever the program did in between, answers included (see
-		// ring.Reader.Consume).
-		freed := in.rd.Flush()
-		before := got
-		if in.rd.Pending() {
-			for got < budget {
-				pkt, err := in.rd.Next()
-				if err != nil {
-					in.link.Fail(&transport.PeerError{Addr: in.from, Err: transport.ErrCorrupt})
-					break
-				}
-				if pkt == nil {
-					break
-				}
-				r.Receive(in.from, pkt)
-				in.rd.Consume()
-				got++
-			}
-			if in.rd.Unreleased() >= in.rd.Slots()/2 {
-				freed = in.rd.Flush() || freed
-			}
+		k, wake, err := transport.PollRing(in.rd, in.from, r, budget-got)
+		got += k
+		if err != nil {
+			in.link.Fail(&transport.PeerError{Addr: in.from, Err: transport.ErrCorrupt})
 		}
-		if freed || got > before {
-			// The producer may be waiting for room or for these transfers.
+		if wake {
 			in.bell.Ring()
 		}
 	}

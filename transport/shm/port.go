@@ -158,32 +158,12 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 		if in.dead {
 			continue
 		}
-		// Slots consumed by the last Poll are given back now, after
-		// whatever the program did in between, answers included (see
-		// ring.Reader.Consume).
-		freed := in.rd.Flush()
-		before := got
-		if in.rd.Pending() {
-			for got < budget {
-				pkt, err := in.rd.Next()
-				if err != nil {
-					p.refuse(in, closeCorrupt)
-					break
-				}
-				if pkt == nil {
-					break
-				}
-				r.Receive(in.from, pkt)
-				in.rd.Consume()
-				got++
-			}
-			// Budget spent or the ring nearly lapped: give back now.
-			if in.rd.Unreleased() >= in.rd.Slots()/2 {
-				freed = in.rd.Flush() || freed
-			}
+		k, wake, err := transport.PollRing(in.rd, in.from, r, budget-got)
+		got += k
+		if err != nil {
+			p.refuse(in, closeCorrupt)
 		}
-		if freed || got > before {
-			// The producer may wait for room or for these transfers.
+		if wake {
 			transport.RingShared(in.prodBell)
 		}
 	}
