@@ -25,12 +25,84 @@ import (
 // in with rank 0, which releases them all: two rounds, and each rank waits
 // for one message, however the ranks are scheduled. Two ranks, and more
 // than that bound, use dissemination (ceil(log2 p) rounds of exchanges).
+//
+// Barrier runs without a schedule (its messages are empty, and each round
+// waits for one of them); Ibarrier sends the same messages from one.
 func (c *Comm) Barrier(ctx context.Context) error {
-	s, err := c.barrierSched()
-	if err != nil {
+	if err := c.check(); err != nil {
 		return err
 	}
-	return c.run(ctx, s)
+	tag := c.holdDirect()
+	defer c.releaseDirect()
+	p, r := c.size, c.rank
+	if p > 2 && p <= c.e.opts.BarrierFlatRanks {
+		if r != 0 {
+			if err := c.sendDirect(0, tag, nil); err != nil {
+				return err
+			}
+			return c.recvDirect(ctx, 0, tag, nil)
+		}
+		for i := 1; i < p; i++ {
+			if err := c.recvDirect(ctx, i, tag, nil); err != nil {
+				return err
+			}
+		}
+		for i := 1; i < p; i++ {
+			if err := c.sendDirect(i, tag, nil); err != nil {
+				return err
+			}
+		}
+	} else {
+		for k := 1; k < p; k <<= 1 {
+			if err := c.sendDirect((r+k)%p, tag, nil); err != nil {
+				return err
+			}
+			if err := c.recvDirect(ctx, (r-k+p)%p, tag, nil); err != nil {
+				return err
+			}
+		}
+	}
+	c.e.flush()
+	return nil
+}
+
+// holdDirect begins a blocking collective run without a schedule (Barrier,
+// allreduceSmall): it takes the collective's tag, as newSched does, and
+// holds the context until releaseDirect. Such a collective sends only
+// messages that travel by SendImmediate (sendDirect) and receives only
+// messages of known length (recvDirect), so it needs no request, schedule
+// or buffer; its messages are those the schedule of the same collective
+// sends, with the same tags.
+func (c *Comm) holdDirect() int32 {
+	e := c.e
+	tag := int32(c.seq & TagUB)
+	c.seq++
+	e.stats.Collectives++
+	e.held = e.ac.Hold()
+	return tag
+}
+
+// releaseDirect gives back the context holdDirect held.
+func (c *Comm) releaseDirect() {
+	h := c.e.held
+	c.e.held = nil
+	h.Release()
+}
+
+// sendDirect sends buf, at most immMax bytes, to rank peer with the
+// collective's tag.
+func (c *Comm) sendDirect(peer int, tag int32, buf []byte) error {
+	e := c.e
+	e.direct = true
+	_, err := e.sendMsg(c.eps[peer], c.coll, int32(c.rank), tag, buf, false)
+	e.direct = false
+	return err
+}
+
+// recvDirect receives rank peer's message with the collective's tag, which
+// must carry exactly len(buf) bytes, into buf.
+func (c *Comm) recvDirect(ctx context.Context, peer int, tag int32, buf []byte) error {
+	return c.e.recvSmall(ctx, c.coll, int32(peer), tag, buf)
 }
 
 // Ibarrier starts a barrier; the request completes once every rank of c
@@ -263,25 +335,15 @@ func allreduceSmall[T Numeric](ctx context.Context, c *Comm, send, recv []T, op 
 		copy(acc, Bytes(send))
 	}
 	e := c.e
-	tag := int32(c.seq & TagUB)
-	c.seq++
-	e.stats.Collectives++
-	h := e.ac.Hold()
-	e.held = h
-	defer func() {
-		e.held = nil
-		h.Release()
-	}()
+	tag := c.holdDirect()
+	defer c.releaseDirect()
 	t := Bytes(e.small[:])[:len(acc)]
 	for mask := 1; mask < c.size; mask <<= 1 {
 		peer := c.rank ^ mask
-		e.direct = true
-		_, err := e.sendMsg(c.eps[peer], c.coll, int32(c.rank), tag, acc, false)
-		e.direct = false
-		if err != nil {
+		if err := c.sendDirect(peer, tag, acc); err != nil {
 			return err
 		}
-		if err := e.recvSmall(ctx, c.coll, int32(peer), tag, t); err != nil {
+		if err := c.recvDirect(ctx, peer, tag, t); err != nil {
 			return err
 		}
 		if peer < c.rank {
