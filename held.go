@@ -44,6 +44,12 @@ func (h *Held) Advance() int { return h.c.advance() }
 // Wait is Context.Wait for the holder.
 func (h *Held) Wait(ctx context.Context, cond func() bool) error { return h.c.wait(ctx, cond) }
 
+// Queued reports whether instructions wait in the context's queue for an
+// Advance to inject them: a SendImmediate of the holder that could not be
+// written at once, or instructions other goroutines posted. A holder that
+// is about to stop advancing for a while advances once if it reports true.
+func (h *Held) Queued() bool { return h.c.inq.nonEmpty() }
+
 // SendImmediate is Context.SendImmediate for the holder: the message is
 // written into ep's descriptor buffer at once unless instructions posted
 // earlier still wait in the queue or behind a full FIFO, in which case it

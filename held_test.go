@@ -32,6 +32,9 @@ func TestHeld(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			if !h.Queued() {
+				t.Error("Queued is false with four sends in the queue")
+			}
 			for i := byte(4); i < 8; i++ {
 				if err := h.SendImmediate(ep1, 1, nil, []byte{i}); err != nil {
 					t.Fatal(err)
@@ -52,8 +55,18 @@ func TestHeld(t *testing.T) {
 				t.Error("an endpoint outside the job was accepted")
 			}
 			h.Advance()
+			if h.Queued() {
+				t.Error("Queued is true after an Advance injected the queue")
+			}
+			// With nothing queued the holder's send is written at once.
+			if err := h.SendImmediate(ep1, 1, nil, []byte{8}); err != nil {
+				t.Fatal(err)
+			}
+			if h.Queued() {
+				t.Error("a send written at once left the queue non-empty")
+			}
 			h.Release()
-			advanceUntil(t, func() bool { return len(got) == 8 }, c0, c1)
+			advanceUntil(t, func() bool { return len(got) == 9 }, c0, c1)
 			for i, v := range got {
 				if v != byte(i) {
 					t.Fatalf("messages arrived as %v", got)

@@ -457,11 +457,17 @@ func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []
 	if len(buf) <= e.immMax && !sync {
 		putHdr(&e.hdr, ctx, src, tag)
 		e.stats.SentImmediate++
+		if e.held != nil {
+			// The holder's message is in the peer's descriptor buffer
+			// unless it had to queue.
+			err := e.held.SendImmediate(dest, e.disp, e.hdr[:], buf)
+			if e.direct && e.held.Queued() {
+				e.unflushed = true
+			}
+			return nil, err
+		}
 		if e.direct {
 			e.unflushed = true
-		}
-		if e.held != nil {
-			return nil, e.held.SendImmediate(dest, e.disp, e.hdr[:], buf)
 		}
 		return nil, e.ac.SendImmediate(dest, e.disp, e.hdr[:], buf)
 	}
