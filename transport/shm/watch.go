@@ -71,7 +71,13 @@ func (a *Adapter) watch() {
 			fds = append(fds, unix.PollFd{Fd: int32(a.pidfd[li]), Events: unix.POLLIN})
 			who = append(who, pr)
 		}
-		timeout := 1000
+		// With a pidfd for every peer the poll needs no timeout: a peer's
+		// exit and Close (the eventfd) wake it. A bounded poll would cost
+		// more than its own wake-up: a goroutine blocked in a system call
+		// holds its P, the runtime's monitor takes the P back when no other
+		// is idle, and for the next millisecond it wakes every 20 us, each
+		// time taking a core from a rank that polls for messages.
+		timeout := -1
 		if polling {
 			timeout = 50
 		}
@@ -138,7 +144,11 @@ func (a *Adapter) engine() {
 			runtime.Gosched()
 			continue
 		}
-		timeout := 100 * time.Millisecond
+		// Initiators ring the bell when they need us (and again while
+		// they wait), and Close rings it: the long bound only caps the
+		// cost of a lost wake-up. A short one would cost a rank that polls
+		// for messages a core now and then (see watch).
+		timeout := 10 * time.Second
 		if a.srv.active.Load() > 0 {
 			// A transfer waits for its initiator; it rings us if it finds
 			// us not serving.
