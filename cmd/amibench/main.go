@@ -30,6 +30,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"sort"
 	"strings"
 	"sync"
@@ -81,6 +82,7 @@ type Options struct {
 	Timeout    time.Duration
 	Stats      bool
 	CPUProfile string
+	Trace      string
 	MemProfile string
 }
 
@@ -105,6 +107,7 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.BoolVar(&o.Stats, "stats", false, "print each rank's amigo counters to standard error at the end")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write rank R's CPU profile to this file with .R appended")
+	fs.StringVar(&o.Trace, "trace", "", "write rank R's execution trace (go tool trace) to this file with .R appended")
 	fs.StringVar(&o.MemProfile, "memprofile", "", "record every allocation of rank R and write the profile to this file with .R appended")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -248,6 +251,17 @@ func runRank(o *Options, stdout io.Writer) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if o.Trace != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", o.Trace, c.Rank()))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	if o.MemProfile != "" {
 		runtime.MemProfileRate = 1
