@@ -20,8 +20,21 @@ import "time"
 const measureMin = 128 << 10
 
 // exploreEvery is how often the way that measured slower is tried again, so
-// that a change (an owner that stopped advancing, or resumed) is noticed.
-const exploreEvery = 32
+// that a change (an owner that stopped advancing, or resumed) is noticed;
+// over the first exploreEvery transfers, one in exploreEarly. An explored
+// way's rate is replaced by what it measured, not averaged with it: its
+// average is that many transfers old, and may be a cold start's (the first
+// counted pipelined copies of a bandwidth run measured under 2 GB/s, a
+// tenth of their rate, and at one trial in 32 with a quarter of weight
+// each the average took some 200 transfers to catch up).
+// A way that measured under two thirds of the other's rate is tried only
+// one transfer in exploreRare: each trial costs a transfer at its rate, and
+// the way in use, measured on every transfer, is left as soon as it slows.
+const (
+	exploreEvery = 32
+	exploreEarly = 4
+	exploreRare  = 128
+)
 
 // warmTransfers is how many of each way's first transfers are not counted:
 // the first pays for cold pages (the pipelined copy's chunk ring is touched
@@ -35,7 +48,7 @@ const warmTransfers = 1
 type wayChooser struct {
 	rate [2]float64 // bytes per second of modeCMA and modePipe; 0 until measured
 	seen [2]uint8   // warm-up transfers not counted, by way, up to warmTransfers
-	n    uint64     // choices made
+	n    uint64     // transfers recorded
 }
 
 func wayIndex(mode int) int {
@@ -45,29 +58,41 @@ func wayIndex(mode int) int {
 	return 0
 }
 
+// fast returns the way that measured faster, and the other.
+func (w *wayChooser) fast() (fast, slow int) {
+	if w.rate[1] > w.rate[0] {
+		return modePipe, modeCMA
+	}
+	return modeCMA, modePipe
+}
+
 // pick returns modeCMA or modePipe: first each until it is measured, then
-// the faster, every exploreEvery-th choice the slower.
+// the faster, for one transfer in exploreEvery (exploreEarly at first,
+// exploreRare when it is far slower) the slower. The count is of transfers recorded, not of picks: a transfer
+// that waits for its owner's channel picks again, the same way.
 func (w *wayChooser) pick() int {
-	w.n++
 	switch {
 	case w.rate[0] == 0:
 		return modeCMA
 	case w.rate[1] == 0:
 		return modePipe
 	}
-	fast, slow := modeCMA, modePipe
-	if w.rate[1] > w.rate[0] {
-		fast, slow = slow, fast
+	fast, slow := w.fast()
+	every := uint64(exploreEvery)
+	if 3*w.rate[wayIndex(slow)] < 2*w.rate[wayIndex(fast)] {
+		every = exploreRare
 	}
-	if w.n%exploreEvery == 0 {
+	if w.n%every == every-1 || w.n < exploreEvery && w.n%exploreEarly == exploreEarly-1 {
 		return slow
 	}
 	return fast
 }
 
-// record folds a transfer of n bytes that took d by mode into the average
-// (a quarter of weight for the newest).
+// record counts a transfer of n bytes that took d by mode: the way in use
+// keeps a moving average (a quarter of weight for the newest), an explored
+// way takes the new rate.
 func (w *wayChooser) record(mode int, n uint64, d time.Duration) {
+	w.n++
 	if d <= 0 {
 		d = time.Nanosecond
 	}
@@ -77,7 +102,7 @@ func (w *wayChooser) record(mode int, n uint64, d time.Duration) {
 		w.seen[i]++
 		return
 	}
-	if w.rate[i] == 0 {
+	if fast, _ := w.fast(); w.rate[i] == 0 || mode != fast {
 		w.rate[i] = r
 		return
 	}
