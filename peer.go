@@ -32,6 +32,14 @@ type peer struct {
 	stopAbove uint64
 
 	q        instRing // instructions waiting for FIFO space, in order
+	// ctl holds control packets (STOP, CTS, FIN, ACK) waiting for FIFO
+	// space, in order. They go before q: none of them has to follow an
+	// instruction still queued (each answers a packet that came, or ends an
+	// operation whose packets are out), and behind q they could wait for a
+	// whole stream: two ranks streaming to each other had each's STOP of
+	// the other's stream queued behind the rest of its own, and both sent
+	// all of their data eagerly for nothing.
+	ctl instRing
 	streams  []*op    // messages this peer is streaming to us
 	ops      int      // live operations bound to this peer
 	isActive bool
@@ -41,7 +49,7 @@ type peer struct {
 }
 
 func (p *peer) idle() bool {
-	return p.q.len() == 0 && p.ops == 0 && (p.failed != nil || p.msg.Pending() == 0 && p.rdma.Pending() == 0)
+	return p.q.len() == 0 && p.ctl.len() == 0 && p.ops == 0 && (p.failed != nil || p.msg.Pending() == 0 && p.rdma.Pending() == 0)
 }
 
 // peerIndex validates ep and returns its index.
@@ -153,6 +161,13 @@ func (c *Context) execute(in *inst) {
 // flush injects the instructions queued at p while there is room.
 func (c *Context) flush(p *peer) int {
 	n := 0
+	for p.ctl.len() > 0 && p.failed == nil {
+		if !c.inject(p, p.ctl.front()) {
+			return n
+		}
+		p.ctl.popFront()
+		n++
+	}
 	for p.q.len() > 0 && p.failed == nil {
 		if !c.inject(p, p.q.front()) {
 			break
@@ -407,6 +422,10 @@ func (c *Context) failPeer(p *peer, err error) int {
 		in := *p.q.front()
 		p.q.popFront()
 		c.failInst(&in, err)
+		n++
+	}
+	for p.ctl.len() > 0 {
+		p.ctl.popFront() // a control packet has no callback
 		n++
 	}
 	n += c.ops.failPeer(p, err)

@@ -134,15 +134,16 @@ func (c *Context) eagerMax(p *peer) int {
 }
 
 // sendCtl sends a control packet of the STOP protocol to the peer at idx,
-// queueing it behind the peer's instructions if need be.
+// queueing it, if need be, ahead of the instructions queued for the peer
+// (peer.ctl).
 func (c *Context) sendCtl(idx int32, k wire.Kind, op uint64, status uint32, key, off uint64) {
 	p := c.peer(idx)
 	if p.failed != nil {
 		return
 	}
 	in := inst{kind: instCtl, ctl: k, dest: idx, op: op, status: status, key: Key(key), off: off}
-	if p.q.len() > 0 || !c.inject(p, &in) {
-		p.q.push(&in)
+	if p.ctl.len() > 0 || !c.inject(p, &in) {
+		p.ctl.push(&in)
 		c.activate(p)
 	}
 }
