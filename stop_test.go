@@ -503,3 +503,57 @@ func stopOver(t *testing.T, over string) {
 	t.Run("PacketBoundaries", TestStopPacketBoundaries)
 	t.Run("BudgetManySmall", TestStopBudgetManySmall)
 }
+
+// Two ranks streaming large messages to each other, each receiver naming
+// its buffer at once: each STOPs the other's stream while its own stream
+// still waits for FIFO space, and the STOP must not wait behind it. Were it
+// queued behind the rest of its own stream, each side would stream nearly
+// all of its message eagerly for the other to drop, and then fetch it all.
+func TestStopCrossedStreams(t *testing.T) {
+	for _, over := range []string{"loop", "shm"} {
+		t.Run(over, func(t *testing.T) {
+			const size = 1 << 20
+			cl := openOver(t, 2, amigo.Config{StopVariant: "discard", StopAbove: 64 << 10}, over)
+			var cs [2]*amigo.Context
+			var data, buf [2][]byte
+			var sent, recvd [2]bool
+			for r := range 2 {
+				r := r
+				cs[r] = cl[r].Context(0)
+				data[r] = fill(make([]byte, size), r+1)
+				buf[r] = make([]byte, size)
+				cs[r].SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+					if err := m.Receive(buf[r], func(err error) {
+						if err != nil {
+							t.Error(err)
+						}
+						recvd[r] = true
+					}); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			for r := range 2 {
+				r := r
+				if err := cs[r].Send(amigo.EndpointOf(1-r), 1, nil, data[r], func(err error) {
+					if err != nil {
+						t.Error(err)
+					}
+					sent[r] = true
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			advanceUntil(t, func() bool { return sent[0] && sent[1] && recvd[0] && recvd[1] }, cs[0], cs[1])
+			for r := range 2 {
+				if !bytes.Equal(buf[r], data[1-r]) {
+					t.Fatalf("rank %d received other data than rank %d sent", r, 1-r)
+				}
+				s := cs[r].Stats()
+				if s.Stops != 1 || s.EagerBytesDropped > size/4 {
+					t.Errorf("rank %d: %d STOPs, dropped %d eager bytes of a %d-byte message", r, s.Stops, s.EagerBytesDropped, size)
+				}
+			}
+		})
+	}
+}
