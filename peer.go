@@ -31,7 +31,7 @@ type peer struct {
 	// link's, else the default.
 	stopAbove uint64
 
-	q        instRing // instructions waiting for FIFO space, in order
+	q instRing // instructions waiting for FIFO space, in order
 	// ctl holds control packets (STOP, CTS, FIN, ACK) waiting for FIFO
 	// space, in order. They go before q: none of them has to follow an
 	// instruction still queued (each answers a packet that came, or ends an
@@ -39,9 +39,9 @@ type peer struct {
 	// whole stream: two ranks streaming to each other had each's STOP of
 	// the other's stream queued behind the rest of its own, and both sent
 	// all of their data eagerly for nothing.
-	ctl instRing
-	streams  []*op    // messages this peer is streaming to us
-	ops      int      // live operations bound to this peer
+	ctl      instRing
+	streams  []*op // messages this peer is streaming to us
+	ops      int   // live operations bound to this peer
 	isActive bool
 	failed   error
 
