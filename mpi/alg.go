@@ -465,7 +465,11 @@ func (s *sched) allgatherBruck(recv []byte, bs int) {
 
 // allgatherRing: p-1 rounds, each rank passing the block it received last
 // to its right neighbour; blocks may differ in size (off gives them).
-func (s *sched) allgatherRing(recv []byte, off func(int) (int, int)) {
+//
+// own, if not nil, is this rank's block, not yet in recv: the first round
+// sends it from own and copies it into recv once the exchange is posted, so
+// that the copy overlaps the transfers.
+func (s *sched) allgatherRing(recv, own []byte, off func(int) (int, int)) {
 	c := s.c
 	p, r := c.size, c.rank
 	right, left := (r+1)%p, (r-1+p)%p
@@ -473,8 +477,15 @@ func (s *sched) allgatherRing(recv []byte, off func(int) (int, int)) {
 		sb, rb := (r-i+p)%p, (r-i-1+p)%p
 		slo, shi := off(sb)
 		rlo, rhi := off(rb)
-		s.send(recv[slo:shi], right)
+		if i == 0 && own != nil {
+			s.send(own, right)
+		} else {
+			s.send(recv[slo:shi], right)
+		}
 		s.recv(recv[rlo:rhi], left)
+		if i == 0 && own != nil {
+			s.copy(recv[slo:shi], own)
+		}
 		s.end()
 	}
 }

@@ -610,15 +610,15 @@ func allgatherSched[T Numeric](c *Comm, send, recv []T) (*sched, error) {
 	bs := count * sizeOf[T]()
 	rb := Bytes(recv)
 	s := c.e.newSched(c)
-	if send != nil {
+	switch {
+	case p > 1 && bs > 0 && p*bs > c.e.opts.AllgatherShortMax:
+		s.allgatherRing(rb, Bytes(send), func(i int) (int, int) { return i * bs, (i + 1) * bs })
+		return s, nil
+	case send != nil:
 		s.copy(rb[r*bs:(r+1)*bs], Bytes(send))
 	}
-	switch {
-	case p == 1 || bs == 0:
-	case p*bs <= c.e.opts.AllgatherShortMax:
+	if p > 1 && bs > 0 {
 		s.allgatherBruck(rb, bs)
-	default:
-		s.allgatherRing(rb, func(i int) (int, int) { return i * bs, (i + 1) * bs })
 	}
 	return s, nil
 }
@@ -640,12 +640,11 @@ func Allgatherv[T Numeric](ctx context.Context, c *Comm, send, recv []T, counts,
 	rb := Bytes(recv)
 	off := func(i int) (int, int) { return displs[i] * es, (displs[i] + counts[i]) * es }
 	s := c.e.newSched(c)
-	if send != nil {
+	if c.size > 1 {
+		s.allgatherRing(rb, Bytes(send), off)
+	} else if send != nil {
 		lo, hi := off(r)
 		s.copy(rb[lo:hi], Bytes(send))
-	}
-	if c.size > 1 {
-		s.allgatherRing(rb, off)
 	}
 	return c.run(ctx, s)
 }
