@@ -138,12 +138,65 @@ func (c *Comm) barrierSched() (*sched, error) {
 // bytes on (256 KiB by default), a broadcast to more than two ranks uses the
 // AMI's RDMA multicast instead (seed 004: one announcement, check-in
 // acknowledgements, one direct put of the data forwarded along the ranks).
+//
+// A blocking Bcast of data that fits a descriptor with its header runs the
+// flat or binomial algorithm without a schedule (as Barrier does); Ibcast
+// sends the same messages from one.
 func Bcast[T Numeric](ctx context.Context, c *Comm, buf []T, root int) error {
-	s, err := bcastSched(c, Bytes(buf), root)
+	b := Bytes(buf)
+	if c != nil && c.size > 1 && len(b) > 0 && len(b) <= c.e.immMax {
+		return c.bcastSmall(ctx, b, root)
+	}
+	s, err := bcastSched(c, b, root)
 	if err != nil {
 		return err
 	}
 	return c.run(ctx, s)
+}
+
+// bcastSmall is a blocking Bcast of at most immMax bytes: bcastFlat or
+// bcastBinomial as bcastSched would choose, run in place of a schedule.
+// A rank whose message has another length gets ErrCount.
+func (c *Comm) bcastSmall(ctx context.Context, buf []byte, root int) error {
+	if err := c.checkRoot(root); err != nil {
+		return err
+	}
+	tag := c.holdDirect()
+	defer c.releaseDirect()
+	p := c.size
+	o := &c.e.opts
+	if len(buf) <= o.BcastFlatMax && p <= o.BcastFlatRanks {
+		if c.rank != root {
+			return c.recvDirect(ctx, root, tag, buf)
+		}
+		for i := 1; i < p; i++ {
+			if err := c.sendDirect((root+i)%p, tag, buf); err != nil {
+				return err
+			}
+		}
+		c.e.flush()
+		return nil
+	}
+	vr := (c.rank - root + p) % p
+	mask := 1
+	for mask < p {
+		if vr&mask != 0 {
+			if err := c.recvDirect(ctx, (vr-mask+root)%p, tag, buf); err != nil {
+				return err
+			}
+			break
+		}
+		mask <<= 1
+	}
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if vr+mask < p {
+			if err := c.sendDirect((vr+mask+root)%p, tag, buf); err != nil {
+				return err
+			}
+		}
+	}
+	c.e.flush()
+	return nil
 }
 
 // Ibcast starts a Bcast.
