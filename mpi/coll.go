@@ -259,13 +259,88 @@ func (c *Comm) bcastMulticast(s *sched, buf []byte, root int) bool {
 //
 // Small messages and non-commutative ops go up a binomial tree; larger ones
 // with a commutative op are reduce-scattered by recursive halving and the
-// blocks gathered at the root (Options.ReduceShortMax).
+// blocks gathered at the root (Options.ReduceShortMax). A blocking Reduce
+// of data that fits a descriptor with its header climbs the tree without a
+// schedule.
 func Reduce[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op, root int) error {
+	if c != nil && c.size > 1 && len(send) > 0 && len(send)*sizeOf[T]() <= c.e.immMax {
+		return reduceSmall(ctx, c, send, recv, op, root)
+	}
 	s, err := reduceSched(c, send, recv, op, root)
 	if err != nil {
 		return err
 	}
 	return c.run(ctx, s)
+}
+
+// reduceSmall is a blocking Reduce of data small enough to travel in a
+// descriptor with its header: reduceBinomial run in place of a schedule,
+// with the same messages and order of operands.
+func reduceSmall[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op, root int) error {
+	if err := c.checkRoot(root); err != nil {
+		return err
+	}
+	k := kindOf[T]()
+	if err := op.check(k); err != nil {
+		return err
+	}
+	e := c.e
+	n := len(send) * sizeOf[T]()
+	var acc []byte
+	if c.rank == root {
+		if len(recv) != len(send) {
+			return fmt.Errorf("%w: Reduce: recv of %d elements for send of %d", ErrCount, len(recv), len(send))
+		}
+		if err := noOverlap(send, recv); err != nil {
+			return err
+		}
+		acc = Bytes(recv)
+	} else {
+		acc = Bytes(e.partial[:])[:n]
+	}
+	copy(acc, Bytes(send))
+	tag := c.holdDirect()
+	defer c.releaseDirect()
+	t := Bytes(e.small[:])[:n]
+	p := c.size
+	tree := root
+	if !op.commute {
+		tree = 0
+	}
+	vr := (c.rank - tree + p) % p
+	for mask := 1; mask < p; mask <<= 1 {
+		if vr&mask != 0 {
+			if err := c.sendDirect((vr-mask+tree)%p, tag, acc); err != nil {
+				return err
+			}
+			break
+		}
+		if src := vr | mask; src < p {
+			if err := c.recvDirect(ctx, (src+tree)%p, tag, t); err != nil {
+				return err
+			}
+			if op.commute {
+				combine(k, op, t, acc)
+			} else {
+				combine(k, op, acc, t)
+				copy(acc, t)
+			}
+		}
+	}
+	if tree != root {
+		switch c.rank {
+		case tree:
+			if err := c.sendDirect(root, tag, acc); err != nil {
+				return err
+			}
+		case root:
+			if err := c.recvDirect(ctx, tree, tag, acc); err != nil {
+				return err
+			}
+		}
+	}
+	e.flush()
+	return nil
 }
 
 // Ireduce starts a Reduce.

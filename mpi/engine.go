@@ -70,9 +70,12 @@ type engine struct {
 	hello     [64]int32
 	stats     Stats
 	hdr       [hdrLen]byte // header of SendImmediate, copied at once
-	// small receives the messages of allreduceSmall: up to immMax bytes,
-	// aligned for every element type.
-	small [amigo.ImmediateMax / 8]uint64
+	// small receives the messages of the collectives run without a
+	// schedule (allreduceSmall, reduceSmall): up to immMax bytes, aligned
+	// for every element type; partial holds reduceSmall's partial result
+	// away from the root.
+	small   [amigo.ImmediateMax / 8]uint64
+	partial [amigo.ImmediateMax / 8]uint64
 	// exp is the receive recvSmall waits for, and expCond reports it done.
 	exp     expected
 	expCond func() bool

@@ -923,3 +923,33 @@ func TestBcastCountMismatch(t *testing.T) {
 		return nil
 	})
 }
+
+// A small Reduce whose contributions differ in length: the root gets
+// ErrCount and loses nothing; the next Reduce works.
+func TestReduceCountMismatch(t *testing.T) {
+	run(t, 2, func(ctx context.Context, w *mpi.Comm) error {
+		n := 8
+		if w.Rank() == 1 {
+			n = 4
+		}
+		var recv []float64
+		if w.Rank() == 0 {
+			recv = make([]float64, n)
+		}
+		err := mpi.Reduce(ctx, w, make([]float64, n), recv, mpi.Sum, 0)
+		if w.Rank() == 0 && !errors.Is(err, mpi.ErrCount) {
+			return fmt.Errorf("root: %v, want ErrCount", err)
+		}
+		if w.Rank() == 1 && err != nil {
+			return err
+		}
+		got := make([]int64, 3)
+		if err := mpi.Reduce(ctx, w, []int64{1, 2, int64(w.Rank())}, got, mpi.Sum, 0); err != nil {
+			return err
+		}
+		if w.Rank() == 0 && (got[0] != 2 || got[1] != 4 || got[2] != 1) {
+			return fmt.Errorf("after the mismatch: %v", got)
+		}
+		return nil
+	})
+}
