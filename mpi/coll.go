@@ -145,7 +145,11 @@ func (c *Comm) barrierSched() (*sched, error) {
 func Bcast[T Numeric](ctx context.Context, c *Comm, buf []T, root int) error {
 	b := Bytes(buf)
 	if c != nil && c.size > 1 && len(b) > 0 && len(b) <= c.e.immMax {
-		return c.bcastSmall(ctx, b, root)
+		// The algorithms bcastSched would choose, without a schedule.
+		n, p, o := len(b), c.size, &c.e.opts
+		if !(n >= o.BcastMulticastMin && p > 2) && (n <= o.BcastFlatMax && p <= o.BcastFlatRanks || n <= o.BcastShortMax || p <= 2) {
+			return c.bcastSmall(ctx, b, root)
+		}
 	}
 	s, err := bcastSched(c, b, root)
 	if err != nil {
@@ -263,7 +267,8 @@ func (c *Comm) bcastMulticast(s *sched, buf []byte, root int) bool {
 // of data that fits a descriptor with its header climbs the tree without a
 // schedule.
 func Reduce[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op, root int) error {
-	if c != nil && c.size > 1 && len(send) > 0 && len(send)*sizeOf[T]() <= c.e.immMax {
+	if n := len(send) * sizeOf[T](); c != nil && c.size > 1 && n > 0 && n <= c.e.immMax &&
+		!(op.commute && n > c.e.opts.ReduceShortMax && len(send) >= pof2(c.size)) {
 		return reduceSmall(ctx, c, send, recv, op, root)
 	}
 	s, err := reduceSched(c, send, recv, op, root)
@@ -416,7 +421,8 @@ func reduceSched[T Numeric](c *Comm, send, recv []T, op Op, root int) (*sched, e
 // Options.AllreduceShortMax). Ranks beyond a power of two hand their data to
 // a neighbour first and get the result back last.
 func Allreduce[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) error {
-	if c != nil && c.size > 1 && c.size&(c.size-1) == 0 && c.e != nil && len(recv)*sizeOf[T]() <= c.e.immMax && len(recv) > 0 {
+	if n := len(recv) * sizeOf[T](); c != nil && c.size > 1 && c.size&(c.size-1) == 0 && n > 0 && n <= c.e.immMax &&
+		!(op.commute && n > c.e.opts.AllreduceShortMax && len(recv) >= c.size) {
 		return allreduceSmall(ctx, c, send, recv, op)
 	}
 	s, err := allreduceSched(c, send, recv, op)
@@ -698,8 +704,19 @@ func (s *sched) scatterLinear(send, recv []byte, root int, off func(int) (int, i
 // in place (this rank's block is already in recv).
 //
 // Small results use Bruck's algorithm (ceil(log2 p) rounds); larger ones go
-// around a ring (Options.AllgatherShortMax).
+// around a ring (Options.AllgatherShortMax). A blocking Allgather whose
+// whole result fits a descriptor with its header runs Bruck's algorithm
+// without a schedule.
 func Allgather[T Numeric](ctx context.Context, c *Comm, send, recv []T) error {
+	if c != nil && c.size > 1 {
+		bs := len(send) * sizeOf[T]()
+		if send == nil {
+			bs = len(recv) / c.size * sizeOf[T]()
+		}
+		if n := c.size * bs; bs > 0 && n <= c.e.immMax && n <= c.e.opts.AllgatherShortMax {
+			return allgatherSmall(ctx, c, send, recv)
+		}
+	}
 	s, err := allgatherSched(c, send, recv)
 	if err != nil {
 		return err
@@ -716,26 +733,70 @@ func Iallgather[T Numeric](c *Comm, send, recv []T) (Request, error) {
 	return c.start(s), nil
 }
 
-func allgatherSched[T Numeric](c *Comm, send, recv []T) (*sched, error) {
+// allgatherCheck checks Allgather's arguments and returns the size of a
+// block in bytes.
+func allgatherCheck[T Numeric](c *Comm, send, recv []T) (int, error) {
 	if err := c.check(); err != nil {
-		return nil, err
+		return 0, err
 	}
-	p, r := c.size, c.rank
+	p := c.size
 	count := len(send)
 	if send == nil {
 		if len(recv)%p != 0 {
-			return nil, fmt.Errorf("%w: Allgather in place: recv of %d elements for %d ranks", ErrCount, len(recv), p)
+			return 0, fmt.Errorf("%w: Allgather in place: recv of %d elements for %d ranks", ErrCount, len(recv), p)
 		}
 		count = len(recv) / p
 	} else {
 		if len(recv) < p*count {
-			return nil, fmt.Errorf("%w: Allgather: recv of %d elements for %d ranks of %d", ErrCount, len(recv), p, count)
+			return 0, fmt.Errorf("%w: Allgather: recv of %d elements for %d ranks of %d", ErrCount, len(recv), p, count)
 		}
 		if err := noOverlap(send, recv); err != nil {
-			return nil, err
+			return 0, err
 		}
 	}
-	bs := count * sizeOf[T]()
+	return count * sizeOf[T](), nil
+}
+
+// allgatherSmall is a blocking Allgather whose result, Size blocks, fits
+// a descriptor with its header: allgatherBruck run in place of a schedule,
+// with the same messages.
+func allgatherSmall[T Numeric](ctx context.Context, c *Comm, send, recv []T) error {
+	bs, err := allgatherCheck(c, send, recv)
+	if err != nil {
+		return err
+	}
+	p, r := c.size, c.rank
+	rb := Bytes(recv)
+	t := Bytes(c.e.partial[:])[:p*bs]
+	if send != nil {
+		copy(t[:bs], Bytes(send))
+	} else {
+		copy(t[:bs], rb[r*bs:(r+1)*bs])
+	}
+	tag := c.holdDirect()
+	defer c.releaseDirect()
+	for k := 1; k < p; k <<= 1 {
+		cnt := min(k, p-k)
+		if err := c.sendDirect((r-k+p)%p, tag, t[:cnt*bs]); err != nil {
+			return err
+		}
+		if err := c.recvDirect(ctx, (r+k)%p, tag, t[k*bs:(k+cnt)*bs]); err != nil {
+			return err
+		}
+	}
+	// t holds the blocks of ranks r, r+1, ...
+	copy(rb[r*bs:p*bs], t[:(p-r)*bs])
+	copy(rb[:r*bs], t[(p-r)*bs:p*bs])
+	c.e.flush()
+	return nil
+}
+
+func allgatherSched[T Numeric](c *Comm, send, recv []T) (*sched, error) {
+	bs, err := allgatherCheck(c, send, recv)
+	if err != nil {
+		return nil, err
+	}
+	p, r := c.size, c.rank
 	rb := Bytes(recv)
 	s := c.e.newSched(c)
 	switch {

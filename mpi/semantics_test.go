@@ -953,3 +953,23 @@ func TestReduceCountMismatch(t *testing.T) {
 		return nil
 	})
 }
+
+// Collectives on a nil communicator are an ErrComm, not a panic, on every
+// path (the blocking small ones run without a schedule).
+func TestNilComm(t *testing.T) {
+	ctx := context.Background()
+	var c *mpi.Comm
+	b := make([]float64, 4)
+	for name, err := range map[string]error{
+		"Barrier":   c.Barrier(ctx),
+		"Bcast":     mpi.Bcast(ctx, c, b, 0),
+		"Reduce":    mpi.Reduce(ctx, c, b, make([]float64, 4), mpi.Sum, 0),
+		"Allreduce": mpi.Allreduce(ctx, c, b, make([]float64, 4), mpi.Sum),
+		"Allgather": mpi.Allgather(ctx, c, b, make([]float64, 8)),
+		"Alltoall":  mpi.Alltoall(ctx, c, b, make([]float64, 4)),
+	} {
+		if !errors.Is(err, mpi.ErrComm) {
+			t.Errorf("%s on a nil communicator: %v, want ErrComm", name, err)
+		}
+	}
+}
