@@ -841,13 +841,54 @@ func Allgatherv[T Numeric](ctx context.Context, c *Comm, send, recv []T, counts,
 // Alltoall sends block i of send to rank i of c and receives rank i's block
 // into block i of recv; send and recv hold Size blocks of the same length.
 // Small blocks are all exchanged at once; larger ones one partner at a time
-// (Options.AlltoallShortMax).
+// (Options.AlltoallShortMax). A blocking Alltoall of small blocks that
+// each fit a descriptor with its header runs without a schedule.
 func Alltoall[T Numeric](ctx context.Context, c *Comm, send, recv []T) error {
+	if c != nil && c.size > 1 && len(send)%c.size == 0 {
+		if bs := len(send) / c.size * sizeOf[T](); bs > 0 && bs <= c.e.immMax && bs <= c.e.opts.AlltoallShortMax {
+			return alltoallSmall(ctx, c, send, recv)
+		}
+	}
 	s, err := alltoallSched(c, send, recv)
 	if err != nil {
 		return err
 	}
 	return c.run(ctx, s)
+}
+
+// alltoallSmall is a blocking Alltoall of blocks of at most immMax bytes,
+// all exchanged at once as alltoall without pairwise does, in place of a
+// schedule: the same messages, sent to every peer before any is received.
+func alltoallSmall[T Numeric](ctx context.Context, c *Comm, send, recv []T) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	p, r := c.size, c.rank
+	if len(recv) < len(send) {
+		return fmt.Errorf("%w: Alltoall: send of %d and recv of %d elements for %d ranks", ErrCount, len(send), len(recv), p)
+	}
+	if err := noOverlap(send, recv); err != nil {
+		return err
+	}
+	bs := len(send) / p * sizeOf[T]()
+	sb, rb := Bytes(send), Bytes(recv)
+	copy(rb[r*bs:(r+1)*bs], sb[r*bs:(r+1)*bs])
+	tag := c.holdDirect()
+	defer c.releaseDirect()
+	for i := 1; i < p; i++ {
+		dst := (r + i) % p
+		if err := c.sendDirect(dst, tag, sb[dst*bs:(dst+1)*bs]); err != nil {
+			return err
+		}
+	}
+	for i := 1; i < p; i++ {
+		src := (r - i + p) % p
+		if err := c.recvDirect(ctx, src, tag, rb[src*bs:(src+1)*bs]); err != nil {
+			return err
+		}
+	}
+	c.e.flush()
+	return nil
 }
 
 // Ialltoall starts an Alltoall.
