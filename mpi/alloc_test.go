@@ -119,3 +119,90 @@ func TestZeroAllocs(t *testing.T) {
 		})
 	}
 }
+
+// The small blocking collectives that run without a schedule allocate
+// nothing on either rank: Barrier, Bcast, Reduce, Allreduce, Allgather and
+// Alltoall of a few elements.
+func TestCollectivesZeroAllocs(t *testing.T) {
+	cl, err := amigo.NewLocal(2, amigo.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cl {
+			c.Close()
+		}
+	}()
+	ctx := context.Background()
+	var w [2]*mpi.Comm
+	var errs [2]error
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w[r], errs[r] = mpi.World(ctx, cl[r].Context(0), nil)
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	type bufs struct{ a, b, all []float64 }
+	round := func(c *mpi.Comm, x *bufs) error {
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if err := mpi.Bcast(ctx, c, x.a, 0); err != nil {
+			return err
+		}
+		if err := mpi.Reduce(ctx, c, x.a, x.b, mpi.Sum, 1); err != nil {
+			return err
+		}
+		if err := mpi.Allreduce(ctx, c, x.a, x.b, mpi.Max); err != nil {
+			return err
+		}
+		if err := mpi.Allgather(ctx, c, x.a, x.all); err != nil {
+			return err
+		}
+		return mpi.Alltoall(ctx, c, x.all, x.all[len(x.all):cap(x.all)])
+	}
+	newBufs := func() *bufs {
+		all := make([]float64, 16, 32)
+		return &bufs{a: make([]float64, 8), b: make([]float64, 8), all: all}
+	}
+	const warm, runs = 100, 200
+	peer := make(chan error, 1)
+	go func() {
+		x := newBufs()
+		for i := 0; i < warm+runs+1; i++ { // AllocsPerRun calls once more
+			if err := round(w[1], x); err != nil {
+				peer <- err
+				return
+			}
+		}
+		peer <- nil
+	}()
+	x := newBufs()
+	var rerr error
+	f := func() {
+		if err := round(w[0], x); err != nil && rerr == nil {
+			rerr = err
+		}
+	}
+	for i := 0; i < warm; i++ {
+		f()
+	}
+	n := testing.AllocsPerRun(runs, f)
+	if err := <-peer; err != nil {
+		t.Fatal(err)
+	}
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if n != 0 {
+		t.Errorf("%v allocations per round of six collectives (both ranks), want 0", n)
+	}
+	w[0].Free()
+	w[1].Free()
+}
