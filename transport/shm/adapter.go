@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -44,6 +45,10 @@ type Adapter struct {
 	fd      int // the memfd of self
 	probe   []byte
 	peers   []*peer // by local index; nil for this rank
+	// escalate is how long an initiator waits for an owner's contexts
+	// before it wakes the owner's engine: escalateAfter, or escalateFull
+	// on a host with no processor to spare.
+	escalate time.Duration
 
 	mu      sync.Mutex
 	ports   []*port
@@ -115,6 +120,10 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 		return nil, nil
 	}
 	a.li = a.localOf[me]
+	a.escalate = escalateAfter
+	if len(a.local) >= processors() {
+		a.escalate = escalateFull
+	}
 	p := params{
 		nlocal: len(a.local), nctx: opts.Contexts, slots: opts.RingSlots,
 		mirror: opts.Mirror, allocs: opts.Allocs, chunk: opts.Chunk, chunks: opts.Chunks,
@@ -259,13 +268,15 @@ func (a *Adapter) Local() []int { return append([]int(nil), a.local...) }
 // Oversubscribed reports whether more ranks run on this host than this
 // process may use processors: waiting contexts should then give the
 // processor to their peers rather than spin.
-func (a *Adapter) Oversubscribed() bool {
+func (a *Adapter) Oversubscribed() bool { return len(a.local) > processors() }
+
+// processors returns how many processors this process may use.
+func processors() int {
 	var set unix.CPUSet
-	n := runtime.NumCPU()
 	if unix.SchedGetaffinity(0, &set) == nil && set.Count() > 0 {
-		n = set.Count()
+		return set.Count()
 	}
-	return len(a.local) > n
+	return runtime.NumCPU()
 }
 
 // CMA reports whether cross-memory attach works toward rank.

@@ -502,7 +502,7 @@ func (p *port) escalate(x *xfer) {
 	if x.idle%16 != 0 {
 		return
 	}
-	if now := time.Now(); now.Sub(x.last) > escalateAfter {
+	if now := time.Now(); now.Sub(x.last) > p.a.escalate {
 		x.last = now
 		transport.RingShared(x.pr.seg.engineBell())
 	}

@@ -137,7 +137,7 @@ func TestWays(t *testing.T) {
 			defer ads[1].Close()
 			// The owner helps only when it gets to advance during a
 			// transfer; on a busy machine that may take a few.
-			moveMiB(t, ads, regs, tc.alloc, func() bool { return tc.check(ads[0].Stats(), ads[1].Stats()) })
+			moveMiB(t, ads, regs, tc.alloc, true, func() bool { return tc.check(ads[0].Stats(), ads[1].Stats()) })
 			if s0, s1 := ads[0].Stats(), ads[1].Stats(); !tc.check(s0, s1) {
 				t.Fatalf("stats of rank 0 %+v, rank 1 %+v", s0, s1)
 			}
@@ -145,10 +145,22 @@ func TestWays(t *testing.T) {
 	}
 }
 
+// A pipelined copy needs the owner: when its contexts never advance, its
+// engine serves the copy, woken by the initiator.
+func TestEngineServesIdleOwner(t *testing.T) {
+	ads, regs := world(t, 2, shm.Options{Way: shm.WayCopy})
+	defer ads[0].Close()
+	defer ads[1].Close()
+	moveMiB(t, ads, regs, false, false, func() bool { return true })
+	if s := ads[0].Stats(); s.Pipe == 0 {
+		t.Fatalf("stats of rank 0 %+v: no pipelined copy", s)
+	}
+}
+
 // moveMiB gets and puts 4 MiB between rank 0 and a region of rank 1 a few
 // times (more, up to a few seconds, until enough says so), rank 1 advancing
-// on its own goroutine, and checks the bytes.
-func moveMiB(t *testing.T, ads []*shm.Adapter, regs []*transport.Regions, alloc bool, enough func() bool) {
+// on its own goroutine if advance is set, and checks the bytes.
+func moveMiB(t *testing.T, ads []*shm.Adapter, regs []*transport.Regions, alloc, advance bool, enough func() bool) {
 	t.Helper()
 	const n = 4 << 20
 	p0, err := ads[0].Open(0, transport.NewDoorbell())
@@ -186,7 +198,7 @@ func moveMiB(t *testing.T, ads []*shm.Adapter, regs []*transport.Regions, alloc 
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for !stop.Load() {
+		for advance && !stop.Load() {
 			p1.Progress()
 		}
 	}()
