@@ -153,8 +153,11 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	if start >= n {
 		start = 0
 	}
-	for i := 0; i < n && got < budget; i++ {
-		in := ins[(start+i)%n]
+	for i, j := 0, start; i < n && got < budget; i, j = i+1, j+1 {
+		if j == n {
+			j = 0
+		}
+		in := ins[j]
 		if in.dead {
 			continue
 		}
