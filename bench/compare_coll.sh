@@ -6,6 +6,11 @@
 #   bash bench/compare_coll.sh                 # ROUNDS=3 rounds, medians
 #   ROUNDS=5 RANKS="2 4 8" bash bench/compare_coll.sh
 #   BENCHES="bcast barrier" SIZES=64 bash bench/compare_coll.sh   # a subset
+#   ITERS=100000 BENCHES=allreduce SIZES=64 bash bench/compare_coll.sh
+#
+# ITERS, if set, replaces OSU's iteration counts (1000 up to 8 KiB, 100
+# above) for both sides: a run of 1000 small collectives lasts under a
+# millisecond, and one preemption of either rank moves its average.
 #
 # It installs Debian's mpich and libmpich-dev if they are missing (as root),
 # builds bench/coll/osu_coll.c with MPICH's mpicc and amibench, and holds
@@ -44,6 +49,7 @@ pair() {
   [ "$b" = barrier ] || [[ " $SIZES " == *" $s "* ]] || return 0
   local sz=(--min-size "$s" --max-size "$s")
   [ "$b" = barrier ] && sz=()
+  [ -n "${ITERS:-}" ] && sz+=(--iterations "$ITERS")
   rec "amigo/$b/$n/$s" "$work/amibench" --json -n "$n" -b "$b" "${sz[@]}"
   rec "mpich/$b/$n/$s" "$mpiexec" -n "$n" "$work/osu_coll" "$b" --json "${sz[@]}"
 }
