@@ -21,7 +21,8 @@ const measureMin = 128 << 10
 
 // exploreEvery is how often the way that measured slower is tried again, so
 // that a change (an owner that stopped advancing, or resumed) is noticed;
-// over the first exploreEvery transfers, one in exploreEarly. An explored
+// one in exploreEarly until it has been counted twice (its first counted
+// transfer may still be a cold one). An explored
 // way's rate is replaced by what it measured, not averaged with it: its
 // average is that many transfers old, and may be a cold start's (the first
 // counted pipelined copies of a bandwidth run measured under 2 GB/s, a
@@ -48,6 +49,7 @@ const warmTransfers = 1
 type wayChooser struct {
 	rate [2]float64 // bytes per second of modeCMA and modePipe; 0 until measured
 	seen [2]uint8   // warm-up transfers not counted, by way, up to warmTransfers
+	cnt  [2]uint8   // counted transfers by way, up to 2
 	n    uint64     // transfers recorded
 }
 
@@ -67,8 +69,8 @@ func (w *wayChooser) fast() (fast, slow int) {
 }
 
 // pick returns modeCMA or modePipe: first each until it is measured, then
-// the faster, for one transfer in exploreEvery (exploreEarly at first,
-// exploreRare when it is far slower) the slower. The count is of transfers recorded, not of picks: a transfer
+// the faster, for one transfer in exploreEvery (exploreEarly until it was
+// counted twice, exploreRare when it is far slower) the slower. The count is of transfers recorded, not of picks: a transfer
 // that waits for its owner's channel picks again, the same way.
 func (w *wayChooser) pick() int {
 	switch {
@@ -82,7 +84,7 @@ func (w *wayChooser) pick() int {
 	if 3*w.rate[wayIndex(slow)] < 2*w.rate[wayIndex(fast)] {
 		every = exploreRare
 	}
-	if w.n%every == every-1 || w.n < exploreEvery && w.n%exploreEarly == exploreEarly-1 {
+	if w.n%every == every-1 || w.cnt[wayIndex(slow)] < 2 && w.n%exploreEarly == exploreEarly-1 {
 		return slow
 	}
 	return fast
@@ -101,6 +103,9 @@ func (w *wayChooser) record(mode int, n uint64, d time.Duration) {
 	if w.seen[i] < warmTransfers {
 		w.seen[i]++
 		return
+	}
+	if w.cnt[i] < 2 {
+		w.cnt[i]++
 	}
 	if fast, _ := w.fast(); w.rate[i] == 0 || mode != fast {
 		w.rate[i] = r

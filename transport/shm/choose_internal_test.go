@@ -50,12 +50,13 @@ func TestWayChooser(t *testing.T) {
 	if w.rate[0] < 26e9 || w.rate[1] < 34e9 {
 		t.Fatalf("rates %v: the cold transfers were counted", w.rate)
 	}
-	// Then the faster, but for one in exploreEarly at first and one in
-	// exploreEvery after that.
+	// Then the faster, but for one in exploreEarly until the slower was
+	// counted twice (once more: at transfer exploreEarly) and one in
+	// exploreEvery after that (at transfer exploreEvery).
 	steady := ways(40*time.Microsecond, 30*time.Microsecond)
 	cma, pipe := w.run(exploreEvery-4, steady)
-	if want := (exploreEvery - 4) / exploreEarly; cma != want {
-		t.Fatalf("first transfers: %d CMA, %d pipe; want %d CMA", cma, pipe, want)
+	if cma != 2 {
+		t.Fatalf("first transfers: %d CMA, %d pipe; want 2 CMA", cma, pipe)
 	}
 	cma, pipe = w.run(exploreEvery*4, steady)
 	if cma != 4 || pipe != exploreEvery*4-4 {
