@@ -67,7 +67,7 @@ func (c *Comm) Barrier(ctx context.Context) error {
 }
 
 // holdDirect begins a blocking collective run without a schedule (Barrier,
-// allreduceSmall): it takes the collective's tag, as newSched does, and
+// and the small Bcast, Reduce, Allreduce, Allgather, Alltoall): it takes the collective's tag, as newSched does, and
 // holds the context until releaseDirect. Such a collective sends only
 // messages that travel by SendImmediate (sendDirect) and receives only
 // messages of known length (recvDirect), so it needs no request, schedule
