@@ -276,6 +276,7 @@ func TestSegmentModeAndWakes(t *testing.T) {
 	for i := 0; i < trials; i++ {
 		before := l.MsgBell.Rings()
 		slept := make(chan int)
+		armed := make(chan struct{})
 		go func() {
 			timer := time.NewTimer(time.Hour)
 			sleeps := 0
@@ -285,11 +286,18 @@ func TestSegmentModeAndWakes(t *testing.T) {
 					bell.Disarm()
 					break
 				}
+				if sleeps == 0 {
+					close(armed)
+				}
 				bell.Sleep(nil, timer, time.Second)
 				sleeps++
 			}
 			slept <- sleeps
 		}()
+		// The message goes once the consumer found nothing with its bell
+		// armed (however late a loaded machine schedules it), and a little
+		// later, so that it is most likely asleep in the kernel by then.
+		<-armed
 		time.Sleep(10 * time.Millisecond)
 		send()
 		if n := <-slept; n == 0 {

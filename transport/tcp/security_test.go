@@ -41,11 +41,14 @@ func TestStranger(t *testing.T) {
 		closeW bool
 		says   string
 	}{
-		{"http", []byte("GET / HTTP/1.1\r\nHost: amigo\r\nUser-Agent: curl\r\nAccept: */*\r\n\r\n\r\n\r\n"), false, "bad magic"},
-		{"garbage", bytes.Repeat([]byte{0xff}, 200), false, "bad magic"},
+		{"http", []byte("GET / HTTP/1.1\r\nHost: amigo\r\nUser-Agent: curl\r\nAccept: */*\r\n\r\n\r\n\r\n"), false, `bad magic "GET / HT"`},
+		{"garbage", bytes.Repeat([]byte{0xff}, 200), false, `bad magic "\xff\xff`},
 		{"short", []byte("AMIGO"), true, "closed after 5 of the 72 bytes"},
 		{"silent", nil, false, "i/o timeout"},
 	}
+	// Each case's line says something no earlier case's line says: the
+	// refusal is counted before it is logged, so its line seen means its
+	// count is in.
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := ads[0].Stats().Refused
