@@ -144,6 +144,19 @@ print()
 print("amigo heap: amibench with Go buffers (as OSU's malloc); amigo shared: buffers from AllocMemory;")
 print("allocations: heap allocations of amibench's rank 0 per message in the timed loop (all of the process's).")
 print("MPICH and Open MPI: bench/osu/osu.c, same sizes, iteration counts and window.")
+# Each round's figures, in the order they ran: this machine changes state
+# within minutes, and a median of few rounds hides how far apart they fall.
+print()
+print("each round (in order):")
+for label, run, key, size in [
+    ("8 B latency us, amigo", "amigo-lat", "latency_us", 8),
+    ("8 B latency us, MPICH", "mpich-lat", "latency_us", 8),
+    ("1 MiB MB/s, amigo heap", "amigo-bw", "mb_per_s", 1 << 20),
+    ("1 MiB MB/s, MPICH", "mpich-bw", "mb_per_s", 1 << 20),
+    ("4 MiB MB/s, amigo heap", "amigo-bw", "mb_per_s", 4 << 20),
+    ("4 MiB MB/s, MPICH", "mpich-bw", "mb_per_s", 4 << 20),
+]:
+    print(f"  {label:<24} " + " ".join(fmt(v) for v in vals(run, key, size)))
 fails = [r["run"] for r in rows if r.get("failed")]
 if fails:
     print("failed or timed out:", ", ".join(sorted(set(fails))))
