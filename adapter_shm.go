@@ -32,6 +32,12 @@ type ShmConfig struct {
 	// HelpMin is the smallest transfer split with the owner, in bytes
 	// (AMIGO_SHM_HELP_MIN, default 131072).
 	HelpMin int
+	// Huge is "on" to have the kernel back the Go memory that large
+	// cross-memory attach transfers touch with huge pages (a one-time
+	// MADV_COLLAPSE of each 2 MiB block such a buffer covers a quarter
+	// MiB of or more; the kernel pins huge pages several times faster
+	// than small ones), or "off" (AMIGO_SHM_HUGE, default "on").
+	Huge string
 	// Chunk and Chunks size the pipelined copy's ring per peer context
 	// (AMIGO_SHM_CHUNK, default 65536 bytes; AMIGO_SHM_CHUNKS, default 16).
 	Chunk, Chunks int
@@ -57,6 +63,7 @@ func init() {
 		str("AMIGO_SHM_RDMA", "shared memory, large transfers: auto, segment, cma or copy", func(c *Config) *string { return &c.Shm.RDMA }),
 		str("AMIGO_SHM_CMA", "shared memory, cross-memory attach: auto or off", func(c *Config) *string { return &c.Shm.CMA }),
 		str("AMIGO_SHM_HELP", "shared memory, owner copies part of large transfers: on or off", func(c *Config) *string { return &c.Shm.Help }),
+		str("AMIGO_SHM_HUGE", "shared memory, huge pages under Go memory that cross-memory attach moves: on or off", func(c *Config) *string { return &c.Shm.Huge }),
 		intSetting("AMIGO_SHM_HELP_MIN", "shared memory, smallest transfer split with the owner, bytes", func(c *Config) *int { return &c.Shm.HelpMin }),
 		intSetting("AMIGO_SHM_CHUNK", "shared memory, chunk of the pipelined copy, bytes", func(c *Config) *int { return &c.Shm.Chunk }),
 		intSetting("AMIGO_SHM_CHUNKS", "shared memory, chunks per pipelined copy ring", func(c *Config) *int { return &c.Shm.Chunks }),
@@ -78,6 +85,9 @@ func resolveShm(c *Config) error {
 	if s.Help == "" {
 		s.Help = "on"
 	}
+	if s.Huge == "" {
+		s.Huge = "on"
+	}
 	def := func(p *int, v int) {
 		if *p == 0 {
 			*p = v
@@ -90,6 +100,9 @@ func resolveShm(c *Config) error {
 	def(&s.Piece, shm.DefaultPiece)
 	if s.Help != "on" && s.Help != "off" {
 		return fmt.Errorf("amigo: Shm.Help %q: want on or off", s.Help)
+	}
+	if s.Huge != "on" && s.Huge != "off" {
+		return fmt.Errorf("amigo: Shm.Huge %q: want on or off", s.Huge)
 	}
 	_, err := shmOptions(c).Validate()
 	if err != nil {
@@ -106,6 +119,7 @@ func shmOptions(c *Config) shm.Options {
 		Way:       shm.Way(c.Shm.RDMA),
 		CMA:       c.Shm.CMA,
 		HelpOff:   c.Shm.Help == "off",
+		HugeOff:   c.Shm.Huge == "off",
 		HelpMin:   c.Shm.HelpMin,
 		Chunk:     c.Shm.Chunk,
 		Chunks:    c.Shm.Chunks,

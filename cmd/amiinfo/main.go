@@ -89,6 +89,13 @@ func run(args []string, w, stderr io.Writer) int {
 	} else {
 		r.Host["yama_ptrace_scope"] = "absent"
 	}
+	// Huge pages make cross-memory attach of Go memory several times
+	// faster (AMIGO_SHM_HUGE): "never" here rules them out.
+	if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err == nil {
+		r.Host["transparent_hugepage"] = strings.TrimSpace(string(b))
+	} else {
+		r.Host["transparent_hugepage"] = "absent"
+	}
 	r.Probes = probes()
 	if *asJSON {
 		b, _ := json.MarshalIndent(r, "", "  ")
@@ -111,7 +118,7 @@ func run(args []string, w, stderr io.Writer) int {
 		fmt.Fprintf(w, "%s\n", a)
 	}
 	fmt.Fprintf(w, "\n# host\n")
-	for _, k := range []string{"kernel", "cpus", "uid", "yama_ptrace_scope"} {
+	for _, k := range []string{"kernel", "cpus", "uid", "yama_ptrace_scope", "transparent_hugepage"} {
 		fmt.Fprintf(w, "%-26s %s\n", k, r.Host[k])
 	}
 	fmt.Fprintf(w, "\n# shared memory between processes (probed against a peer process)\n")
@@ -147,6 +154,7 @@ func probes() []probe {
 	if err == nil {
 		mem, err = unix.Mmap(fd, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	}
+	add("huge-collapse", shm.ProbeHuge(), "Go memory collapsed into a huge page (AMIGO_SHM_HUGE pays)")
 	add("memfd", err, "memfd_create and a shared mapping")
 	if err != nil {
 		return out

@@ -62,6 +62,7 @@ type Adapter struct {
 
 	stats struct {
 		segment, cma, pipe, helped atomic.Uint64
+		hugeAsked, hugeCollapsed   atomic.Uint64
 	}
 
 	srv   server
@@ -246,11 +247,18 @@ type Stats struct {
 	// Helped are bytes this rank moved as owner, helping a peer's
 	// cooperative copy.
 	Helped uint64
+	// HugeAsked counts the 2 MiB blocks of Go memory the adapter asked the
+	// kernel to back with huge pages before cross-memory attach touched
+	// them; HugeCollapsed those it did (see huge.go).
+	HugeAsked, HugeCollapsed uint64
 }
 
 // Stats returns the adapter's counters.
 func (a *Adapter) Stats() Stats {
-	return Stats{Segment: a.stats.segment.Load(), CMA: a.stats.cma.Load(), Pipe: a.stats.pipe.Load(), Helped: a.stats.helped.Load()}
+	return Stats{
+		Segment: a.stats.segment.Load(), CMA: a.stats.cma.Load(), Pipe: a.stats.pipe.Load(), Helped: a.stats.helped.Load(),
+		HugeAsked: a.stats.hugeAsked.Load(), HugeCollapsed: a.stats.hugeCollapsed.Load(),
+	}
 }
 
 // Name returns "shm".

@@ -63,6 +63,13 @@
 // GB/s at 4 MiB in one hour and 6-7 in the next, when cross-memory attach
 // moved 17-20 in both.
 //
+// Cross-memory attach pins the pages it copies, and Go's heap lies on
+// small pages unless the host's transparent huge pages are "always": before
+// it moves a large transfer of Go memory that way, the initiator asks the
+// kernel to back the 2 MiB blocks under its buffer with huge pages, and an
+// owner does the same for a large region it registers (huge.go; 15 against
+// 44-60 GB/s for one process_vm_readv stream on a 2-core machine).
+//
 // To resolve a key without the owner, the owner mirrors its region table
 // into its segment (transport.Mirror): see mirrorEntry for how an access and
 // a deregistration exclude each other. A large segment or cma transfer is

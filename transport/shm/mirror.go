@@ -44,6 +44,9 @@ func (a *Adapter) Registered(index int, key transport.Key, mem []byte) {
 		a.mirrorHigh.Store(int64(index) + 1)
 	}
 	seg, off := a.allocOf(mem)
+	if seg == 0 && a.peerCMA() {
+		a.prepareHuge(mem)
+	}
 	e.addr.Store(addrOf(mem))
 	e.len.Store(uint64(len(mem)))
 	e.seg.Store(uint64(seg))

@@ -52,6 +52,10 @@ type Options struct {
 	// HelpMin is the smallest transfer split with the owner (default
 	// 128 KiB).
 	HelpMin int
+	// HugeOff stops the adapter from asking the kernel to back Go memory
+	// that large cross-memory attach transfers touch with huge pages
+	// (huge.go; default: it asks).
+	HugeOff bool
 	// Chunk and Chunks size the ring of the pipelined copy: Chunks chunks of
 	// Chunk bytes per peer context (defaults 64 KiB and 16).
 	Chunk, Chunks int

@@ -195,6 +195,9 @@ func (p *port) start(l *link, op *transport.RDMAOp) (x *xfer, wait bool, err err
 	} else if !a.opts.HelpOff && x.n >= uint64(a.opts.HelpMin) && x.n >= 2*helpPiece(x.mode) && !busy {
 		p.startHelp(x)
 	}
+	if x.mode == modeCMA {
+		a.prepareHuge(x.op.Local)
+	}
 	if x.timed {
 		x.t0 = time.Now()
 	}

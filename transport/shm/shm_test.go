@@ -130,8 +130,14 @@ func TestWays(t *testing.T) {
 		{"cma", shm.Options{Way: shm.WayCMA}, false, func(s0, s1 shm.Stats) bool { return s0.CMA > 0 && s0.Segment == 0 && s0.Pipe == 0 }},
 		{"copy", shm.Options{Way: shm.WayCopy}, false, func(s0, s1 shm.Stats) bool { return s0.Pipe > 0 && s0.CMA == 0 }},
 		{"helped", shm.Options{}, true, func(s0, s1 shm.Stats) bool { return s1.Helped > 0 }},
+		// Before cross-memory attach moves 4 MiB of Go memory, the
+		// initiator asks for huge pages under its buffer, and the owner
+		// under the region it registered.
+		{"huge", shm.Options{Way: shm.WayCMA}, false, func(s0, s1 shm.Stats) bool { return s0.HugeAsked > 0 && s1.HugeAsked > 0 }},
+		{"huge off", shm.Options{Way: shm.WayCMA, HugeOff: true}, false, func(s0, s1 shm.Stats) bool { return s0.CMA > 0 && s0.HugeAsked == 0 && s1.HugeAsked == 0 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			shm.ForgetHuge()
 			ads, regs := world(t, 2, tc.opts)
 			defer ads[0].Close()
 			defer ads[1].Close()

@@ -1,0 +1,149 @@
+package shm
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Huge pages under cross-memory attach.
+//
+// process_vm_readv and process_vm_writev pin the other process's pages for
+// the time of the copy and copy one page at a time. Go's heap is backed by
+// 4 KiB pages unless the host's transparent huge pages are "always" (Debian
+// and Ubuntu default to "madvise", and Go does not ask for them), and there
+// pinning costs more than copying: on a 2-core machine, process_vm_readv of
+// 1-4 MiB from another process's small pages moved 15 GB/s, from a huge page
+// 44-60 GB/s. So before the adapter moves a large transfer by cross-memory
+// attach, it asks the kernel to back the 2 MiB blocks under the memory
+// involved with huge pages (MADV_COLLAPSE, Linux 6.1 and later): the owner
+// for a region it registers, the initiator for its own buffer (which the
+// owner's help reaches by cross-memory attach too). A collapse copies the
+// block into a huge page in place: same addresses, same contents, done by
+// the same kernel code that collapses pages of any process in the
+// background. It is made once per block, and only for a block the memory
+// covers at least hugeMinOverlap of; it may populate the rest of that block
+// (up to 2 MiB per block, never more than hugeTableSize blocks). Where the
+// kernel refuses (an older kernel, huge pages "never", no huge page free),
+// nothing changes but the speed. Options.HugeOff (AMIGO_SHM_HUGE=off)
+// disables it.
+
+const (
+	hugeSize = 2 << 20
+	// hugeMinOverlap is the least of a block that memory must cover for
+	// the block to be collapsed: a 1 MiB buffer covers at least half of
+	// one of the blocks it lies across.
+	hugeMinOverlap = 256 << 10
+	// hugeTableSize bounds the blocks collapsed in a process.
+	hugeTableSize = 4096
+	hugeProbes    = 16
+	madvCollapse  = 25 // MADV_COLLAPSE
+)
+
+// hugeBlocks holds the blocks this process asked to collapse, by address,
+// in open addressing. A slot goes from 0 to a block's address by
+// CompareAndSwap and never changes again, so a block is claimed exactly
+// once, by whoever swapped it in; that claimer alone collapses it. No other
+// memory is published through it.
+var hugeBlocks [hugeTableSize]atomic.Uintptr
+
+// claimHuge reports whether the caller is the first to claim block b (a
+// non-zero multiple of hugeSize). A block that finds its probe sequence
+// full is never claimed.
+func claimHuge(b uintptr) bool {
+	h := uint64(b/hugeSize) * 0x9e3779b97f4a7c15 >> 52 // 12 bits
+	for i := uint64(0); i < hugeProbes; i++ {
+		s := &hugeBlocks[(h+i)%hugeTableSize]
+		v := s.Load()
+		if v == 0 {
+			if s.CompareAndSwap(0, b) {
+				return true
+			}
+			v = s.Load()
+		}
+		if v == b {
+			return false
+		}
+	}
+	return false
+}
+
+// hugeBlocksOf calls f for each 2 MiB block that mem covers at least
+// hugeMinOverlap bytes of.
+func hugeBlocksOf(mem []byte, f func(b uintptr)) {
+	if len(mem) < hugeMinOverlap {
+		return
+	}
+	hugeBlocksOfRange(uintptr(unsafe.Pointer(unsafe.SliceData(mem))), uintptr(len(mem)), f)
+}
+
+// hugeBlocksOfRange is hugeBlocksOf for the n bytes at address a. Block 0
+// is never named.
+func hugeBlocksOfRange(a, n uintptr, f func(b uintptr)) {
+	e := a + n
+	for b := a &^ (hugeSize - 1); b < e; b += hugeSize {
+		if b != 0 && min(e, b+hugeSize)-max(a, b) >= hugeMinOverlap {
+			f(b)
+		}
+	}
+}
+
+// collapseHuge asks for the blocks under mem to be backed by huge pages,
+// each the first time it is seen; it returns how many blocks it asked for
+// and how many the kernel collapsed.
+func collapseHuge(mem []byte) (asked, collapsed int) {
+	hugeBlocksOf(mem, func(b uintptr) {
+		if !claimHuge(b) {
+			return
+		}
+		asked++
+		// The block's address goes to the kernel as a number: it may
+		// extend past mem, over memory Go holds for other objects, which
+		// the collapse leaves as it was but for the page size.
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, b, hugeSize, madvCollapse); errno == 0 {
+			collapsed++
+		}
+	})
+	return asked, collapsed
+}
+
+// prepareHuge collapses the blocks under mem unless the adapter's options
+// say not to.
+func (a *Adapter) prepareHuge(mem []byte) {
+	if a.opts.HugeOff || len(mem) < hugeMinOverlap {
+		return
+	}
+	asked, collapsed := collapseHuge(mem)
+	if asked > 0 {
+		a.stats.hugeAsked.Add(uint64(asked))
+		a.stats.hugeCollapsed.Add(uint64(collapsed))
+	}
+}
+
+// peerCMA reports whether peers may reach this rank's registered memory by
+// cross-memory attach, as far as the options tell: whether collapsing a
+// registered region can pay.
+func (a *Adapter) peerCMA() bool {
+	return a.opts.CMA != "off" && (a.opts.Way == WayAuto || a.opts.Way == WayCMA)
+}
+
+// ProbeHuge reports whether the kernel backs Go memory with a huge page
+// when asked (MADV_COLLAPSE on a 2 MiB block of a fresh buffer); nil means
+// it does, and AMIGO_SHM_HUGE can pay here.
+func ProbeHuge() error {
+	buf := make([]byte, 2*hugeSize)
+	a := uintptr(unsafe.Pointer(&buf[0]))
+	b := (a + hugeSize - 1) &^ (hugeSize - 1)
+	for i := b - a; i < b-a+hugeSize; i += pageSize {
+		buf[i] = 1
+	}
+	_, _, errno := unix.Syscall(unix.SYS_MADVISE, b, hugeSize, madvCollapse)
+	runtime.KeepAlive(buf)
+	if errno != 0 {
+		return fmt.Errorf("madvise(MADV_COLLAPSE): %w", errno)
+	}
+	return nil
+}

@@ -1,0 +1,159 @@
+package shm
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// anonHugeKB returns the AnonHugePages of this process's mapping that holds
+// addr, from /proc/self/smaps.
+func anonHugeKB(t *testing.T, addr uintptr) int {
+	t.Helper()
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no smaps: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	in := false
+	for sc.Scan() {
+		line := sc.Text()
+		if fields := strings.Fields(line); len(fields) > 0 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
+			lo, hi, _ := strings.Cut(fields[0], "-")
+			l, err1 := strconv.ParseUint(lo, 16, 64)
+			h, err2 := strconv.ParseUint(hi, 16, 64)
+			in = err1 == nil && err2 == nil && uint64(addr) >= l && uint64(addr) < h
+			continue
+		}
+		if in && strings.HasPrefix(line, "AnonHugePages:") {
+			kb, _ := strconv.Atoi(strings.Fields(line)[1])
+			return kb
+		}
+	}
+	return 0
+}
+
+func thpMode(t *testing.T) string {
+	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if err != nil {
+		return ""
+	}
+	i := bytes.IndexByte(b, '[')
+	j := bytes.IndexByte(b, ']')
+	if i < 0 || j < i {
+		return ""
+	}
+	return string(b[i+1 : j])
+}
+
+// TestCollapseHuge: a large Go buffer, once collapsed, lies on huge pages
+// with its contents unchanged, and its blocks are asked for once only.
+func TestCollapseHuge(t *testing.T) {
+	if m := thpMode(t); m == "" || m == "never" {
+		t.Skipf("transparent huge pages: %q", m)
+	}
+	buf := make([]byte, 6<<20)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	addr := uintptr(unsafe.Pointer(&buf[0]))
+	before := anonHugeKB(t, addr)
+	asked, collapsed := collapseHuge(buf)
+	// 6 MiB covers at least two whole blocks and parts of up to two more.
+	if asked < 2 || asked > 4 {
+		t.Fatalf("asked for %d blocks of a 6 MiB buffer", asked)
+	}
+	if collapsed == 0 {
+		t.Skipf("the kernel collapsed none of %d blocks (no free huge page, or no MADV_COLLAPSE)", asked)
+	}
+	if after := anonHugeKB(t, addr); after < before+2048 {
+		t.Fatalf("AnonHugePages of the heap mapping %d kB before, %d after %d collapses", before, after, collapsed)
+	}
+	for i := range buf {
+		if buf[i] != byte(i*7) {
+			t.Fatalf("byte %d changed by the collapse", i)
+		}
+	}
+	if a, _ := collapseHuge(buf); a != 0 {
+		t.Fatalf("asked again for %d blocks", a)
+	}
+	// Sub-slices of blocks already asked for are not asked for again;
+	// small buffers never are.
+	if a, _ := collapseHuge(buf[1<<20 : 3<<20]); a != 0 {
+		t.Fatalf("asked again for %d blocks of a sub-slice", a)
+	}
+	if a, _ := collapseHuge(make([]byte, hugeMinOverlap-1)); a != 0 {
+		t.Fatalf("asked for %d blocks of a small buffer", a)
+	}
+}
+
+// TestHugeBlocksOf: which blocks a buffer covers enough of.
+func TestHugeBlocksOf(t *testing.T) {
+	cases := []struct {
+		at, n uintptr
+		want  []uintptr
+	}{
+		{hugeSize, hugeSize, []uintptr{hugeSize}},
+		// Half in block 0, which is never named, half in block 1.
+		{hugeSize - hugeMinOverlap, 2 * hugeMinOverlap, []uintptr{hugeSize}},
+		{hugeSize - 1000, 1 << 20, []uintptr{hugeSize}},
+		{3*hugeSize - (1 << 20), 1 << 20, []uintptr{2 * hugeSize}},
+		{3*hugeSize - (512 << 10), 1 << 20, []uintptr{2 * hugeSize, 3 * hugeSize}},
+	}
+	for _, c := range cases {
+		var got []uintptr
+		hugeBlocksOfRange(c.at, c.n, func(b uintptr) { got = append(got, b) })
+		want := c.want
+		if len(got) != len(want) {
+			t.Fatalf("range %#x+%#x: blocks %#x, want %#x", c.at, c.n, got, want)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("range %#x+%#x: blocks %#x, want %#x", c.at, c.n, got, want)
+			}
+		}
+	}
+}
+
+// TestClaimHuge: each block is claimed once, by one of many claimers.
+func TestClaimHuge(t *testing.T) {
+	const base = uintptr(1) << 46 // far from any mapping: the table holds numbers only
+	for i := uintptr(0); i < 64; i++ {
+		if !claimHuge(base + i*hugeSize) {
+			t.Fatalf("block %d not claimed the first time", i)
+		}
+	}
+	wins := make(chan bool, 64*8)
+	done := make(chan struct{})
+	for g := 0; g < 8; g++ {
+		go func() {
+			for i := uintptr(64); i < 128; i++ {
+				wins <- claimHuge(base + i*hugeSize)
+			}
+			done <- struct{}{}
+		}()
+	}
+	for g := 0; g < 8; g++ {
+		<-done
+	}
+	close(wins)
+	n := 0
+	for w := range wins {
+		if w {
+			n++
+		}
+	}
+	if n != 64 {
+		t.Fatalf("64 blocks claimed %d times by 8 goroutines", n)
+	}
+	for i := uintptr(0); i < 128; i++ {
+		if claimHuge(base + i*hugeSize) {
+			t.Fatalf("block %d claimed twice", i)
+		}
+	}
+}
