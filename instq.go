@@ -207,9 +207,11 @@ func (r *instRing) len() int { return r.n }
 
 func (r *instRing) push(in *inst) {
 	if r.n == len(r.buf) {
+		// A window of 64 messages behind a full FIFO fits the first
+		// buffer.
 		size := 2 * len(r.buf)
 		if size == 0 {
-			size = 8
+			size = 64
 		}
 		nb := make([]inst, size)
 		for i := 0; i < r.n; i++ {

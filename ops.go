@@ -2,6 +2,7 @@ package amigo
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/amigo-hpc/amigo/internal/wire"
 	"github.com/amigo-hpc/amigo/transport"
@@ -105,17 +106,25 @@ type opTable struct {
 	live int
 }
 
+// opFirstBlock is the number of entries of an op table's first block.
+const opFirstBlock = 128
+
 func (t *opTable) alloc(kind opKind, p *peer) *op {
 	if t.ops == nil {
 		t.free = -1
 	}
 	if t.free < 0 {
 		n := len(t.ops)
+		// The first block holds a bandwidth window's worth (64 messages
+		// and their acknowledgements), so that a program that keeps
+		// fewer operations live never grows the table after its first
+		// one.
 		grow := n
-		if grow < 16 {
-			grow = 16
+		if grow < opFirstBlock {
+			grow = opFirstBlock
 		}
 		block := make([]op, grow)
+		t.ops = slices.Grow(t.ops, grow)
 		for i := range block {
 			o := &block[i]
 			o.c = t.c

@@ -203,6 +203,10 @@ func (c *Context) announce(src int32, pk *wire.Packet) *op {
 	o.remaining = o.size
 	o.bottom = o.size
 	o.disp = Dispatch(pk.Dispatch)
+	if p.streams == nil {
+		// Room for a bandwidth window's streams at once.
+		p.streams = make([]*op, 0, 64)
+	}
 	p.streams = append(p.streams, o)
 	return o
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,13 +121,18 @@ type region struct {
 	mem      []byte
 }
 
+// firstRegions is the number of entries the table gets when the first
+// region is registered: a window of 64 large sends in flight, each with its
+// registration, fits without growing the table again.
+const firstRegions = 128
+
 // NewRegions returns an empty table.
 func NewRegions() *Regions {
 	r := &Regions{}
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	r.gen = binary.LittleEndian.Uint64(seed[:]) >> keyIndexBits
-	tab := make([]*region, 0, 16)
+	tab := make([]*region, 0, firstRegions)
 	r.tab.Store(&tab)
 	return r
 }
@@ -156,7 +162,7 @@ func (r *Regions) Register(mem []byte) (Key, error) {
 		// registrations creeps up allocates log-many times, not on
 		// each new peak. The new entries but the first go on the free
 		// list, lowest index last, to be taken first.
-		n := min(max(len(tab), 16), maxRegions-len(tab))
+		n := min(max(len(tab), firstRegions), maxRegions-len(tab))
 		grown := make([]*region, len(tab), len(tab)+n)
 		copy(grown, tab)
 		batch := make([]region, n)
@@ -164,6 +170,7 @@ func (r *Regions) Register(mem []byte) (Key, error) {
 			grown = append(grown, &batch[i])
 		}
 		idx = uint32(len(tab))
+		r.free = slices.Grow(r.free, n-1)
 		for i := len(grown) - 1; i > int(idx); i-- {
 			r.free = append(r.free, uint32(i))
 		}
