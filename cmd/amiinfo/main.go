@@ -90,7 +90,9 @@ func run(args []string, w, stderr io.Writer) int {
 		r.Host["yama_ptrace_scope"] = "absent"
 	}
 	// Huge pages make cross-memory attach of Go memory several times
-	// faster (AMIGO_SHM_HUGE): "never" here rules them out.
+	// faster (AMIGO_SHM_HUGE). With "always", Go's heap has them already;
+	// otherwise the adapter asks for them (MADV_COLLAPSE, which the kernel
+	// honours whatever this mode says: the huge-collapse probe tells).
 	if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err == nil {
 		r.Host["transparent_hugepage"] = strings.TrimSpace(string(b))
 	} else {

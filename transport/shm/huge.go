@@ -24,11 +24,12 @@ import (
 // owner's help reaches by cross-memory attach too). A collapse copies the
 // block into a huge page in place: same addresses, same contents, done by
 // the same kernel code that collapses pages of any process in the
-// background. It is made once per block, and only for a block the memory
-// covers at least hugeMinOverlap of; it may populate the rest of that block
-// (up to 2 MiB per block, never more than hugeTableSize blocks). Where the
-// kernel refuses (an older kernel, huge pages "never", no huge page free),
-// nothing changes but the speed. Options.HugeOff (AMIGO_SHM_HUGE=off)
+// background; the kernel honours it whatever the host's huge page mode
+// ("never" included). It is made once per block, and only for a block the
+// memory covers at least hugeMinOverlap of; it may populate the rest of that
+// block (up to 2 MiB per block, never more than hugeTableSize blocks). Where
+// the kernel refuses (before Linux 6.1, or with no huge page free), nothing
+// changes but the speed. Options.HugeOff (AMIGO_SHM_HUGE=off)
 // disables it.
 
 const (

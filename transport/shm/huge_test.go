@@ -2,7 +2,6 @@ package shm
 
 import (
 	"bufio"
-	"bytes"
 	"os"
 	"strconv"
 	"strings"
@@ -38,25 +37,9 @@ func anonHugeKB(t *testing.T, addr uintptr) int {
 	return 0
 }
 
-func thpMode(t *testing.T) string {
-	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
-	if err != nil {
-		return ""
-	}
-	i := bytes.IndexByte(b, '[')
-	j := bytes.IndexByte(b, ']')
-	if i < 0 || j < i {
-		return ""
-	}
-	return string(b[i+1 : j])
-}
-
 // TestCollapseHuge: a large Go buffer, once collapsed, lies on huge pages
 // with its contents unchanged, and its blocks are asked for once only.
 func TestCollapseHuge(t *testing.T) {
-	if m := thpMode(t); m == "" || m == "never" {
-		t.Skipf("transparent huge pages: %q", m)
-	}
 	buf := make([]byte, 6<<20)
 	for i := range buf {
 		buf[i] = byte(i * 7)
