@@ -45,31 +45,63 @@ const (
 )
 
 // hugeBlocks holds the blocks this process asked to collapse, by address,
-// in open addressing. A slot goes from 0 to a block's address by
-// CompareAndSwap and never changes again, so a block is claimed exactly
-// once, by whoever swapped it in; that claimer alone collapses it. No other
-// memory is published through it.
+// in open addressing. A block's address has hugeStateBits low zero bits;
+// its slot holds the address with the block's state in them: hugeBusy
+// while one goroutine asks the kernel, hugeOver once the kernel collapsed
+// it or refused for good, else the number of failed tries. A slot goes from 0 to a block by
+// CompareAndSwap and then holds that block for good; each change of state is
+// a CompareAndSwap (or, from busy, a store by the goroutine that made it
+// busy), so one goroutine at a time asks for a block. The kernel fails a
+// collapse for the moment (EAGAIN) when pages of the block are pinned, as
+// while a peer's cross-memory attach reads them: a block is tried again on a
+// later transfer, up to hugeTries times. No other memory is published
+// through the table.
 var hugeBlocks [hugeTableSize]atomic.Uintptr
 
-// claimHuge reports whether the caller is the first to claim block b (a
-// non-zero multiple of hugeSize). A block that finds its probe sequence
-// full is never claimed.
-func claimHuge(b uintptr) bool {
+const (
+	hugeStateBits = 8
+	hugeStateMask = 1<<hugeStateBits - 1
+	hugeBusy      = 1 << 7
+	hugeOver      = 1 << 6
+	hugeTries     = 4
+)
+
+// claimHuge reports whether the caller is to ask for block b (a non-zero
+// multiple of hugeSize) now, and if so the slot to report the outcome to
+// (finishHuge). A block that finds its probe sequence full is never asked
+// for.
+func claimHuge(b uintptr) (*atomic.Uintptr, bool) {
 	h := uint64(b/hugeSize) * 0x9e3779b97f4a7c15 >> 52 // 12 bits
 	for i := uint64(0); i < hugeProbes; i++ {
 		s := &hugeBlocks[(h+i)%hugeTableSize]
 		v := s.Load()
 		if v == 0 {
-			if s.CompareAndSwap(0, b) {
-				return true
+			if s.CompareAndSwap(0, b|hugeBusy) {
+				return s, true
 			}
 			v = s.Load()
 		}
-		if v == b {
-			return false
+		if v&^hugeStateMask != b {
+			continue
 		}
+		if v&(hugeBusy|hugeOver) != 0 || v&hugeStateMask >= hugeTries {
+			return nil, false
+		}
+		return s, s.CompareAndSwap(v, v|hugeBusy)
 	}
-	return false
+	return nil, false
+}
+
+// finishHuge records the outcome of the ask claimHuge allowed: over (the
+// block collapsed, or the kernel refused for good), or one more failed try.
+func finishHuge(s *atomic.Uintptr, over bool) {
+	v := s.Load() &^ hugeBusy
+	if over {
+		v = v&^hugeStateMask | hugeOver
+	} else {
+		v++
+	}
+	s.Store(v)
 }
 
 // hugeBlocksOf calls f for each 2 MiB block that mem covers at least
@@ -97,16 +129,20 @@ func hugeBlocksOfRange(a, n uintptr, f func(b uintptr)) {
 // and how many the kernel collapsed.
 func collapseHuge(mem []byte) (asked, collapsed int) {
 	hugeBlocksOf(mem, func(b uintptr) {
-		if !claimHuge(b) {
+		slot, ok := claimHuge(b)
+		if !ok {
 			return
 		}
 		asked++
 		// The block's address goes to the kernel as a number: it may
 		// extend past mem, over memory Go holds for other objects, which
 		// the collapse leaves as it was but for the page size.
-		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, b, hugeSize, madvCollapse); errno == 0 {
+		_, _, errno := unix.Syscall(unix.SYS_MADVISE, b, hugeSize, madvCollapse)
+		if errno == 0 {
 			collapsed++
 		}
+		// Only a refusal for the moment is worth another try.
+		finishHuge(slot, errno == 0 || errno != unix.EAGAIN && errno != unix.EBUSY)
 	})
 	return asked, collapsed
 }

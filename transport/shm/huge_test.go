@@ -103,20 +103,52 @@ func TestHugeBlocksOf(t *testing.T) {
 	}
 }
 
-// TestClaimHuge: each block is claimed once, by one of many claimers.
+// TestClaimHuge: each block is asked for by one claimer at a time, never
+// again once over, and again after a failed try, up to hugeTries tries.
 func TestClaimHuge(t *testing.T) {
 	const base = uintptr(1) << 46 // far from any mapping: the table holds numbers only
 	for i := uintptr(0); i < 64; i++ {
-		if !claimHuge(base + i*hugeSize) {
+		b := base + i*hugeSize
+		s, ok := claimHuge(b)
+		if !ok {
 			t.Fatalf("block %d not claimed the first time", i)
 		}
+		if _, again := claimHuge(b); again {
+			t.Fatalf("block %d claimed while busy", i)
+		}
+		finishHuge(s, true)
+		if _, again := claimHuge(b); again {
+			t.Fatalf("block %d claimed once over", i)
+		}
 	}
+	// Failed tries: asked again, hugeTries times in all.
+	b := base + 100*hugeSize
+	tries := 0
+	for {
+		s, ok := claimHuge(b)
+		if !ok {
+			break
+		}
+		tries++
+		finishHuge(s, false)
+		if tries > hugeTries {
+			break
+		}
+	}
+	if tries != hugeTries {
+		t.Fatalf("a block that kept failing was tried %d times, want %d", tries, hugeTries)
+	}
+	// Many claimers: each block is claimed once.
 	wins := make(chan bool, 64*8)
 	done := make(chan struct{})
 	for g := 0; g < 8; g++ {
 		go func() {
-			for i := uintptr(64); i < 128; i++ {
-				wins <- claimHuge(base + i*hugeSize)
+			for i := uintptr(200); i < 264; i++ {
+				s, ok := claimHuge(base + i*hugeSize)
+				if ok {
+					finishHuge(s, true)
+				}
+				wins <- ok
 			}
 			done <- struct{}{}
 		}()
@@ -133,10 +165,5 @@ func TestClaimHuge(t *testing.T) {
 	}
 	if n != 64 {
 		t.Fatalf("64 blocks claimed %d times by 8 goroutines", n)
-	}
-	for i := uintptr(0); i < 128; i++ {
-		if claimHuge(base + i*hugeSize) {
-			t.Fatalf("block %d claimed twice", i)
-		}
 	}
 }
