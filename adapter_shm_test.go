@@ -355,3 +355,53 @@ func TestShmContexts(t *testing.T) {
 		t.Fatalf("contexts of rank 1 got %v messages, want 6 each", got)
 	}
 }
+
+// Large messages and Gets of Go memory over shared memory, which move by
+// cross-memory attach once their pages were collapsed onto huge pages
+// (AMIGO_SHM_HUGE), allocate nothing once warm either.
+func TestShmLargeZeroAllocs(t *testing.T) {
+	cl := shmPair(t, amigo.Config{Shm: amigo.ShmConfig{RDMA: "cma"}})
+	c0, c1 := cl[0].Context(0), cl[1].Context(0)
+	const n = 1 << 20
+	src, dst := make([]byte, n), make([]byte, n)
+	for i := range src {
+		src[i] = byte(i * 5)
+	}
+	k := amigo.NewCounter()
+	c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+		k.Add(1)
+		if err := m.Receive(dst[:m.Size()], k.Done()); err != nil {
+			t.Error(err)
+		}
+	})
+	reg, err := cl[1].RegisterMemory(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, n)
+	f := func() {
+		k.Add(2)
+		if err := c0.Send(amigo.EndpointOf(1), 1, nil, src, k.Done()); err != nil {
+			t.Fatal(err)
+		}
+		if err := c0.Get(amigo.EndpointOf(1), got, reg.Key(), 0, k.Done()); err != nil {
+			t.Fatal(err)
+		}
+		for k.Pending() > 0 {
+			c0.Advance()
+			c1.Advance()
+		}
+	}
+	for i := 0; i < 20; i++ {
+		f()
+	}
+	if err := k.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(dst, src) || !bytes.Equal(got, src) {
+		t.Fatal("a large send or get moved the wrong bytes")
+	}
+	if n := testing.AllocsPerRun(50, f); n != 0 {
+		t.Errorf("%v allocations per 1 MiB Send and Get over shared memory, want 0", n)
+	}
+}
