@@ -98,7 +98,11 @@ type Config struct {
 	// may wait in the injection FIFO for the engine to take them: it paces
 	// a stream so that a STOP finds little sent, at the price of a round
 	// trip per packet (AMIGO_EAGER_INFLIGHT, default 0: no pacing, which
-	// measured faster here, most of all on a loaded machine).
+	// measured faster here, most of all on a loaded machine). With it
+	// set, a stream starts at once, paced by its packets; without it, a
+	// message the receiver would stop if it named a buffer at once starts
+	// streaming only once the receiver has taken its announcement and not
+	// stopped it (see announceTaken in stop.go).
 	EagerInflight int
 	// Transport forces the adapter used between processes: "auto" picks
 	// shared memory for ranks on the same host and TCP for the others;

@@ -52,6 +52,11 @@ type Context struct {
 	ops      opTable
 	later    []laterDone // local completions found inside handlers
 	spare    []laterDone
+	// toStream lists the streams whose announcement the receiver took in
+	// this Advance; startStreams starts them after the Advance polled
+	// (stop.go, announceTaken).
+	toStream     []uint64
+	startStreams func(error)
 
 	timer *time.Timer
 	stats Stats
@@ -104,6 +109,7 @@ func newContext(cl *Client, index int) (*Context, error) {
 		c.stopVariant = 0 // auto: chosen per message by stop
 	}
 	c.ops.c = c
+	c.startStreams = c.startStreamsNow
 	c.timer = time.NewTimer(time.Hour)
 	c.timer.Stop()
 	// A context sleeps on a doorbell every adapter can ring: one in shared

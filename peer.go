@@ -30,6 +30,12 @@ type peer struct {
 	// stopAbove is Config.StopAbove for this peer: the program's, else the
 	// link's, else the default.
 	stopAbove uint64
+	// stopBusy is the threshold while other messages of this peer are in
+	// progress (transport.Link.StopBusyAbove; Config.StopAbove sets both).
+	stopBusy uint64
+	// sendStreams counts the messages this context is streaming to the
+	// peer; recvStreams (len(streams)) those the peer streams to it.
+	sendStreams int
 
 	q instRing // instructions waiting for FIFO space, in order
 	// ctl holds control packets (STOP, CTS, FIN, ACK) waiting for FIFO
@@ -87,6 +93,9 @@ func (c *Context) connect(idx int32) *peer {
 	p.stopAbove = uint64(c.cfg.StopAbove)
 	if p.stopAbove == 0 {
 		p.stopAbove = uint64(cmp.Or(link.StopAbove, defaultStopAbove))
+		p.stopBusy = uint64(cmp.Or(link.StopBusyAbove, int(p.stopAbove)))
+	} else {
+		p.stopBusy = p.stopAbove
 	}
 	if link.MaxRDMA > 0 && link.MaxRDMA < p.chunk {
 		p.chunk = link.MaxRDMA

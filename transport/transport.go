@@ -124,6 +124,13 @@ type Link struct {
 	// fetching the rest by RDMA beats streaming it in eager packets. Zero
 	// leaves the AMI's default; a value the program sets wins over both.
 	StopAbove int
+	// StopBusyAbove is the same threshold for a message that arrives while
+	// other messages of the same peer are still in progress at the
+	// receiver: there, the rest is fetched together with theirs (an
+	// adapter that moves several GETs toward one owner at once, say), and
+	// that may pay from a much smaller size than for a lone message. Zero
+	// means StopAbove.
+	StopBusyAbove int
 	// Shared says that Msg lies in memory the consumer reads directly (the
 	// same process, or a segment both processes map): a descriptor is in
 	// the consumer's hands once published, and the AMI completes an inline

@@ -63,6 +63,7 @@ type Adapter struct {
 	stats struct {
 		segment, cma, pipe, helped atomic.Uint64
 		hugeAsked, hugeCollapsed   atomic.Uint64
+		cmaBatches                 atomic.Uint64
 	}
 
 	srv   server
@@ -251,6 +252,9 @@ type Stats struct {
 	// kernel to back with huge pages before cross-memory attach touched
 	// them; HugeCollapsed those it did (see huge.go).
 	HugeAsked, HugeCollapsed uint64
+	// CMABatches counts the calls that moved several small descriptors
+	// by cross-memory attach at once (batch.go).
+	CMABatches uint64
 }
 
 // Stats returns the adapter's counters.
@@ -258,6 +262,7 @@ func (a *Adapter) Stats() Stats {
 	return Stats{
 		Segment: a.stats.segment.Load(), CMA: a.stats.cma.Load(), Pipe: a.stats.pipe.Load(), Helped: a.stats.helped.Load(),
 		HugeAsked: a.stats.hugeAsked.Load(), HugeCollapsed: a.stats.hugeCollapsed.Load(),
+		CMABatches: a.stats.cmaBatches.Load(),
 	}
 }
 

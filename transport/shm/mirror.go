@@ -74,7 +74,10 @@ func (a *Adapter) waitAccess(key uint64) {
 		pr := a.peers[li]
 		for d := 0; d < a.self.l.nctx; d++ {
 			slot := a.self.access(li, d)
-			for spins := 0; slot.Load() == key; spins++ {
+			for spins := 0; ; spins++ {
+				if v := slot.Load(); v != key && v != accessAll {
+					break
+				}
 				if pr == nil || pr.gone() {
 					break
 				}

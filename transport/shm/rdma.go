@@ -69,6 +69,10 @@ func (p *port) runRDMA() int {
 	for _, l := range *p.out.Load() {
 		for {
 			if l.x == nil {
+				if n := p.runBatch(l); n > 0 {
+					done += n
+					continue
+				}
 				op := l.tl.RDMA.Next()
 				if op == nil {
 					break
