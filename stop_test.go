@@ -560,3 +560,70 @@ func TestStopCrossedStreams(t *testing.T) {
 		})
 	}
 }
+
+// Over shared memory, a window of mid-size messages to a receiver that
+// names its buffers at once is fetched, not streamed: each message that
+// arrives while another of the window is in progress is stopped at its
+// announcement, and its sender, which held its stream back until the
+// receiver took the announcement, streamed none of it. A lone message of
+// the same size streams whole.
+func TestStopWindowFetched(t *testing.T) {
+	const n, size = 32, 32 << 10
+	cl := openOver(t, 2, amigo.Config{}, "shm")
+	c0, c1 := cl[0].Context(0), cl[1].Context(0)
+	bufs := make([][]byte, n)
+	got := 0
+	c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+		i := int(m.Header[0])
+		bufs[i] = make([]byte, m.Size())
+		if err := m.Receive(bufs[i], func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			got++
+		}); err != nil {
+			t.Error(err)
+		}
+	})
+	sent := 0
+	onSent := func(err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		sent++
+	}
+	// The lone message.
+	data := fill(make([]byte, size), n)
+	if err := c0.Send(amigo.EndpointOf(1), 1, []byte{0}, data, onSent); err != nil {
+		t.Fatal(err)
+	}
+	advanceUntil(t, func() bool { return got == 1 && sent == 1 }, c0, c1)
+	s0, s1 := c0.Stats(), c1.Stats()
+	if s1.Stops != 0 || s0.EagerBytesSent != size || !bytes.Equal(bufs[0], data) {
+		t.Fatalf("lone message: %d STOPs, %d of %d bytes streamed", s1.Stops, s0.EagerBytesSent, size)
+	}
+
+	// The window, posted before either side advances.
+	datas := make([][]byte, n)
+	for i := range datas {
+		datas[i] = fill(make([]byte, size), i)
+		if err := c0.Send(amigo.EndpointOf(1), 1, []byte{byte(i)}, datas[i], onSent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	advanceUntil(t, func() bool { return got == n+1 && sent == n+1 }, c0, c1)
+	for i := range datas {
+		if !bytes.Equal(bufs[i], datas[i]) {
+			t.Fatalf("message %d of the window differs", i)
+		}
+	}
+	w0, w1 := c0.Stats(), c1.Stats()
+	stops := w1.Stops - s1.Stops
+	streamed := w0.EagerBytesSent - s0.EagerBytesSent
+	fetched := w1.FetchedBytes - s1.FetchedBytes
+	// The first message of the window, and the second if the first was
+	// over when its announcement came, find nothing else in progress.
+	if stops < n-2 || streamed > 2*size || fetched < (n-2)*size {
+		t.Fatalf("window of %d: %d STOPs, %d bytes streamed, %d fetched", n, stops, streamed, fetched)
+	}
+}

@@ -7,3 +7,18 @@ func ForgetHuge() {
 		hugeBlocks[i].Store(0)
 	}
 }
+
+// ClaimAll stores the claim a batched cross-memory attach call holds
+// (accessAll) in the access slot of a's context ctx at the owner rank, and
+// returns the function that clears it.
+func ClaimAll(a *Adapter, owner, ctx int) (release func()) {
+	pr := a.peers[a.localOf[owner]]
+	slot := pr.seg.access(a.li, ctx)
+	slot.Store(accessAll)
+	return func() { slot.Store(0) }
+}
+
+// MirrorState returns the state word of the owner's mirror entry for key.
+func MirrorState(a *Adapter, key uint64) uint64 {
+	return a.self.mirrorEntry(int(key & keyIndexMask)).state.Load()
+}
