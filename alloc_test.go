@@ -99,6 +99,18 @@ func TestZeroAllocs(t *testing.T) {
 			}
 			advanceUntil(t, func() bool { return completed == want }, c0, c1)
 		})
+		// A window of them, written straight into the descriptor buffer
+		// by the posting goroutine, their callbacks run by the next
+		// Advance.
+		requireZeroAllocs(t, "window of 64 small Sends with done callbacks", func() {
+			for j := 0; j < 64; j++ {
+				want++
+				if err := c0.Send(ep1, 1, hdr, small[:8], done); err != nil {
+					t.Fatal(err)
+				}
+			}
+			advanceUntil(t, func() bool { return completed == want }, c0, c1)
+		})
 		rdone := 0
 		remote := func(err error) {
 			if err != nil {

@@ -38,6 +38,10 @@ func TestInlineSendDoneAtInjection(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// Callbacks run inside Advance, never inside Send.
+			if len(order) != 0 {
+				t.Fatalf("%d done callbacks ran inside Send", len(order))
+			}
 			// Rank 1 never advances here: the callbacks must not wait for it.
 			for k := 0; k < 100 && len(order) < n; k++ {
 				c0.Advance()

@@ -51,8 +51,10 @@ func (c *Context) send(ep Endpoint, d Dispatch, header, data []byte, done, rdone
 	if len(header) > c.cfg.InlineMax || len(header) > 0xffff {
 		return fmt.Errorf("amigo: header of %d bytes, limit %d: %w", len(header), min(c.cfg.InlineMax, 0xffff), ErrTooLarge)
 	}
-	if done == nil && rdone == nil && len(header)+len(data) <= c.cfg.InlineMax && c.injectDirect(idx, d, header, data) {
-		return nil
+	if rdone == nil && len(header)+len(data) <= c.cfg.InlineMax {
+		if done == nil && c.injectDirect(idx, d, header, data) || done != nil && c.injectDirectDone(idx, d, header, data, done) {
+			return nil
+		}
 	}
 	in, pos, err := c.claim()
 	if err != nil {
