@@ -70,6 +70,12 @@
 // owner does the same for a large region it registers (huge.go; 15 against
 // 44-60 GB/s for one process_vm_readv stream on a 2-core machine).
 //
+// Small transfers by cross-memory attach are gathered: the GETs (or PUTs)
+// queued one after the other toward one owner, each under 512 KiB, move in
+// one vectored system call of up to 1 MiB (batch.go), since a call costs
+// more than copying a few kilobytes. A window of messages that their
+// receiver fetches (amigo's STOP, see stopWorth there) becomes a few calls.
+//
 // To resolve a key without the owner, the owner mirrors its region table
 // into its segment (transport.Mirror): see mirrorEntry for how an access and
 // a deregistration exclude each other. A large segment or cma transfer is
