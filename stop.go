@@ -102,10 +102,13 @@ func (c *Context) injectSend(p *peer, in *inst) bool {
 // the STOPs came back, and the receiver, whose core is the bottleneck of
 // such a stream, skipped them all. Waiting for the announcement to be
 // taken costs the one-way latency of the link to a message the receiver
-// does not stop (it has no buffer yet), and nothing to one it stops: on
-// every adapter a packet counts as taken only once the receiver's
-// handler ran, and a STOP the handler caused is published before that
-// (so the Poll that follows this callback finds it, see startStreams).
+// does not stop (it has no buffer yet), and nothing to one it stops: a
+// packet counts as taken only once the receiver's handler ran, and on a
+// link the receiver reads in place (shared memory, in process) a STOP the
+// handler caused is published before that, so the Poll that follows this
+// callback finds it (see startStreamsNow). Over TCP the STOP travels on
+// the other connection of the pair and may come later: the stream then
+// starts, and stops when it comes, as without the wait.
 type announceTaken op
 
 func (a *announceTaken) Done(err error) {
