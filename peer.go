@@ -45,7 +45,13 @@ type peer struct {
 	// whole stream: two ranks streaming to each other had each's STOP of
 	// the other's stream queued behind the rest of its own, and both sent
 	// all of their data eagerly for nothing.
-	ctl      instRing
+	ctl instRing
+	// more holds the eager streams waiting for FIFO space, behind q: a
+	// new announcement goes before the rest of an earlier stream, so
+	// that the receiver sees a window's announcements early and fetches
+	// them together (stopWorth), rather than after the first message
+	// streamed whole.
+	more     instRing
 	streams  []*op // messages this peer is streaming to us
 	ops      int   // live operations bound to this peer
 	isActive bool
@@ -55,7 +61,7 @@ type peer struct {
 }
 
 func (p *peer) idle() bool {
-	return p.q.len() == 0 && p.ctl.len() == 0 && p.ops == 0 && (p.failed != nil || p.msg.Pending() == 0 && p.rdma.Pending() == 0)
+	return p.q.len() == 0 && p.ctl.len() == 0 && p.more.len() == 0 && p.ops == 0 && (p.failed != nil || p.msg.Pending() == 0 && p.rdma.Pending() == 0)
 }
 
 // peerIndex validates ep and returns its index.
@@ -182,6 +188,13 @@ func (c *Context) flush(p *peer) int {
 			break
 		}
 		p.q.popFront()
+		n++
+	}
+	for p.more.len() > 0 && p.failed == nil {
+		if !c.inject(p, p.more.front()) {
+			break
+		}
+		p.more.popFront()
 		n++
 	}
 	return n
@@ -338,13 +351,17 @@ func (c *Context) countRDMA(k transport.RDMAKind) {
 }
 
 // queueMore queues the injection of o's remaining pieces behind p's other
-// instructions.
+// instructions; an eager stream's, behind the other streams (peer.more).
 func (c *Context) queueMore(p *peer, o *op) {
 	var in inst
 	in.kind = instMore
 	in.dest = p.idx
 	in.op = o.id()
-	p.q.push(&in)
+	if o.kind == opSendStream {
+		p.more.push(&in)
+	} else {
+		p.q.push(&in)
+	}
 	c.activate(p)
 }
 
@@ -430,6 +447,12 @@ func (c *Context) failPeer(p *peer, err error) int {
 	for p.q.len() > 0 {
 		in := *p.q.front()
 		p.q.popFront()
+		c.failInst(&in, err)
+		n++
+	}
+	for p.more.len() > 0 {
+		in := *p.more.front()
+		p.more.popFront()
 		c.failInst(&in, err)
 		n++
 	}

@@ -142,7 +142,7 @@ func (c *Context) startStreamsNow(error) {
 		if p.failed != nil {
 			continue
 		}
-		if p.q.len() > 0 || !c.pumpEager(o) {
+		if p.more.len() > 0 || !c.pumpEager(o) {
 			c.queueMore(p, o)
 		}
 	}

@@ -627,3 +627,53 @@ func TestStopWindowFetched(t *testing.T) {
 		t.Fatalf("window of %d: %d STOPs, %d bytes streamed, %d fetched", n, stops, streamed, fetched)
 	}
 }
+
+// An announcement goes before the rest of an earlier message's stream:
+// with the descriptor buffer too small for the first message's data, the
+// receiver hears of the second message before the first has all landed.
+func TestAnnouncementOvertakesStream(t *testing.T) {
+	for _, over := range []string{"loop", "shm"} {
+		t.Run(over, func(t *testing.T) {
+			cfg := amigo.Config{RingSlots: 64, InlineMax: 512, EagerPacket: 1024, EagerPacketMax: 1024, StopAbove: 1 << 20}
+			cl := openOver(t, 2, cfg, over)
+			c0, c1 := cl[0].Context(0), cl[1].Context(0)
+			const size = 16 << 10
+			var events []string
+			bufs := make([][]byte, 2)
+			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+				i := int(m.Header[0])
+				events = append(events, fmt.Sprintf("announced %d", i))
+				bufs[i] = make([]byte, m.Size())
+				if err := m.Receive(bufs[i], func(err error) {
+					if err != nil {
+						t.Error(err)
+					}
+					events = append(events, fmt.Sprintf("received %d", i))
+				}); err != nil {
+					t.Error(err)
+				}
+			})
+			datas := [][]byte{fill(make([]byte, size), 1), fill(make([]byte, size), 2)}
+			sent := 0
+			for i, d := range datas {
+				if err := c0.Send(amigo.EndpointOf(1), 1, []byte{byte(i)}, d, func(err error) {
+					if err != nil {
+						t.Error(err)
+					}
+					sent++
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			advanceUntil(t, func() bool { return sent == 2 && len(events) == 4 }, c0, c1)
+			for i := range datas {
+				if !bytes.Equal(bufs[i], datas[i]) {
+					t.Fatalf("message %d differs", i)
+				}
+			}
+			if events[1] != "announced 1" {
+				t.Fatalf("events %v: the second announcement waited for the first stream", events)
+			}
+		})
+	}
+}
