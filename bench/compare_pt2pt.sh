@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# bench/compare_pt2pt.sh: the small and mid-size point-to-point figures of
+# amigo over shared memory next to MPICH, Open MPI and UCX on this host, all
+# measured in the same run, with the ratios and the targets they are held
+# to. Not part of CI.
+#
+#   bash bench/compare_pt2pt.sh                    # ROUNDS=5 rounds, medians
+#   ROUNDS=7 bash bench/compare_pt2pt.sh
+#   BASE=/tmp/amibench-old bash bench/compare_pt2pt.sh   # an older amibench too
+#
+# Each round runs, one after the other: amigo (amibench), bench/osu/osu.c
+# under MPICH and under Open MPI, and UCX's ucx_perftest over shared memory
+# (UCX_TLS=sm,self: its posix/sysv segments and cross-memory attach), so
+# every ratio compares runs seconds apart; the table gives medians over the
+# rounds, and the figures of each round follow it.
+#
+# Measured, two ranks (processes) on this host:
+# - one-way latency of 8 bytes (osu_latency; ucx_perftest tag_lat and
+#   ucp_am_lat, which report half the round trip too), and the cross-core
+#   floor (amibench -b floor: an atomic flag between two Go processes);
+# - message rate of 8 bytes, one pair, windows of 64 (osu_mbw_mr; for one
+#   pair its loop is osu_bw's, so the MPIs' rate is their bw at 8 bytes
+#   divided by 8; amibench prints both mbw_mr and bw, which must agree);
+#   UCX's tag_bw of 8 bytes;
+# - bandwidth at 4 KiB to 256 KiB and at 1 and 4 MiB (osu_bw, windows of
+#   64; UCX tag_bw, ucp_am_bw and ucp_put_bw, converted from UCX's MiB/s
+#   to OSU's 10^6 bytes/s).
+# Targets (issue 18): latency <= the best of MPICH, Open MPI and UCX AM;
+# message rate >= 1.5x the best of MPICH, Open MPI and UCX tag_bw; at every
+# size from 4 KiB to 256 KiB bandwidth >= the best of MPICH, Open MPI and
+# UCX (tag and AM), from 16 KiB on >= 1.5x it and >= 25 GB/s, and no size
+# below a smaller one; allocations per message 0.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+bench_lock "$@"
+ROUNDS=${ROUNDS:-5}
+BASE=${BASE:-}
+PORT=${PORT:-13411}
+bench_work
+need_debs ucx-utils
+if ! command -v mpicc.mpich >/dev/null || ! command -v mpicc.openmpi >/dev/null; then
+  before=$(readlink -f /usr/bin/mpicc 2>/dev/null || true)
+  need_debs mpich libmpich-dev openmpi-bin libopenmpi-dev
+  # Installing Open MPI may make it the default MPI; keep MPICH if it was.
+  if [ "$before" = /usr/bin/mpicc.mpich ]; then
+    update-alternatives --set mpi /usr/bin/mpicc.mpich >/dev/null
+    update-alternatives --set mpirun /usr/bin/mpirun.mpich >/dev/null
+  fi
+fi
+cflags="-O2 -Wall -Wno-stringop-overflow"
+mpicc.mpich $cflags -o "$work/osu-mpich" bench/osu/osu.c
+mpicc.openmpi $cflags -o "$work/osu-ompi" bench/osu/osu.c
+go build -o "$work/amibench" ./cmd/amibench
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+SIZES="4096 8192 16384 32768 65536 131072 262144"
+
+# ucx NAME TEST SIZE ITERS: one ucx_perftest run, server and client on
+# loopback, its final figures kept under NAME as a JSON line.
+ucx() {
+  local name=$1 test=$2 size=$3 iters=$4 out
+  UCX_TLS=sm,self timeout -k 5 120 ucx_perftest -p "$PORT" -t "$test" -s "$size" -n "$iters" -f >/dev/null 2>&1 &
+  local srv=$!
+  out=""
+  for _ in $(seq 50); do
+    if out=$(UCX_TLS=sm,self timeout -k 5 120 ucx_perftest 127.0.0.1 -p "$PORT" -t "$test" -s "$size" -n "$iters" -f 2>/dev/null); then
+      break
+    fi
+    out=""
+    sleep 0.1
+  done
+  wait "$srv" 2>/dev/null || true
+  # The final line: iterations, latency 50th percentile, average, overall
+  # (us), bandwidth average, overall (MiB/s), message rate average, overall.
+  local line
+  line=$(echo "$out" | awk 'NF==8 && $1 ~ /^[0-9]+$/ {l=$0} END {print l}')
+  if [ -z "$line" ]; then
+    echo "  $name: ucx_perftest -t $test -s $size failed" >&2
+    echo "{\"run\":\"$name\",\"failed\":true}" >>"$work/results"
+    return 0
+  fi
+  echo "$line" | awk -v run="$name" -v size="$size" '{printf "{\"run\":\"%s\",\"size\":%d,\"latency_us\":%s,\"mb_per_s\":%.3f,\"messages_per_s\":%s}\n", run, size, $3, $6*1.048576, $8}' >>"$work/results"
+}
+
+amigo_round() {
+  local tag=$1 bin=$2
+  rec "$tag-lat" "$bin" --json -b latency --min-size 8 --max-size 8
+  rec "$tag-mr" "$bin" --json -b mbw_mr --min-size 8 --max-size 8
+  rec "$tag-bw8" "$bin" --json -b bw --min-size 8 --max-size 8
+  rec "$tag-bw" "$bin" --json -b bw --min-size 4096 --max-size 262144
+  rec "$tag-big" "$bin" --json -b bw --min-size 1048576 --max-size 4194304
+}
+
+mpi_round() {
+  local tag=$1 shift_cmd
+  local -a run
+  if [ "$tag" = mpich ]; then run=(mpiexec.hydra -n 2 "$work/osu-mpich"); else run=(mpirun.openmpi -n 2 "$work/osu-ompi"); fi
+  rec "$tag-lat" "${run[@]}" latency --min-size 8 --max-size 8 --json
+  rec "$tag-bw8" "${run[@]}" bw --min-size 8 --max-size 8 --json
+  rec "$tag-bw" "${run[@]}" bw --min-size 4096 --max-size 262144 --json
+  rec "$tag-big" "${run[@]}" bw --min-size 1048576 --max-size 4194304 --json
+}
+
+ucx_round() {
+  ucx ucx-tag-lat tag_lat 8 100000
+  ucx ucx-am-lat ucp_am_lat 8 100000
+  ucx ucx-tag-mr tag_bw 8 1000000
+  local s
+  for s in $SIZES; do
+    ucx ucx-tag-bw tag_bw "$s" 20000
+    ucx ucx-am-bw ucp_am_bw "$s" 20000
+    ucx ucx-put-bw ucp_put_bw "$s" 20000
+  done
+}
+
+start=$(date +%s)
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores; $(mpichversion | sed -n 's/MPICH Version:\s*/MPICH /p'); $(ompi_info --version 2>/dev/null | head -1); $(ucx_info -v | sed -n 's/# Version /UCX /p')"
+for r in $(seq "$ROUNDS"); do
+  echo "round $r of $ROUNDS" >&2
+  rec floor "$work/amibench" --json -b floor
+  amigo_round amigo "$work/amibench"
+  if [ -n "$BASE" ]; then amigo_round base "$BASE"; fi
+  mpi_round mpich
+  mpi_round ompi
+  ucx_round
+done
+echo "measured in $(( $(date +%s) - start )) s"
+python3 - "$work/results" "$SIZES" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+sizes = [int(s) for s in sys.argv[2].split()]
+def vals(run, key, size=None):
+    return [r[key] for r in rows if r.get("run") == run and key in r and (size is None or r.get("size") == size)]
+def med(run, key, size=None):
+    v = vals(run, key, size)
+    return statistics.median(v) if v else None
+def fmt(v):
+    return "-" if v is None else (f"{v:,.3f}" if v < 1 else f"{v:,.2f}" if v < 100 else f"{v:,.0f}")
+def best(*v):
+    v = [x for x in v if x is not None]
+    return max(v) if v else None
+def least(*v):
+    v = [x for x in v if x is not None]
+    return min(v) if v else None
+def yes(ok):
+    return "-" if ok is None else ("yes" if ok else "no")
+have_base = any(r.get("run", "").startswith("base-") for r in rows)
+print()
+print(f"medians of {len(vals('amigo-lat', 'latency_us', 8))} rounds; cross-core floor (atomic flag between two Go processes, one way): {fmt(med('floor', 'latency_us'))} us")
+print()
+hdr = f"| {'measure':<34} | {'amigo':>9} |" + (f" {'amigo base':>10} |" if have_base else "") + f" {'MPICH':>9} | {'Open MPI':>9} | {'UCX tag':>9} | {'UCX AM':>9} | {'UCX put':>9} | {'amigo/best':>10} | {'target':<22} | met |"
+print(hdr)
+print("|" + "|".join("-" * len(c) for c in hdr.strip("|").split("|")) + "|")
+def row(name, a, b, m, o, ut, ua, up, ref, target, ok):
+    ratio = "-" if a is None or ref in (None, 0) else f"{a / ref:.2f}x"
+    cells = f"| {name:<34} | {fmt(a):>9} |" + (f" {fmt(b):>10} |" if have_base else "")
+    print(cells + f" {fmt(m):>9} | {fmt(o):>9} | {fmt(ut):>9} | {fmt(ua):>9} | {fmt(up):>9} | {ratio:>10} | {target:<22} | {yes(ok):<3} |")
+# Latency.
+a, b = med("amigo-lat", "latency_us", 8), med("base-lat", "latency_us", 8)
+m, o = med("mpich-lat", "latency_us", 8), med("ompi-lat", "latency_us", 8)
+ut, ua = med("ucx-tag-lat", "latency_us", 8), med("ucx-am-lat", "latency_us", 8)
+ref = least(m, o, ua)
+row("8 B one-way latency (us)", a, b, m, o, ut, ua, None, ref, "<= best of MPI, UCX AM", None if a is None or ref is None else a <= ref)
+# Message rate.
+a, b = med("amigo-mr", "messages_per_s", 8), med("base-mr", "messages_per_s", 8)
+m = (med("mpich-bw8", "mb_per_s", 8) or 0) * 1e6 / 8 or None
+o = (med("ompi-bw8", "mb_per_s", 8) or 0) * 1e6 / 8 or None
+ut = med("ucx-tag-mr", "messages_per_s", 8)
+ref = best(m, o, ut)
+M = lambda v: None if v is None else v / 1e6
+row("8 B message rate (M/s)", M(a), M(b), M(m), M(o), M(ut), None, None, M(ref), ">= 1.5x best", None if a is None or ref is None else a >= 1.5 * ref)
+a8 = med("amigo-bw8", "mb_per_s", 8)
+agree = None if a is None or a8 is None else abs(a / (a8 * 1e6 / 8) - 1)
+print(f"| {'amigo bw / mbw_mr at 8 B':<34} | {'':>9} |" + (f" {'':>10} |" if have_base else "") + f" bw {fmt(None if a8 is None else a8 * 1e6 / 8 / 1e6)} M/s, mbw_mr {fmt(M(a))} M/s: differ by {'-' if agree is None else f'{agree:.0%}'} (target <= 20%: {yes(None if agree is None else agree <= 0.2)})")
+# Bandwidth.
+prev = None
+for s in sizes + [1 << 20, 4 << 20]:
+    big = s >= 1 << 20
+    a = med("amigo-big" if big else "amigo-bw", "mb_per_s", s)
+    b = med("base-big" if big else "base-bw", "mb_per_s", s)
+    m = med("mpich-big" if big else "mpich-bw", "mb_per_s", s)
+    o = med("ompi-big" if big else "ompi-bw", "mb_per_s", s)
+    ut, ua, up = (None, None, None) if big else (med("ucx-tag-bw", "mb_per_s", s), med("ucx-am-bw", "mb_per_s", s), med("ucx-put-bw", "mb_per_s", s))
+    ref = best(m, o, ut, ua)
+    label = f"{s >> 10} KiB" if s < 1 << 20 else f"{s >> 20} MiB"
+    if big:
+        target, ok = "no regression (base)", None if a is None or b is None else a >= 0.9 * b
+    elif s < 16384:
+        target, ok = ">= best", None if a is None or ref is None else a >= ref
+    else:
+        target, ok = ">= 1.5x best, >= 25 GB/s", None if a is None or ref is None else a >= 1.5 * ref and a >= 25000
+    if not big and prev is not None and a is not None and a < prev:
+        target += ", < smaller"
+        ok = False
+    row(f"bandwidth {label} (MB/s)", a, b, m, o, ut, ua, up, ref, target, ok)
+    if not big:
+        prev = a
+allocs = [r["allocs_per_msg"] for r in rows if r.get("run", "").startswith("amigo-") and "allocs_per_msg" in r]
+print()
+print(f"allocations per message in amigo's timed loops: at most {fmt(max(allocs)) if allocs else '-'}")
+print("UCX put: ucp_put_bw, one-sided, for reference (no matching, no receive buffer); best of = MPICH, Open MPI, UCX tag and AM.")
+print()
+print("each round (in order):")
+for label, run, key, size in [
+    ("8 B latency us, amigo", "amigo-lat", "latency_us", 8),
+    ("8 B latency us, MPICH", "mpich-lat", "latency_us", 8),
+    ("8 B latency us, UCX AM", "ucx-am-lat", "latency_us", 8),
+    ("8 B M msg/s, amigo", "amigo-mr", "messages_per_s", 8),
+    ("8 B M msg/s, UCX tag", "ucx-tag-mr", "messages_per_s", 8),
+    ("16 KiB MB/s, amigo", "amigo-bw", "mb_per_s", 16384),
+    ("16 KiB MB/s, MPICH", "mpich-bw", "mb_per_s", 16384),
+    ("64 KiB MB/s, amigo", "amigo-bw", "mb_per_s", 65536),
+    ("64 KiB MB/s, UCX tag", "ucx-tag-bw", "mb_per_s", 65536),
+    ("256 KiB MB/s, amigo", "amigo-bw", "mb_per_s", 262144),
+    ("256 KiB MB/s, MPICH", "mpich-bw", "mb_per_s", 262144),
+]:
+    v = vals(run, key, size)
+    if key == "messages_per_s":
+        v = [x / 1e6 for x in v]
+    print(f"  {label:<24} " + " ".join(fmt(x) for x in v))
+fails = [r["run"] for r in rows if r.get("failed")]
+if fails:
+    print("failed or timed out:", ", ".join(sorted(set(fails))))
+PY
