@@ -2,6 +2,7 @@ package amigo_test
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,11 @@ import (
 // arming or asleep; a producer that missed the armed word would leave the
 // consumer asleep to the bound. With release stores (package order) this
 // is what order.Barrier in Doorbell.Arm guarantees.
+//
+// Half the pings go to a consumer known to be asleep (its doorbell armed and
+// its sleep entered since the previous such ping), so the ring that wakes it
+// is exercised on every machine, however fast; the other half follow a pause
+// of 0 to 14 microseconds, their rings racing the consumer's arming.
 func TestSleepWakeHandshake(t *testing.T) {
 	cfg := amigo.Config{SpinIterations: 1, YieldIterations: 1, SleepMax: time.Minute}
 	cl, err := amigo.NewLocal(2, cfg)
@@ -46,10 +52,23 @@ func TestSleepWakeHandshake(t *testing.T) {
 	}()
 	start := time.Now()
 	ep1 := amigo.EndpointOf(1)
+	forced := 0
+	var entered uint64 // rank 1's sleeps when the last forced ping went
 	for i := 1; i <= rounds; i++ {
-		// A pause of 0 to 14 microseconds before each ping lets rank 1
-		// reach every step of going to sleep, its arming racing the ping.
-		for t0 := time.Now(); time.Since(t0) < time.Duration(i%8)*2*time.Microsecond; {
+		if i%2 == 0 {
+			// Wait until rank 1 sleeps again: it slept before the last
+			// forced ping, so a sleep entered since is a new one.
+			for !amigo.Asleep(c1, entered+1) {
+				if ctx.Err() != nil {
+					t.Fatalf("round %d: rank 1 never went to sleep", i)
+				}
+				runtime.Gosched()
+			}
+			entered, _ = amigo.Slept(c1)
+			forced++
+		} else {
+			for t0 := time.Now(); time.Since(t0) < time.Duration(i%8)*2*time.Microsecond; {
+			}
 		}
 		if err := c0.SendImmediate(ep1, 1, nil, []byte{byte(i)}); err != nil {
 			t.Fatal(err)
@@ -63,10 +82,13 @@ func TestSleepWakeHandshake(t *testing.T) {
 		t.Fatal(err1)
 	}
 	s0, s1 := c0.Stats(), c1.Stats()
-	t.Logf("%d round trips in %v, release stores %v; sleeps %d and %d, timed out %d and %d",
-		rounds, time.Since(start).Round(time.Millisecond), order.Relaxed(), s0.Sleeps, s1.Sleeps, s0.SleepTimeouts, s1.SleepTimeouts)
-	if s0.Sleeps+s1.Sleeps < rounds/10 {
-		t.Fatalf("only %d sleeps in %d round trips: the handshake was not exercised", s0.Sleeps+s1.Sleeps, rounds)
+	sleeps, rings := amigo.Slept(c1)
+	t.Logf("%d round trips in %v, release stores %v; sleeps %d and %d, timed out %d and %d; rank 1 woken by %d rings, %d pings sent to it asleep",
+		rounds, time.Since(start).Round(time.Millisecond), order.Relaxed(), s0.Sleeps, s1.Sleeps, s0.SleepTimeouts, s1.SleepTimeouts, rings, forced)
+	// Every forced ping found rank 1's doorbell armed and its sleep entered:
+	// only that ping's ring could clear the word.
+	if rings < uint64(forced) || sleeps < uint64(forced) {
+		t.Fatalf("rank 1 slept %d times and was rung %d times for %d pings sent to it asleep", sleeps, rings, forced)
 	}
 	if s0.SleepTimeouts+s1.SleepTimeouts != 0 {
 		t.Fatalf("%d sleeps ran to their bound of a minute", s0.SleepTimeouts+s1.SleepTimeouts)

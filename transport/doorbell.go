@@ -30,6 +30,7 @@ type Doorbell struct {
 	ch     chan struct{}
 	shared bool
 	rings  atomic.Uint64
+	sleeps atomic.Uint64 // calls of Sleep, counted on entry
 }
 
 // NewDoorbell returns a doorbell for consumers in this process.
@@ -75,6 +76,12 @@ func RingShared(word *atomic.Uint32) {
 // consumer.
 func (d *Doorbell) Rings() uint64 { return d.rings.Load() }
 
+// Sleeping returns how many times the consumer has entered Sleep: with
+// Armed, a test sees that its consumer is asleep (or at the door of its
+// sleep, where a ring still wakes it) and rings it then, instead of hoping
+// the consumer's timing takes the path.
+func (d *Doorbell) Sleeping() uint64 { return d.sleeps.Load() }
+
 // Arm announces that the consumer is about to check for work one last time
 // and sleep.
 //
@@ -103,6 +110,7 @@ func (d *Doorbell) Disarm() { d.word.Store(0) }
 // peer which does send, each such sleep is a wake-up the handshake lost, or
 // a peer that took longer than the bound.
 func (d *Doorbell) Sleep(done <-chan struct{}, t *time.Timer, timeout time.Duration) (timedOut bool) {
+	d.sleeps.Add(1)
 	if d.shared {
 		// A futex sleep cannot watch done; keep it short so the caller looks
 		// at done often.
