@@ -38,9 +38,13 @@ type ShmConfig struct {
 	// MiB of or more; the kernel pins huge pages several times faster
 	// than small ones), or "off" (AMIGO_SHM_HUGE, default "on").
 	Huge string
-	// Chunk and Chunks size the pipelined copy's ring per peer context
-	// (AMIGO_SHM_CHUNK, default 65536 bytes; AMIGO_SHM_CHUNKS, default 16).
+	// Chunk and Chunks size a ring of the pipelined copy (AMIGO_SHM_CHUNK,
+	// default 65536 bytes; AMIGO_SHM_CHUNKS, default 16).
 	Chunk, Chunks int
+	// ChunkRings is how many rings of the pipelined copy each rank keeps
+	// for the copies of its memory in flight, shared by all its peers
+	// (AMIGO_SHM_CHUNK_RINGS, default 2).
+	ChunkRings int
 	// Mirror is how many registered regions peers resolve without the
 	// owner's help (AMIGO_SHM_MIRROR, default 16384).
 	Mirror int
@@ -67,6 +71,7 @@ func init() {
 		intSetting("AMIGO_SHM_HELP_MIN", "shared memory, smallest transfer split with the owner, bytes", func(c *Config) *int { return &c.Shm.HelpMin }),
 		intSetting("AMIGO_SHM_CHUNK", "shared memory, chunk of the pipelined copy, bytes", func(c *Config) *int { return &c.Shm.Chunk }),
 		intSetting("AMIGO_SHM_CHUNKS", "shared memory, chunks per pipelined copy ring", func(c *Config) *int { return &c.Shm.Chunks }),
+		intSetting("AMIGO_SHM_CHUNK_RINGS", "shared memory, pipelined copy rings per rank, shared by its peers", func(c *Config) *int { return &c.Shm.ChunkRings }),
 		intSetting("AMIGO_SHM_MIRROR", "shared memory, regions peers resolve alone", func(c *Config) *int { return &c.Shm.Mirror }),
 		intSetting("AMIGO_SHM_PIECE", "shared memory, bytes one Advance moves per transfer", func(c *Config) *int { return &c.Shm.Piece }),
 	)
@@ -96,6 +101,7 @@ func resolveShm(c *Config) error {
 	def(&s.HelpMin, shm.DefaultHelpMin)
 	def(&s.Chunk, shm.DefaultChunk)
 	def(&s.Chunks, shm.DefaultChunks)
+	def(&s.ChunkRings, shm.DefaultRings)
 	def(&s.Mirror, shm.DefaultMirror)
 	def(&s.Piece, shm.DefaultPiece)
 	if s.Help != "on" && s.Help != "off" {
@@ -113,18 +119,19 @@ func resolveShm(c *Config) error {
 
 func shmOptions(c *Config) shm.Options {
 	return shm.Options{
-		Contexts:  c.Contexts,
-		RingSlots: c.RingSlots,
-		RDMASlots: c.RDMASlots,
-		Way:       shm.Way(c.Shm.RDMA),
-		CMA:       c.Shm.CMA,
-		HelpOff:   c.Shm.Help == "off",
-		HugeOff:   c.Shm.Huge == "off",
-		HelpMin:   c.Shm.HelpMin,
-		Chunk:     c.Shm.Chunk,
-		Chunks:    c.Shm.Chunks,
-		Mirror:    c.Shm.Mirror,
-		Piece:     c.Shm.Piece,
+		Contexts:   c.Contexts,
+		RingSlots:  c.RingSlots,
+		RDMASlots:  c.RDMASlots,
+		Way:        shm.Way(c.Shm.RDMA),
+		CMA:        c.Shm.CMA,
+		HelpOff:    c.Shm.Help == "off",
+		HugeOff:    c.Shm.Huge == "off",
+		HelpMin:    c.Shm.HelpMin,
+		Chunk:      c.Shm.Chunk,
+		Chunks:     c.Shm.Chunks,
+		ChunkRings: c.Shm.ChunkRings,
+		Mirror:     c.Shm.Mirror,
+		Piece:      c.Shm.Piece,
 	}
 }
 

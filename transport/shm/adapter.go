@@ -128,7 +128,7 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 	}
 	p := params{
 		nlocal: len(a.local), nctx: opts.Contexts, slots: opts.RingSlots,
-		mirror: opts.Mirror, allocs: opts.Allocs, chunk: opts.Chunk, chunks: opts.Chunks,
+		mirror: opts.Mirror, allocs: opts.Allocs, chunk: opts.Chunk, chunks: opts.Chunks, rings: opts.ChunkRings,
 		localIndex: a.li, rank: me, pid: os.Getpid(), token: token(a.secret, me),
 	}
 	l, err := newLayout(p)

@@ -1,6 +1,9 @@
 package shm
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"unsafe"
+)
 
 // channel is how one peer context (the initiator) asks the owner of some
 // memory to take part in a transfer: a pipelined copy, which needs the
@@ -28,8 +31,9 @@ import "sync/atomic"
 //     the owner also sets it in redo if it could not move the piece, which
 //     the initiator then moves itself. The request is complete when done
 //     has every bit; only then does the initiator reuse the channel.
-//   - Pipelined copy. wr and rd are monotonic byte positions in the chunk
-//     ring: the side that produces copies bytes into the ring and then
+//   - Pipelined copy. The initiator first takes a chunk ring of the owner's
+//     pool (pool.go) and names it in ring. wr and rd are monotonic byte
+//     positions in that chunk ring: the side that produces copies bytes into the ring and then
 //     stores wr; the side that consumes loads wr, copies bytes out, then
 //     stores rd; the producer loads rd before it overwrites a chunk. At the
 //     start of a request both sides set their own counter to base.
@@ -44,7 +48,8 @@ type channel struct {
 	lseg  atomic.Uint64 // cooperative: initiator's alloc index + 1 holding its buffer, or 0
 	loff  atomic.Uint64 // cooperative: offset of the buffer in that segment
 	laddr atomic.Uint64 // cooperative: address of the buffer in the initiator
-	_     [48]byte
+	ring  atomic.Uint64 // pipelined: the chunk ring of the owner's pool it holds
+	_     [40]byte
 
 	ack    atomic.Uint64 // owner: id of the pipelined request it took
 	status atomic.Uint64 // owner: id<<8 | code of a refused request
@@ -80,6 +85,9 @@ const (
 )
 
 const idMask = 1<<48 - 1
+
+// A channel fits its slot of the layout.
+var _ [chanHeaderSize - unsafe.Sizeof(channel{})]byte
 
 // claimWord packs the claim word of a cooperative copy.
 func claimWord(id, front, back uint64) uint64 { return id<<16 | front<<8 | back }

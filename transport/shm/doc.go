@@ -49,7 +49,11 @@
 //   - copy: the owner's engine copies between its memory and a ring of chunks
 //     in its segment while the initiator copies on the other side, two
 //     copies in parallel; it needs the owner to run, and serves the regions
-//     the first two cannot.
+//     the first two cannot. The chunk rings are a small pool of the owner's
+//     (Options.ChunkRings, pool.go), drawn by the copies in flight, so a
+//     host's shared memory grows with its ranks' transfers, not with the
+//     square of its ranks: 3 MiB a rank at 32 ranks during an all-to-all
+//     of 1 MiB (bench/shm_mem.sh), against a mebibyte per pair before.
 //
 // Between cma and copy, which both reach any Go memory, the automatic way
 // chooses by measurement: each port times its transfers of 128 KiB and more

@@ -22,3 +22,20 @@ func ClaimAll(a *Adapter, owner, ctx int) (release func()) {
 func MirrorState(a *Adapter, key uint64) uint64 {
 	return a.self.mirrorEntry(int(key & keyIndexMask)).state.Load()
 }
+
+// RingHolders returns the holder words of the chunk rings of a's pool.
+func RingHolders(a *Adapter) []uint64 {
+	h := make([]uint64, a.self.l.rings)
+	for i := range h {
+		h[i] = a.self.ringHolder(i).Load()
+	}
+	return h
+}
+
+// HoldRing marks chunk ring i of owner's pool, as seen from a, held by an
+// initiator that is not a, and returns the function that frees it.
+func HoldRing(a *Adapter, owner, i int) (release func()) {
+	w := a.peers[a.localOf[owner]].seg.ringHolder(i)
+	w.Store(0x7777<<2 | holdInit)
+	return func() { w.Store(0) }
+}

@@ -19,7 +19,7 @@ import (
 // it, fuzzed here, and the adapter is fed a hostile peer's writes below.
 
 func validParams() params {
-	return params{nlocal: 3, nctx: 2, slots: 64, mirror: 100, allocs: 10, chunk: 4096, chunks: 4, localIndex: 1, rank: 7, pid: 1234, token: [tokenSize]byte{1, 2, 3}}
+	return params{nlocal: 3, nctx: 2, slots: 64, mirror: 100, allocs: 10, chunk: 4096, chunks: 4, rings: 2, localIndex: 1, rank: 7, pid: 1234, token: [tokenSize]byte{1, 2, 3}}
 }
 
 func FuzzParseHeader(f *testing.F) {
@@ -51,7 +51,8 @@ func FuzzParseHeader(f *testing.F) {
 		_ = s.ringMem(got.nctx-1, got.nlocal-1, got.nctx-1)
 		_ = s.mirrorEntry(got.mirror - 1)
 		_ = s.allocEntry(got.allocs - 1)
-		_ = s.chunks(got.nlocal-1, got.nctx-1)
+		_ = s.chunkRing(got.rings - 1)
+		_ = s.ringHolder(got.rings - 1)
 	})
 }
 
@@ -82,6 +83,8 @@ func TestLayoutLimits(t *testing.T) {
 		func(p *params) { p.slots = 100 },
 		func(p *params) { p.chunk = 1000 },
 		func(p *params) { p.chunks = 128 },
+		func(p *params) { p.rings = 0 },
+		func(p *params) { p.rings = maxRings + 1 },
 		func(p *params) { p.mirror = maxMirror + 1 },
 		func(p *params) { p.localIndex = 3 },
 		func(p *params) { p.nlocal, p.nctx, p.chunk, p.chunks = maxLocal, maxCtx, maxChunk, maxChunks },
@@ -177,23 +180,32 @@ func TestHostileRequests(t *testing.T) {
 	}
 	// Rank 1's channel into rank 0, written as a hostile rank 1 would.
 	ch := a0.self.channel(1, 0)
-	chunks := a0.self.chunks(1, 0)
-	for i := range chunks {
-		chunks[i] = 0x55
+	for r := 0; r < a0.self.l.rings; r++ {
+		chunks := a0.self.chunkRing(r)
+		for i := range chunks {
+			chunks[i] = 0x55
+		}
 	}
+	// Chunk ring 1 is held by another initiator's channel.
+	a0.self.ringHolder(1).Store(77<<2 | holdInit)
 	cases := []struct {
 		mode, kind, key, off, n, base, piece, lseg uint64
+		ring                                       uint64
+		claim                                      bool // rank 1 holds the ring
 	}{
-		{reqPipe, 9, uint64(key), 0, 10, 0, 0, 0},                  // bad kind
-		{reqPipe, 2, uint64(key), 0, 0, 0, 0, 0},                   // empty
-		{reqPipe, 2, uint64(key), 8000, 1000, 0, 0, 0},             // out of bounds
-		{reqPipe, 2, uint64(key) ^ 1<<30, 0, 10, 0, 0, 0},          // forged key
-		{reqPipe, 2, uint64(key), ^uint64(0) - 3, 10, 0, 0, 0},     // offset overflow
-		{reqHelp, 1, uint64(key), 0, 8192, 0, 1, 0},                // piece too small
-		{reqHelp, 1, uint64(key), 0, 8192, 0, 4096, 1 << 40},       // no such alloc
-		{7, 1, uint64(key), 0, 10, 0, 0, 0},                        // bad mode
-		{reqPipe, 2, uint64(key), 0, maxSegment + 1, 0, 0, 0},      // absurd size
-		{reqPipe, 2, uint64(key), 0, 4096, ^uint64(0) - 100, 0, 0}, // wrapping positions
+		{reqPipe, 9, uint64(key), 0, 10, 0, 0, 0, 0, false},                 // bad kind
+		{reqPipe, 2, uint64(key), 0, 0, 0, 0, 0, 0, false},                  // empty
+		{reqPipe, 2, uint64(key), 8000, 1000, 0, 0, 0, 0, false},            // out of bounds
+		{reqPipe, 2, uint64(key) ^ 1<<30, 0, 10, 0, 0, 0, 0, false},         // forged key
+		{reqPipe, 2, uint64(key), ^uint64(0) - 3, 10, 0, 0, 0, 0, false},    // offset overflow
+		{reqHelp, 1, uint64(key), 0, 8192, 0, 1, 0, 0, false},               // piece too small
+		{reqHelp, 1, uint64(key), 0, 8192, 0, 4096, 1 << 40, 0, false},      // no such alloc
+		{7, 1, uint64(key), 0, 10, 0, 0, 0, 0, false},                       // bad mode
+		{reqPipe, 2, uint64(key), 0, maxSegment + 1, 0, 0, 0, 0, false},     // absurd size
+		{reqPipe, 2, uint64(key), 0, 4096, ^uint64(0) - 100, 0, 0, 0, true}, // wrapping positions
+		{reqPipe, 2, uint64(key), 0, 4096, 0, 0, 0, 99, false},              // no such chunk ring
+		{reqPipe, 2, uint64(key), 0, 4096, 0, 0, 0, 0, false},               // a chunk ring it does not hold
+		{reqPipe, 2, uint64(key), 0, 4096, 0, 0, 0, 1, false},               // another's chunk ring
 	}
 	for i, c := range cases {
 		id := uint64(i + 1)
@@ -204,6 +216,11 @@ func TestHostileRequests(t *testing.T) {
 		ch.base.Store(c.base)
 		ch.piece.Store(c.piece)
 		ch.lseg.Store(c.lseg)
+		ch.ring.Store(c.ring)
+		tag := ringTag(1, 0, a0.self.l.nctx)
+		if c.claim {
+			a0.self.ringHolder(int(c.ring)).Store(tag<<2 | holdInit)
+		}
 		// A PUT that claims bytes it never wrote.
 		ch.wr.Store(c.base + 1<<50)
 		ch.seq.Store(id)
@@ -214,9 +231,19 @@ func TestHostileRequests(t *testing.T) {
 		if !bytes.Equal(mem, bytes.Repeat([]byte{0xAA}, 8192)) {
 			t.Fatalf("case %d: a refused request wrote into the region", i)
 		}
+		if c.claim {
+			// The owner gave back its hold when it gave up.
+			if h := a0.self.ringHolder(int(c.ring)).Load(); h != tag<<2|holdInit {
+				t.Fatalf("case %d: chunk ring holder %#x, want %#x", i, h, tag<<2|holdInit)
+			}
+			a0.self.ringHolder(int(c.ring)).Store(0)
+		}
 	}
 	if a0.srv.active.Load() != 0 {
 		t.Fatalf("%d requests still in progress", a0.srv.active.Load())
+	}
+	if h0, h1 := a0.self.ringHolder(0).Load(), a0.self.ringHolder(1).Load(); h0 != 0 || h1 != 77<<2|holdInit {
+		t.Fatalf("chunk ring holders %#x and %#x after refused requests, want 0 and %#x", h0, h1, 77<<2|holdInit)
 	}
 }
 

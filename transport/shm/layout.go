@@ -19,7 +19,7 @@ import (
 //	  0 magic u64, 8 version u32, 12 header size u32
 //	 16 nlocal, 20 nctx, 24 ring slots, 28 mirror entries, 32 alloc entries,
 //	 36 chunk bytes, 40 chunks, 44 local index, 48 rank, 52 pid   (u32 each)
-//	 56 segment size u64, 64 token [16]byte
+//	 56 segment size u64, 64 token [16]byte, 80 chunk rings u32
 //	ports[nctx] (256 bytes each)    one per context of the owner
 //	  +0   bell u32      futex word: 1 while the context sleeps or is about
 //	                     to; producers load it after publishing and wake
@@ -37,9 +37,17 @@ import (
 //	rings[nctx][nlocal][nctx]       descriptor buffers into the owner's
 //	                                contexts: a 64-byte link header, then
 //	                                a ring (package ring)
-//	chans[nlocal][nctx]             one per initiating peer context: a
-//	                                request header, then the chunk ring of
-//	                                the pipelined copy
+//	chans[nlocal][nctx]             one per initiating peer context: its
+//	                                request and answer words (512 bytes)
+//	pool[chunk rings] (64 each)     who holds each chunk ring (pool.go)
+//	chunk rings[chunk rings]        the rings of the pipelined copy, each
+//	                                chunks × chunk bytes, held by one
+//	                                transfer at a time
+//
+// Memory that grows with the square of the ranks on a host is only what
+// every pair needs at once: a descriptor buffer into each context and a
+// channel header. The chunk rings, a mebibyte each, are a pool of the
+// owner's, as many as Options.ChunkRings, drawn by transfers in flight.
 //
 // The layout is computed from the header alone, so a peer validates the
 // header and knows where everything is; nothing it computes can point
@@ -47,7 +55,7 @@ import (
 
 const (
 	segMagic   = 0x316d6873_6f67696d // "migoshm1"
-	segVersion = 1
+	segVersion = 2
 
 	lineSize   = 64
 	pageSize   = 4096
@@ -59,7 +67,8 @@ const (
 	accessSlotSize  = 64
 	allocEntrySize  = 64
 	linkHeaderSize  = 64
-	chanHeaderSize  = pageSize
+	chanHeaderSize  = 512
+	poolEntrySize   = 64
 
 	tokenSize = 16
 
@@ -71,6 +80,7 @@ const (
 	maxAllocs  = 1 << 16
 	maxChunk   = 4 << 20
 	maxChunks  = 64
+	maxRings   = 64
 	maxSegment = 1 << 40
 	// MaxPieces bounds the pieces of one cooperative transfer (one bit
 	// each in a word).
@@ -84,7 +94,8 @@ type params struct {
 	mirror       int // mirror entries
 	allocs       int // alloc table entries
 	chunk        int // bytes per chunk of the pipelined copy
-	chunks       int // chunks per channel
+	chunks       int // chunks per chunk ring
+	rings        int // chunk rings in the pool
 	localIndex   int
 	rank         int
 	pid          int
@@ -102,6 +113,8 @@ type layout struct {
 	ringStride int
 	chansOff   int
 	chanStride int
+	poolOff    int
+	chunksOff  int
 	size       int
 }
 
@@ -126,6 +139,8 @@ func newLayout(p params) (layout, error) {
 		return layout{}, fmt.Errorf("chunk of %d bytes: want a power of two in [%d, %d]", p.chunk, pageSize, maxChunk)
 	case !pow2(p.chunks) || p.chunks < 2 || p.chunks > maxChunks:
 		return layout{}, fmt.Errorf("%d chunks: want a power of two in [2, %d]", p.chunks, maxChunks)
+	case p.rings < 1 || p.rings > maxRings:
+		return layout{}, fmt.Errorf("%d chunk rings: want 1 to %d", p.rings, maxRings)
 	case p.localIndex < 0 || p.localIndex >= p.nlocal:
 		return layout{}, fmt.Errorf("local index %d of %d", p.localIndex, p.nlocal)
 	case p.rank < 0 || p.pid <= 0:
@@ -149,8 +164,12 @@ func newLayout(p params) (layout, error) {
 	l.ringStride = roundUp(linkHeaderSize+ring.MemSize(p.slots), lineSize)
 	off = roundUp(off+p.nctx*p.nlocal*p.nctx*l.ringStride, pageSize)
 	l.chansOff = off
-	l.chanStride = chanHeaderSize + p.chunk*p.chunks
-	off += p.nlocal * p.nctx * l.chanStride
+	l.chanStride = chanHeaderSize
+	off = roundUp(off+p.nlocal*p.nctx*l.chanStride, pageSize)
+	l.poolOff = off
+	off = roundUp(off+p.rings*poolEntrySize, pageSize)
+	l.chunksOff = off
+	off += p.rings * p.chunk * p.chunks
 	if off > maxSegment {
 		return layout{}, fmt.Errorf("segment of %d bytes: more than %d", off, maxSegment)
 	}
@@ -169,6 +188,7 @@ func (l *layout) putHeader(mem []byte) {
 	}
 	le.PutUint64(mem[56:], uint64(l.size))
 	copy(mem[64:64+tokenSize], l.token[:])
+	le.PutUint32(mem[80:], uint32(l.rings))
 }
 
 var errHeader = errors.New("not an amigo shared-memory segment")
@@ -195,6 +215,7 @@ func parseHeader(mem []byte) (layout, error) {
 		v[i] = int(le.Uint32(mem[16+4*i:]))
 	}
 	p := params{nlocal: v[0], nctx: v[1], slots: v[2], mirror: v[3], allocs: v[4], chunk: v[5], chunks: v[6], localIndex: v[7], rank: v[8], pid: v[9]}
+	p.rings = int(le.Uint32(mem[80:]))
 	copy(p.token[:], mem[64:64+tokenSize])
 	l, err := newLayout(p)
 	if err != nil {
@@ -272,11 +293,16 @@ func (s *segment) channel(li, d int) *channel {
 	return ch
 }
 
-// chunks returns the chunk ring of that channel.
-func (s *segment) chunks(li, d int) []byte {
-	off := s.l.chansOff + (li*s.l.nctx+d)*s.l.chanStride + chanHeaderSize
+// chunkRing returns chunk ring i of the pool; 0 <= i < l.rings.
+func (s *segment) chunkRing(i int) []byte {
 	n := s.l.chunk * s.l.chunks
+	off := s.l.chunksOff + i*n
 	return s.mem[off : off+n : off+n]
+}
+
+// ringHolder returns the word that says who holds chunk ring i.
+func (s *segment) ringHolder(i int) *atomic.Uint64 {
+	return s.u64(s.l.poolOff + i*poolEntrySize)
 }
 
 // linkHeader sits before each ring.

@@ -56,9 +56,14 @@ type Options struct {
 	// that large cross-memory attach transfers touch with huge pages
 	// (huge.go; default: it asks).
 	HugeOff bool
-	// Chunk and Chunks size the ring of the pipelined copy: Chunks chunks of
-	// Chunk bytes per peer context (defaults 64 KiB and 16).
+	// Chunk and Chunks size a ring of the pipelined copy: Chunks chunks of
+	// Chunk bytes (defaults 64 KiB and 16).
 	Chunk, Chunks int
+	// ChunkRings is how many such rings a rank's segment holds for the
+	// pipelined copies of its memory in flight at once, a pool shared by
+	// every peer context (default 2; pool.go). A pipelined copy that finds
+	// them all in use moves by cross-memory attach, or waits without it.
+	ChunkRings int
 	// Mirror is the number of regions whose keys peers resolve without the
 	// owner (default 16384); regions registered beyond it move by the
 	// pipelined copy.
@@ -78,6 +83,7 @@ const (
 	DefaultHelpMin   = 128 << 10
 	DefaultChunk     = 64 << 10
 	DefaultChunks    = 16
+	DefaultRings     = 2
 	DefaultMirror    = 16384
 	DefaultAllocs    = 4096
 	DefaultPiece     = 256 << 10
@@ -111,6 +117,7 @@ func (o Options) Validate() (Options, error) {
 	def(&o.HelpMin, DefaultHelpMin)
 	def(&o.Chunk, DefaultChunk)
 	def(&o.Chunks, DefaultChunks)
+	def(&o.ChunkRings, DefaultRings)
 	def(&o.Mirror, DefaultMirror)
 	def(&o.Allocs, DefaultAllocs)
 	def(&o.Piece, DefaultPiece)
@@ -133,7 +140,7 @@ func (o Options) Validate() (Options, error) {
 		return o, fmt.Errorf("shm: help minimum %d, piece %d: want at least 0 and %d", o.HelpMin, o.Piece, pageSize)
 	}
 	// The segment's limits, for a host of two ranks.
-	_, err := newLayout(params{nlocal: 2, nctx: o.Contexts, slots: o.RingSlots, mirror: o.Mirror, allocs: o.Allocs, chunk: o.Chunk, chunks: o.Chunks, pid: 1})
+	_, err := newLayout(params{nlocal: 2, nctx: o.Contexts, slots: o.RingSlots, mirror: o.Mirror, allocs: o.Allocs, chunk: o.Chunk, chunks: o.Chunks, rings: o.ChunkRings, pid: 1})
 	if err != nil {
 		return o, fmt.Errorf("shm: %w", err)
 	}

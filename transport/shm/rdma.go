@@ -51,6 +51,7 @@ type xfer struct {
 	redone uint64 // pieces the owner gave back and we moved
 
 	chunks []byte
+	ring   int // pipelined: chunk ring of the owner's pool held, or -1
 	base   uint64
 	acked  bool
 	last   time.Time // last progress of a pipelined copy
@@ -105,6 +106,9 @@ func (p *port) runRDMA() int {
 			if x.ch != nil {
 				p.chanBy[x.pr.li] = nil
 			}
+			if x.ring >= 0 {
+				releaseRing(x.pr.seg.ringHolder(x.ring), ringTag(p.a.li, p.ctx, x.pr.seg.l.nctx), holdInit)
+			}
 			l.tl.RDMA.Done(x.err)
 			done++
 		}
@@ -136,7 +140,7 @@ func (p *port) start(l *link, op *transport.RDMAOp) (x *xfer, wait bool, err err
 		return nil, false, peerErr(to, fmt.Errorf("unknown RDMA operation %v", op.Kind))
 	}
 	x = &l.xbuf
-	*x = xfer{l: l, op: op, pr: pr, key: op.Key, off: op.Off, n: uint64(len(op.Local))}
+	*x = xfer{l: l, op: op, pr: pr, key: op.Key, off: op.Off, n: uint64(len(op.Local)), ring: -1}
 	way := a.opts.Way
 	var reg region
 	var ok, held bool
@@ -191,6 +195,20 @@ func (p *port) start(l *link, op *transport.RDMAOp) (x *xfer, wait bool, err err
 		}
 	}
 	busy := p.chanBy[pr.li] != nil
+	if x.mode == modePipe && !busy {
+		if x.ring = claimRing(pr.seg, ringTag(a.li, p.ctx, pr.seg.l.nctx)); x.ring < 0 {
+			if way != WayCopy && ok && pr.cma {
+				// The owner's chunk rings are all in flight: this
+				// one moves by cross-memory attach.
+				x.mode = modeCMA
+			} else {
+				// Wait for a ring; its holder, in another process,
+				// does not ring us when it gives it back.
+				p.work.Store(1)
+				return nil, true, nil
+			}
+		}
+	}
 	if x.mode == modePipe {
 		if busy {
 			return nil, true, nil
@@ -273,9 +291,10 @@ func (p *port) startPipe(x *xfer) {
 	ch := x.pr.seg.channel(a.li, p.ctx)
 	x.ch = ch
 	p.newID(x)
-	x.chunks = x.pr.seg.chunks(a.li, p.ctx)
+	x.chunks = x.pr.seg.chunkRing(x.ring)
 	x.base = max(ch.wr.Load(), ch.rd.Load())
 	ch.base.Store(x.base)
+	ch.ring.Store(uint64(x.ring))
 	if x.op.Kind == transport.Get {
 		ch.rd.Store(x.base)
 	} else {

@@ -39,6 +39,8 @@ type serving struct {
 	laddr  uint64
 	li, d  int
 	ch     *channel
+	ring   uint64 // pipelined: chunk ring of the pool
+	holds  bool   // pipelined: the owner holds that ring (pool.go)
 	chunks []byte
 	active bool
 }
@@ -73,6 +75,7 @@ func (s *server) serve() int {
 		k, fin := s.step(st)
 		n += k
 		if fin {
+			s.drop(st)
 			st.active = false
 			s.act[i] = s.act[len(s.act)-1]
 			s.act = s.act[:len(s.act)-1]
@@ -111,6 +114,7 @@ func (s *server) scan() int {
 			r.lseg = ch.lseg.Load()
 			r.loff = ch.loff.Load()
 			r.laddr = ch.laddr.Load()
+			r.ring = ch.ring.Load()
 			if ch.seq.Load() != seq {
 				// Rewritten while we read: look again next time.
 				a.self.engineWork().Store(1)
@@ -126,6 +130,10 @@ func (s *server) scan() int {
 			n++
 			r.active = true
 			wasActive := st.active
+			if wasActive {
+				// The initiator moved on from its previous request.
+				s.drop(st)
+			}
 			*st = r
 			if !wasActive {
 				s.act = append(s.act, li*nctx+d)
@@ -134,6 +142,20 @@ func (s *server) scan() int {
 		}
 	}
 	return n
+}
+
+// drop gives back the chunk ring r held; with its initiator gone, also the
+// rings that initiator will never give back.
+func (s *server) drop(r *serving) {
+	if !r.holds {
+		return
+	}
+	r.holds = false
+	r.chunks = nil
+	releaseRing(s.a.self.ringHolder(int(r.ring)), ringTag(r.li, r.d, s.a.self.l.nctx), holdOwner)
+	if pr := s.a.peers[r.li]; pr == nil || pr.gone() {
+		sweepRings(s.a.self, r.li)
+	}
 }
 
 // accept validates a request read from a peer's channel; for a pipelined
@@ -159,7 +181,11 @@ func (s *server) accept(r *serving, pr *peer) bool {
 			return refuse(code, rlen)
 		}
 		acc.Release()
-		r.chunks = s.a.self.chunks(r.li, r.d)
+		if !takeRing(s.a.self, r.ring, ringTag(r.li, r.d, s.a.self.l.nctx)) {
+			return refuse(stBadRequest, 0)
+		}
+		r.holds = true
+		r.chunks = s.a.self.chunkRing(int(r.ring))
 		if r.kind == transport.Get {
 			ch.wr.Store(r.base)
 		} else {

@@ -120,6 +120,9 @@ func (a *Adapter) peerGone(pr *peer) {
 			p.failPeer(pr, err)
 		}
 	}
+	// Chunk rings it drew from our pool and we are not serving; those we
+	// serve are freed when the server notices (server.serve).
+	sweepRings(a.self, pr.li)
 	transport.RingShared(a.self.engineBell())
 }
 
