@@ -25,7 +25,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/amigo-hpc/amigo/internal/ring"
 )
@@ -203,4 +206,16 @@ type Starter interface {
 // whichever adapter delivers the work.
 type DoorbellProvider interface {
 	Doorbell(ctx int) (*Doorbell, error)
+}
+
+// Processors returns the number of processors this process may run on: its
+// CPU affinity mask, or the machine's count if that is unknown. An adapter
+// compares it with the ranks of the job on this host to say whether the host
+// is oversubscribed.
+func Processors() int {
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(0, &set) == nil && set.Count() > 0 {
+		return set.Count()
+	}
+	return runtime.NumCPU()
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,7 +122,7 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 	}
 	a.li = a.localOf[me]
 	a.escalate = escalateAfter
-	if len(a.local) >= processors() {
+	if len(a.local) >= transport.Processors() {
 		a.escalate = escalateFull
 	}
 	p := params{
@@ -281,17 +280,9 @@ func (a *Adapter) Local() []int { return append([]int(nil), a.local...) }
 // Oversubscribed reports whether more ranks run on this host than this
 // process may use processors: waiting contexts should then give the
 // processor to their peers rather than spin.
-func (a *Adapter) Oversubscribed() bool { return len(a.local) > processors() }
+func (a *Adapter) Oversubscribed() bool { return len(a.local) > transport.Processors() }
 
 // processors returns how many processors this process may use.
-func processors() int {
-	var set unix.CPUSet
-	if unix.SchedGetaffinity(0, &set) == nil && set.Count() > 0 {
-		return set.Count()
-	}
-	return runtime.NumCPU()
-}
-
 // CMA reports whether cross-memory attach works toward rank.
 func (a *Adapter) CMA(rank int) bool {
 	li, ok := a.localOf[rank]

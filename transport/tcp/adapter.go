@@ -29,6 +29,7 @@ type Adapter struct {
 	regions *transport.Regions
 	rank    int
 	size    int
+	local   int // ranks of the job on this host, this one included
 	keys    keys
 	ln      *net.TCPListener
 	addr    string   // published address
@@ -73,6 +74,7 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 		job:        job,
 		regions:    regions,
 		rank:       job.Rank(),
+		local:      localRanks(job),
 		size:       job.Size(),
 		keys:       deriveKeys(secret),
 		handshakes: make(map[net.Conn]struct{}),
@@ -483,3 +485,20 @@ func (a *Adapter) Stats() Stats { return a.stats.snapshot() }
 
 // ProcessStats returns the counters of every adapter of this process.
 func ProcessStats() Stats { return processStats.snapshot() }
+
+// localRanks counts the ranks of job on this rank's host.
+func localRanks(job transport.Bootstrap) int {
+	n := 0
+	for r := 0; r < job.Size(); r++ {
+		if job.Node(r) == job.Node(job.Rank()) {
+			n++
+		}
+	}
+	return n
+}
+
+// Oversubscribed reports whether more ranks of the job run on this host than
+// this process has processors: a context that waits then spins briefly and
+// gives its processor away (amigo's idle policy), since the peer it waits
+// for may be waiting for one.
+func (a *Adapter) Oversubscribed() bool { return a.local > transport.Processors() }
