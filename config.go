@@ -50,6 +50,14 @@ type Config struct {
 	// YieldIterations is how many idle Advance calls, each followed by a
 	// yield, it then makes before it sleeps (AMIGO_YIELD, default 200).
 	YieldIterations int
+	// OversubscribedProcs is the GOMAXPROCS a rank sets when an adapter
+	// between processes reports more ranks on its host than processors
+	// (AMIGO_OVERSUBSCRIBED_PROCS, default 1; -1 leaves the runtime's). Such
+	// a rank's share of the host is under a processor: a second thread of
+	// its own (the runtime waking an idle processor for a goroutine, or
+	// spinning to find one) only takes a processor from a peer it waits
+	// for. A GOMAXPROCS variable in the environment wins over it.
+	OversubscribedProcs int
 	// SleepMax bounds one sleep of a waiting goroutine; a doorbell normally
 	// ends the sleep much earlier (AMIGO_SLEEP_MAX, default 1ms).
 	SleepMax time.Duration
@@ -160,6 +168,7 @@ var settings = []setting{
 	intSetting("AMIGO_POLL_BUDGET", "packets taken per adapter per Advance", func(c *Config) *int { return &c.PollBudget }),
 	intSetting("AMIGO_SPIN", "idle Advance calls before yielding (0: the context's choice)", func(c *Config) *int { return &c.SpinIterations }),
 	intSetting("AMIGO_YIELD", "yielding idle Advance calls before sleeping", func(c *Config) *int { return &c.YieldIterations }),
+	intSetting("AMIGO_OVERSUBSCRIBED_PROCS", "GOMAXPROCS of a rank on a host with more ranks than processors (-1: leave it)", func(c *Config) *int { return &c.OversubscribedProcs }),
 	{
 		name: "AMIGO_SLEEP_MAX", doc: "longest single sleep of a waiting goroutine",
 		get: func(c *Config) string { return c.SleepMax.String() },
@@ -241,6 +250,7 @@ func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
 	def(&c.InstructionSlots, 256)
 	def(&c.PollBudget, 64)
 	def(&c.YieldIterations, 200)
+	def(&c.OversubscribedProcs, 1)
 	if c.SleepMax == 0 {
 		c.SleepMax = time.Millisecond
 	}
@@ -293,6 +303,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("amigo: InstructionSlots %d: want a power of two in [2, 1048576]", c.InstructionSlots)
 	case c.PollBudget < 1:
 		return fmt.Errorf("amigo: PollBudget %d: want at least 1", c.PollBudget)
+	case c.OversubscribedProcs < -1:
+		return fmt.Errorf("amigo: OversubscribedProcs %d: want -1 or more", c.OversubscribedProcs)
 	case c.SpinIterations < 0 || c.YieldIterations < 0:
 		return fmt.Errorf("amigo: negative spin or yield iterations")
 	case c.SleepMax < time.Microsecond:

@@ -86,6 +86,12 @@
 // sleep is bounded (Config.SleepMax). A Driver is a goroutine that owns a
 // context and does the same for programs that never call Advance.
 //
+// On a host that runs more ranks than it has processors (an adapter between
+// processes says so), a waiting context spins only briefly and each yield
+// gives the processor to another process (sched_yield), and the rank runs
+// its Go code on one thread (Config.OversubscribedProcs): the peer it waits
+// for may be waiting for the processor it would spin on.
+//
 // # Errors
 //
 // Errors that concern an instruction's arguments are returned when it is
