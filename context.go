@@ -146,6 +146,13 @@ func newContext(cl *Client, index int) (*Context, error) {
 	return c, nil
 }
 
+// Oversubscribed reports whether an adapter between processes said that
+// this host runs more ranks than it has processors: a rank waiting for a
+// message then often waits for its sender to get a processor, and layers
+// above (package mpi) prefer algorithms in which each rank waits fewer
+// times.
+func (c *Context) Oversubscribed() bool { return c.osYield }
+
 // Client returns the client the context belongs to.
 func (c *Context) Client() *Client { return c.client }
 

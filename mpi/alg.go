@@ -210,6 +210,31 @@ func (s *sched) allreduceRD(acc []byte) {
 	s.foldOut(f, acc)
 }
 
+// allreduceFlat: every rank sends acc to rank 0, which combines them in rank
+// order and sends the result back; acc holds this rank's input and ends with
+// the result.
+func (s *sched) allreduceFlat(acc []byte) {
+	c := s.c
+	if c.rank != 0 {
+		s.send(acc, 0)
+		s.end()
+		s.recv(acc, 0)
+		s.end()
+		return
+	}
+	t := s.tmp(len(acc))
+	for i := 1; i < c.size; i++ {
+		s.recv(t, i)
+		s.end()
+		s.accRight(acc, t)
+	}
+	s.end()
+	for i := 1; i < c.size; i++ {
+		s.send(acc, i)
+	}
+	s.end()
+}
+
 // reduceScatterHalving: recursive halving over the pof2 ranks of f, on
 // blocks b of acc: at distance d each rank keeps the half of its range on
 // its side, sends the other half to its partner and combines the half it

@@ -207,6 +207,37 @@ func TestAllreduce(t *testing.T) {
 	}
 }
 
+// On an oversubscribed host, small Allreduces on 5 to 16 ranks gather at
+// rank 0 and come back from it (Options.AllreduceFlatRanks); blocking and
+// nonblocking, in rank order for the non-commutative op.
+func TestAllreduceFlat(t *testing.T) {
+	for _, p := range []int{3, 4, 5, 7, 8, 16} {
+		t.Run(fmt.Sprintf("p=%d", p), func(t *testing.T) {
+			runWith(t, p, job{}, func(ctx context.Context, w *mpi.Comm) error {
+				mpi.AssumeOversubscribed(w)
+				r := w.Size()
+				if err := checkAllreduce(ctx, w, []int{1, 3, 8}); err != nil {
+					return err
+				}
+				for _, n := range []int{1, 5} {
+					gm := make([]uint64, n)
+					q, err := mpi.Iallreduce(w, mats(w.Rank(), n), gm, MatMul)
+					if err != nil {
+						return err
+					}
+					if _, err := q.Wait(ctx); err != nil {
+						return err
+					}
+					if err := expect(fmt.Sprintf("Iallreduce MatMul n=%d", n), gm, n, refMat(0, r)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
+
 func TestReduce(t *testing.T) {
 	for _, alg := range []struct {
 		name  string

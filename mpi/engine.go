@@ -46,6 +46,9 @@ type engine struct {
 	cidx int // context index, the same on every rank
 	// immMax is the most data a message carries by SendImmediate.
 	immMax int
+	// oversub: the host runs more ranks than processors
+	// (amigo.Context.Oversubscribed).
+	oversub bool
 	// held is the context while a blocking collective holds it (Comm.run): its
 	// small messages are written straight into the peers' descriptor
 	// buffers, and it waits without taking the context again.
@@ -148,13 +151,14 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 		return nil, fmt.Errorf("mpi: amigo InlineMax %d is below the layer's %d-byte header", inline, hdrLen)
 	}
 	e = &engine{
-		ac:     ac,
-		opts:   o,
-		disp:   o.Dispatch,
-		rank:   cl.Rank(),
-		size:   cl.Size(),
-		cidx:   ac.Index(),
-		immMax: min(amigo.ImmediateMax, inline) - hdrLen,
+		ac:      ac,
+		opts:    o,
+		disp:    o.Dispatch,
+		rank:    cl.Rank(),
+		size:    cl.Size(),
+		cidx:    ac.Index(),
+		immMax:  min(amigo.ImmediateMax, inline) - hdrLen,
+		oversub: ac.Oversubscribed(),
 	}
 	e.posted.init(o.MatchBuckets)
 	e.unexp.init(o.MatchBuckets)

@@ -39,6 +39,14 @@ type Options struct {
 	// reduce-scatter and allgather (AMIGO_MPI_ALLREDUCE_SHORT, default
 	// 16384).
 	AllreduceShortMax int
+	// AllreduceFlatRanks is the most ranks whose Allreduce of a small
+	// message (one that travels in a descriptor) is gathered and reduced
+	// at rank 0, in rank order, and sent back by it, when there are more
+	// than 4 and the host is oversubscribed (amigo.Context.Oversubscribed): each rank then waits
+	// once instead of log2 p times, and with more ranks than processors
+	// each wait is a hand-over of a processor
+	// (AMIGO_MPI_ALLREDUCE_FLAT_RANKS, default 16; -1 turns it off).
+	AllreduceFlatRanks int
 	// ReduceShortMax is the largest Reduce, in bytes, done along a binomial
 	// tree; larger ones with a commutative op are done by reduce-scatter and
 	// a gather to the root (AMIGO_MPI_REDUCE_SHORT, default 16384).
@@ -90,6 +98,7 @@ type optSetting struct {
 var optSettings = []optSetting{
 	{"AMIGO_MPI_SCRATCH_RETAIN", func(o *Options) *int { return &o.ScratchRetain }, 64 << 20},
 	{"AMIGO_MPI_ALLREDUCE_SHORT", func(o *Options) *int { return &o.AllreduceShortMax }, 16 << 10},
+	{"AMIGO_MPI_ALLREDUCE_FLAT_RANKS", func(o *Options) *int { return &o.AllreduceFlatRanks }, 16},
 	{"AMIGO_MPI_REDUCE_SHORT", func(o *Options) *int { return &o.ReduceShortMax }, 16 << 10},
 	{"AMIGO_MPI_BCAST_SHORT", func(o *Options) *int { return &o.BcastShortMax }, 64 << 10},
 	{"AMIGO_MPI_BCAST_FLAT", func(o *Options) *int { return &o.BcastFlatMax }, 4 << 10},
