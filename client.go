@@ -22,6 +22,11 @@ type Client struct {
 	route      []uint8 // adapter index per rank
 	contexts   []*Context
 	job        bootstrap.Job // the job Open joined, closed by Close
+	joined     bool          // made by OpenJob: counted in processRanks
+
+	// GOMAXPROCS as limitProcs set it, and as it was before; zeros if it
+	// did not.
+	procsSet, procsWas int
 
 	mu     sync.Mutex
 	closed atomic.Bool
@@ -130,6 +135,10 @@ func (c *Client) Close() error {
 	}
 	if err := c.closeJob(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.joined {
+		c.restoreProcs()
+		processRanks.Add(-1)
 	}
 	return errors.Join(errs...)
 }

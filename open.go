@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"sync/atomic"
 
 	"github.com/amigo-hpc/amigo/bootstrap"
 	"github.com/amigo-hpc/amigo/transport"
@@ -67,6 +68,22 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 // must call it at the same point: it publishes this rank's addresses and
 // waits in a fence for the others'.
 func OpenJob(ctx context.Context, job bootstrap.Job, cfg Config) (*Client, error) {
+	processRanks.Add(1)
+	c, err := openJob(ctx, job, cfg)
+	if err != nil {
+		processRanks.Add(-1)
+	}
+	return c, err
+}
+
+// processRanks counts the clients of this process from the start of OpenJob
+// to Close: ranks that share the process (tests, or programs that run
+// several ranks as goroutines over the adapters between processes). Each
+// counts itself before the job's first fence, so after it a rank sees every
+// rank of its job that shares its process.
+var processRanks atomic.Int32
+
+func openJob(ctx context.Context, job bootstrap.Job, cfg Config) (*Client, error) {
 	eff, err := cfg.resolve(os.LookupEnv)
 	if err != nil {
 		return nil, err
@@ -114,7 +131,6 @@ func OpenJob(ctx context.Context, job bootstrap.Job, cfg Config) (*Client, error
 			}
 		}
 	}
-	limitProcs(adapters, eff.OversubscribedProcs)
 	route := make([]uint8, size)
 	var unreachable []int
 	for r := 0; r < size; r++ {
@@ -140,6 +156,8 @@ func OpenJob(ctx context.Context, job bootstrap.Job, cfg Config) (*Client, error
 	if err != nil {
 		return fail(err)
 	}
+	c.joined = true
+	c.procsSet, c.procsWas = limitProcs(adapters, eff.OversubscribedProcs)
 	return c, nil
 }
 
@@ -156,20 +174,31 @@ func (c *Client) closeJob() error {
 }
 
 // limitProcs lowers GOMAXPROCS to procs when an adapter reports this host
-// oversubscribed (Config.OversubscribedProcs), unless the environment set
-// GOMAXPROCS or procs is -1. Measured on a 2-core host, 64 B allreduce with
-// 4 and 8 ranks: 36 and 158 us with the runtime's GOMAXPROCS of 2, 20 and
-// 91 us with 1.
-func limitProcs(adapters []transport.Adapter, procs int) {
-	if procs < 1 || os.Getenv("GOMAXPROCS") != "" {
-		return
+// oversubscribed (Config.OversubscribedProcs) and this process runs one rank,
+// unless the environment set GOMAXPROCS or procs is -1. It returns the value
+// it set and the one before, or zeros. Measured on a 2-core host, 64 B
+// allreduce with 4 and 8 ranks: 36 and 158 us with the runtime's GOMAXPROCS
+// of 2, 20 and 91 us with 1.
+func limitProcs(adapters []transport.Adapter, procs int) (set, was int) {
+	if procs < 1 || os.Getenv("GOMAXPROCS") != "" || processRanks.Load() != 1 {
+		return 0, 0
 	}
 	for _, a := range adapters {
 		if h, ok := a.(interface{ Oversubscribed() bool }); ok && h.Oversubscribed() {
-			if runtime.GOMAXPROCS(0) > procs {
+			if was = runtime.GOMAXPROCS(0); was > procs {
 				runtime.GOMAXPROCS(procs)
+				return procs, was
 			}
-			return
+			return 0, 0
 		}
+	}
+	return 0, 0
+}
+
+// restoreProcs gives back the GOMAXPROCS that limitProcs lowered, unless the
+// program changed it since.
+func (c *Client) restoreProcs() {
+	if c.procsSet > 0 && runtime.GOMAXPROCS(0) == c.procsSet {
+		runtime.GOMAXPROCS(c.procsWas)
 	}
 }
