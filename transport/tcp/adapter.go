@@ -457,11 +457,14 @@ type Stats struct {
 	Handoffs      uint64 // times a context stopped polling and goroutines took its sockets
 	PollerWakes   uint64 // socket events the engine handled
 	WriterWakes   uint64 // writes that would have blocked, left to the engine
+	AckFrames     uint64 // ack frames written
+	Piggybacked   uint64 // packets acknowledged in the header of a packet going back
 }
 
 type counters struct {
 	accepted, refused, connected, failed, sent, rcvd atomic.Uint64
 	handoffs, pollerWakes, writerWakes               atomic.Uint64
+	ackFrames, piggybacked                           atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -475,6 +478,8 @@ func (c *counters) snapshot() Stats {
 		Handoffs:      c.handoffs.Load(),
 		PollerWakes:   c.pollerWakes.Load(),
 		WriterWakes:   c.writerWakes.Load(),
+		AckFrames:     c.ackFrames.Load(),
+		Piggybacked:   c.piggybacked.Load(),
 	}
 }
 

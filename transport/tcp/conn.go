@@ -110,7 +110,12 @@ type conn struct {
 	rxRead    *ring.Reader
 	maxPacket int
 	rxDone    atomic.Uint64 // packets delivered, stored by Poll
-	ackSent   atomic.Uint64 // packets acknowledged, stored by the write side
+	// ackSent counts the packets acknowledged. The write sides of this
+	// connection (ack frames) and of its reverse (acks piggybacked on
+	// packets) each claim the packets they acknowledge by CompareAndSwap
+	// (claimAcks), so no packet is acknowledged twice.
+	ackSent atomic.Uint64
+	revKick bool // the read side counted a piggybacked ack on rev: kick it
 
 	// Write side, guarded by wlock.
 	wlock     atomic.Uint32
@@ -121,14 +126,19 @@ type conn struct {
 	wr        writeState
 
 	// Initiator: the link.
-	link     *transport.Link
-	msg      *ring.Reader // consumer of link.Msg, used by the write side
-	q        *transport.RDMAQueue
-	issued   atomic.Uint64 // next RDMA position to send a request for; replies answer positions below it
-	wpos     atomic.Uint64 // link.Msg position the write side has peeked up to
-	peeked   atomic.Uint64 // packets peeked (put in a batch), stored by the write side
-	acked    atomic.Uint64 // packets the target acknowledged, stored by the read side
-	released atomic.Uint64 // packets given back to the context, stored by the write side
+	link   *transport.Link
+	msg    *ring.Reader // consumer of link.Msg, used by the write side
+	q      *transport.RDMAQueue
+	issued atomic.Uint64 // next RDMA position to send a request for; replies answer positions below it
+	wpos   atomic.Uint64 // link.Msg position the write side has peeked up to
+	peeked atomic.Uint64 // packets peeked (put in a batch), stored by the write side
+	// acked counts the packets the target acknowledged: by ack frames,
+	// which this connection's read side reads, and by acks piggybacked on
+	// its packets, which the read side of the reverse connection reads.
+	// Both add by CompareAndSwap, bounded by peeked (addAcks).
+	acked    atomic.Uint64
+	rev      atomic.Pointer[conn] // the pair's other connection, once found
+	released atomic.Uint64        // packets given back to the context, stored by the write side
 
 	// Target: replies, a single-producer single-consumer queue from the
 	// read side (producer) to the write side (consumer). The producer fills
@@ -606,6 +616,7 @@ func (c *conn) buildBatch() bool {
 		}
 		c.issued.Store(pos)
 		peeked := c.peeked.Load()
+		first := true
 		for w.room(frameBase + copyMax) {
 			b, err := c.msg.Peek()
 			if err != nil {
@@ -617,27 +628,37 @@ func (c *conn) buildBatch() bool {
 				break
 			}
 			peeked++
+			var ack uint64
+			if first {
+				// The first packet of the batch carries what we owe the
+				// peer for its packets to us.
+				first = false
+				if r := c.reverse(); r != nil {
+					if ack = r.claimAcks(maxPiggyback); ack > 0 {
+						c.a.stats.piggybacked.Add(ack)
+					}
+				}
+			}
 			if len(b) <= copyMax {
 				t := w.scratchTail()
-				putBase(t, fPacket, uint32(len(b)))
+				putPacket(t, len(b), ack)
 				copy(t[frameBase:], b)
 				w.addScratchLen(frameBase + len(b))
 				continue
 			}
-			putBase(w.scratchTail(), fPacket, uint32(len(b)))
+			putPacket(w.scratchTail(), len(b), ack)
 			w.addScratchLen(frameBase)
 			w.addData(b)
 		}
 		c.peeked.Store(peeked)
 		c.wpos.Store(c.msg.Position())
 	} else {
-		if d := c.rxDone.Load() - c.ackSent.Load(); d > 0 && w.room(frameBase) {
-			if d > 1<<31 {
-				d = 1 << 31
+		if w.room(frameBase) {
+			if d := c.claimAcks(1 << 31); d > 0 {
+				putBase(w.scratchTail(), fAck, uint32(d))
+				w.addScratchLen(frameBase)
+				c.a.stats.ackFrames.Add(1)
 			}
-			putBase(w.scratchTail(), fAck, uint32(d))
-			w.addScratchLen(frameBase)
-			c.ackSent.Add(d)
 		}
 		h, t := c.repHead.Load(), c.repTail.Load()
 		for i := h; i != t && w.room(frameRep); i++ {
@@ -700,17 +721,28 @@ func (c *conn) pollInline() int {
 	if !c.rlock.CompareAndSwap(0, 1) {
 		return 0
 	}
-	work, kick := 0, false
+	work, kick, revKick := 0, false, false
 	if c.failure.Load() == nil {
-		c.wantKick = false
+		c.wantKick, c.revKick = false, false
 		work, _ = c.pump(c.fd, 4)
-		kick = c.wantKick
+		kick, revKick = c.wantKick, c.revKick
 	}
 	c.rlock.Store(0)
 	if kick {
 		c.kick()
 	}
+	c.kickReverse(revKick)
 	return work
+}
+
+// kickReverse lets the reverse connection's write side give back the
+// descriptors a piggybacked ack acknowledged, if the read side counted one.
+func (c *conn) kickReverse(counted bool) {
+	if counted {
+		if r := c.reverse(); r != nil {
+			r.kick()
+		}
+	}
 }
 
 // readable is the engine's turn at the read side of a socket that became
@@ -720,16 +752,17 @@ func (c *conn) readable() int {
 	if !c.rlock.CompareAndSwap(0, 1) {
 		return 0
 	}
-	work, kick := 0, false
+	work, kick, revKick := 0, false, false
 	if c.failure.Load() == nil {
-		c.wantKick = false
+		c.wantKick, c.revKick = false, false
 		work, _ = c.pump(c.fd, 64)
-		kick = c.wantKick
+		kick, revKick = c.wantKick, c.revKick
 	}
 	c.rlock.Store(0)
 	if kick {
 		c.kick()
 	}
+	c.kickReverse(revKick)
 	if work > 0 {
 		c.p.bell.Ring()
 	}
@@ -880,6 +913,16 @@ func (c *conn) handle(f frame) (int, need, error) {
 		if uint64(pad+k) > free {
 			return 0, needFull, nil
 		}
+		if f.ack > 0 {
+			r := c.reverse()
+			if r == nil {
+				return 0, needBytes, corruptf("ack of %d packets on a link we never sent on", f.ack)
+			}
+			if err := r.addAcks(f.ack); err != nil {
+				return 0, needBytes, err
+			}
+			c.revKick = true
+		}
 		rd.r += f.headerLength
 		if pad > 0 {
 			c.rx.WritePad(c.rxTail, pad)
@@ -949,11 +992,10 @@ func (c *conn) handle(f frame) (int, need, error) {
 		}
 		return 0, needNothing, nil
 	case fAck:
-		if c.acked.Load()+uint64(f.u32) > c.peeked.Load() {
-			return 0, needBytes, corruptf("ack of %d packets, %d unacknowledged were sent", f.u32, c.peeked.Load()-c.acked.Load())
+		if err := c.addAcks(f.u32); err != nil {
+			return 0, needBytes, err
 		}
 		rd.r += f.headerLength
-		c.acked.Add(uint64(f.u32))
 		c.wantKick = true
 		return 1, needNothing, nil
 	case fPing:
@@ -964,6 +1006,60 @@ func (c *conn) handle(f frame) (int, need, error) {
 		return 0, needBytes, fmt.Errorf("%w (it said goodbye)", transport.ErrClosed)
 	}
 	return 0, needBytes, corruptf("unexpected frame type %d", f.typ)
+}
+
+// addAcks counts n more of the initiator's packets acknowledged, by an ack
+// frame or piggybacked on a packet of the reverse connection; more than were
+// sent and not yet acknowledged is corrupt.
+func (c *conn) addAcks(n uint32) error {
+	for {
+		a := c.acked.Load()
+		if p := c.peeked.Load(); a+uint64(n) > p {
+			return corruptf("ack of %d packets, %d unacknowledged were sent", n, p-a)
+		}
+		if c.acked.CompareAndSwap(a, a+uint64(n)) {
+			return nil
+		}
+	}
+}
+
+// claimAcks takes up to max of the packets the target side delivered and
+// has not acknowledged, for the caller to acknowledge; it returns how many.
+func (c *conn) claimAcks(max uint64) uint64 {
+	for {
+		s := c.ackSent.Load()
+		d := c.rxDone.Load() - s
+		if d == 0 {
+			return 0
+		}
+		d = min(d, max)
+		if c.ackSent.CompareAndSwap(s, s+d) {
+			return d
+		}
+	}
+}
+
+// reverse returns the pair's other connection: for an initiator, the
+// peer's connection to this context; for a target, this context's
+// connection to the peer. It is nil if there is none, or it failed.
+func (c *conn) reverse() *conn {
+	if r := c.rev.Load(); r != nil {
+		if r.failure.Load() != nil {
+			return nil
+		}
+		return r
+	}
+	which := &c.p.outs
+	if c.initiator {
+		which = &c.p.ins
+	}
+	for _, r := range c.p.list(which) {
+		if r.peer == c.peer && r.ready.Load() && r.failure.Load() == nil {
+			c.rev.Store(r)
+			return r
+		}
+	}
+	return nil
 }
 
 // dataDone completes the frame whose data just filled dst.

@@ -45,7 +45,10 @@
 //     context took the packet from the reception ring: a done callback
 //     means delivered, and an initiator never has more in flight than its
 //     descriptor buffer holds, so the target's reception ring (twice that)
-//     never overflows and requests never wait behind packets. GET and PUT
+//     never overflows and requests never wait behind packets. A target that
+//     sends a packet back on its own link to the initiator carries the ack
+//     in that packet's header (frame.go), so a ping-pong writes once per
+//     message. GET and PUT
 //     descriptors complete, in order, with the target's answer.
 //  8. A connection that breaks, carries anything no correct peer sends, or
 //     stays silent longer than Options.Timeout (idle connections carry a

@@ -12,7 +12,8 @@ import (
 // frame starts with an 8-byte header, little endian:
 //
 //	[0]   type
-//	[1:4] zero
+//	[1:4] u24: in a packet, packets of the reverse link delivered since its
+//	      last ack (a piggybacked ack, below); zero in other frames
 //	[4:8] u32: payload length (packet) or status (replies, bye), else zero
 //
 // followed by the fields of its type, then its data:
@@ -33,6 +34,13 @@ import (
 // initiator never has more packets in flight than its descriptor buffer
 // holds: a target's reception ring, twice that size, never overflows, and
 // GET and PUT requests never wait behind packets.
+//
+// A pair of contexts that both send has two connections, one per direction.
+// A target that sends a packet on its own link to the initiator carries the
+// ack of that initiator's packets in the packet's header instead of an ack
+// frame on the other connection: a ping-pong then costs one write and one
+// read per message, not two. The initiator's read side of the reverse
+// connection counts it as it counts an ack frame.
 //
 // A connection belongs to one link (initiator context → target context).
 // The target answers get and put requests in the order it received them, so
@@ -76,6 +84,7 @@ type frame struct {
 	u32          uint32 // packet length or status
 	key, off, n  uint64 // get, put
 	aux          uint64 // replies
+	ack          uint32 // packet: piggybacked ack of the reverse link
 	headerLength int
 }
 
@@ -101,7 +110,9 @@ func parseFrame(b []byte, initiator bool, maxPacket int) (frame, error) {
 	if f.typ == 0 || f.typ > fAck {
 		return f, corruptf("unknown frame type %d", f.typ)
 	}
-	if b[1]|b[2]|b[3] != 0 {
+	if f.typ == fPacket {
+		f.ack = uint32(b[1]) | uint32(b[2])<<8 | uint32(b[3])<<16
+	} else if b[1]|b[2]|b[3] != 0 {
 		return f, corruptf("frame header with reserved bytes set")
 	}
 	switch f.typ {
@@ -167,6 +178,17 @@ func putBase(b []byte, typ uint8, u32 uint32) {
 	_ = b[7]
 	b[0], b[1], b[2], b[3] = typ, 0, 0, 0
 	binary.LittleEndian.PutUint32(b[4:8], u32)
+}
+
+// maxPiggyback is the most packets one piggybacked ack acknowledges.
+const maxPiggyback = 1<<24 - 1
+
+// putPacket writes a packet's header into b: payload length n, and ack
+// packets of the reverse link acknowledged (at most maxPiggyback).
+func putPacket(b []byte, n int, ack uint64) {
+	_ = b[7]
+	b[0], b[1], b[2], b[3] = fPacket, byte(ack), byte(ack>>8), byte(ack>>16)
+	binary.LittleEndian.PutUint32(b[4:8], uint32(n))
 }
 
 // putRDMA writes a get or put header into b (frameRDMA bytes).

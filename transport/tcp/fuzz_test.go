@@ -20,6 +20,8 @@ func frameSeeds() [][]byte {
 	b := make([]byte, frameRDMA)
 	putBase(b, fPacket, 5)
 	out = append(out, append(bytes.Clone(b[:frameBase]), "hello"...))
+	putPacket(b, 2, 300) // with a piggybacked ack
+	out = append(out, append(bytes.Clone(b[:frameBase]), "hi"...))
 	putRDMA(b, fGet, 0x1234, 10, 100)
 	out = append(out, bytes.Clone(b))
 	putRDMA(b, fPut, 0x1234, 10, 3)
@@ -52,10 +54,18 @@ func FuzzParseFrame(f *testing.F) {
 		if fr.headerLength > len(b) || fr.headerLength < frameBase {
 			t.Fatalf("header of %d bytes from %d", fr.headerLength, len(b))
 		}
+		if fr.typ != fPacket && b[1]|b[2]|b[3] != 0 {
+			t.Fatal("accepted a frame with reserved bytes set")
+		}
 		switch fr.typ {
 		case fPacket:
 			if int64(fr.u32) > int64(maxPacket) || initiator {
 				t.Fatal("accepted a packet it should refuse")
+			}
+			again := make([]byte, frameBase)
+			putPacket(again, int(fr.u32), uint64(fr.ack))
+			if !bytes.Equal(again, b[:frameBase]) || fr.ack > maxPiggyback {
+				t.Fatal("packet header does not round-trip")
 			}
 		case fGet, fPut:
 			if fr.n > maxWireRDMA || initiator {

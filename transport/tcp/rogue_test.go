@@ -49,8 +49,10 @@ func TestBadPackets(t *testing.T) {
 	getRep := make([]byte, frameRep)
 	putRep(getRep, fGetRep, statusOK, 0)
 	reserved := make([]byte, frameBase)
-	putBase(reserved, fPacket, 1)
+	putBase(reserved, fPing, 0)
 	reserved[2] = 7
+	ackNoLink := make([]byte, frameBase+1) // an ack piggybacked toward a link rank 0 never opened
+	putPacket(ackNoLink, 1, 1792)
 	huge := make([]byte, frameRDMA)
 	putRDMA(huge, fGet, 1, 0, 1<<41)
 	cases := []struct {
@@ -64,6 +66,7 @@ func TestBadPackets(t *testing.T) {
 		{"garbage", garbage, false, "unknown frame type 153"},
 		{"reply to a target", getRep, false, "reply frame type 4 sent to the target"},
 		{"reserved bytes", reserved, false, "reserved bytes set"},
+		{"piggybacked ack of nothing", ackNoLink, false, "ack of 1792 packets on a link we never sent on"},
 		{"huge request", huge, false, "RDMA request of 2199023255552 bytes"},
 		{"good packets then garbage", append(append(pkt([]byte("one")), pkt([]byte("two"))...), garbage...), false, "unknown frame type 153"},
 	}
