@@ -29,6 +29,7 @@ type Doorbell struct {
 	own    atomic.Uint32
 	ch     chan struct{}
 	shared bool
+	waiter Waiter // sleeps in the kernel on the sources of work, if not nil
 	rings  atomic.Uint64
 	sleeps atomic.Uint64 // calls of Sleep, counted on entry
 }
@@ -39,6 +40,31 @@ func NewDoorbell() *Doorbell {
 	d.word = &d.own
 	return d
 }
+
+// A Waiter is where a consumer in this process sleeps when the work it waits
+// for comes from the kernel (sockets, say): Wait blocks the calling thread
+// until one of its sources is ready, Wake is called, or timeout elapses, and
+// reports whether it was woken before the timeout; Wake may be called from
+// any goroutine, before or during a Wait, and makes that Wait (or the next)
+// return at once.
+type Waiter interface {
+	Wait(timeout time.Duration) (woken bool)
+	Wake()
+}
+
+// NewWaitingDoorbell returns a doorbell for a consumer in this process whose
+// sleep is w.Wait: the consumer is woken by the sources w watches, without a
+// goroutine of the adapter's taking them over and ringing; a ring is
+// w.Wake.
+func NewWaitingDoorbell(w Waiter) *Doorbell {
+	d := &Doorbell{waiter: w}
+	d.word = &d.own
+	return d
+}
+
+// Waits reports whether the consumer sleeps in a Waiter (NewWaitingDoorbell)
+// rather than waiting to be rung.
+func (d *Doorbell) Waits() bool { return d.waiter != nil }
 
 // NewSharedDoorbell returns a doorbell whose word lives at word, typically in
 // a shared-memory segment, so that other processes can ring it with
@@ -56,6 +82,10 @@ func (d *Doorbell) Ring() {
 		d.rings.Add(1)
 		if d.shared {
 			futexWake(d.word)
+			return
+		}
+		if d.waiter != nil {
+			d.waiter.Wake()
 			return
 		}
 		select {
@@ -121,6 +151,14 @@ func (d *Doorbell) Sleep(done <-chan struct{}, t *time.Timer, timeout time.Durat
 		futexWait(d.word, 1, timeout)
 		// A ring sets the word to 0; a signal can end the wait early.
 		timedOut = d.word.Load() != 0 && time.Since(start) >= timeout
+		d.word.Store(0)
+		return timedOut
+	}
+	if d.waiter != nil {
+		woken := d.waiter.Wait(timeout)
+		// A ring clears the word (and wakes the waiter); a source that
+		// became ready wakes it with the word still set.
+		timedOut = !woken && d.word.Load() != 0
 		d.word.Store(0)
 		return timedOut
 	}

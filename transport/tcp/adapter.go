@@ -38,7 +38,8 @@ type Adapter struct {
 
 	mu         sync.Mutex
 	ports      []*port
-	pending    []pendingConn // authenticated, for contexts not yet open
+	sleepers   map[int]*sleeperBell // doorbells made by Doorbell, by context
+	pending    []pendingConn        // authenticated, for contexts not yet open
 	handshakes map[net.Conn]struct{}
 	closed     atomic.Bool
 	stop       chan struct{}
@@ -247,7 +248,12 @@ func (a *Adapter) Open(ctx int, bell *transport.Doorbell) (transport.Port, error
 	if a.ports[ctx] != nil {
 		return nil, fmt.Errorf("tcp: rank %d context %d opened twice", a.rank, ctx)
 	}
-	p, err := newPort(a, ctx, bell)
+	var s *sleeper
+	if sb := a.sleepers[ctx]; sb != nil && sb.bell == bell {
+		s = sb.s
+		delete(a.sleepers, ctx)
+	}
+	p, err := newPort(a, ctx, bell, s)
 	if err != nil {
 		return nil, err
 	}
@@ -282,6 +288,10 @@ func (a *Adapter) Close() error {
 	for nc := range a.handshakes {
 		nc.Close()
 	}
+	for _, sb := range a.sleepers { // doorbells no port took
+		sb.s.close()
+	}
+	a.sleepers = nil
 	a.mu.Unlock()
 	for _, p := range ports {
 		if p != nil {

@@ -219,7 +219,7 @@ func (c *conn) attach(nc *net.TCPConn) error {
 	}
 	c.fd = fd
 	err = c.a.eng.add(c)
-	if err == nil && !c.initiator {
+	if err == nil && (!c.initiator || c.p.sleeper != nil) {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(c.slot)}
 		err = unix.EpollCtl(c.p.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
 	}
@@ -320,7 +320,7 @@ func (c *conn) finish(err error) {
 	// Both sides are ours for good.
 	c.armMu.Lock()
 	if c.fd >= 0 {
-		if !c.initiator {
+		if !c.initiator || c.p.sleeper != nil {
 			_ = unix.EpollCtl(c.p.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
 		}
 		c.a.eng.remove(c)

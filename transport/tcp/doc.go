@@ -33,8 +33,11 @@
 //     PUT requests from the rank's registered regions (keys and bounds
 //     checked; GET data is written from the region, PUT data read into it,
 //     without a copy), and hands packets to the receiver in place.
-//  6. When the context stops polling (its doorbell is armed to sleep, or the
-//     watcher sees no poll for Options.Handoff), the adapter's engine
+//  6. A context whose doorbell is the adapter's (Adapter.Doorbell, when no
+//     shared-memory adapter provides one) sleeps in the kernel on its own
+//     sockets and is woken by them (sleep.go). When the context stops
+//     polling otherwise (its doorbell, another adapter's, is armed to sleep,
+//     or the watcher sees no poll for Options.Handoff), the adapter's engine
 //     goroutine (engine.go) reads its sockets as they become readable,
 //     polling for Options.ReadSpin after each burst before it blocks in its
 //     own epoll: requests are served and packets delivered to the ring while

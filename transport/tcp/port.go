@@ -47,6 +47,9 @@ type port struct {
 	// which are readable (one system call) rather than reading each.
 	epfd   int
 	events [64]unix.EpollEvent
+	// sleeper, if the context sleeps on the port's sockets (sleep.go):
+	// epfd is then the sleeper's, and holds the links out too.
+	sleeper *sleeper
 
 	closed atomic.Bool
 }
@@ -54,18 +57,27 @@ type port struct {
 // directPoll is the most links in a Poll reads without asking epoll first.
 const directPoll = 4
 
-func newPort(a *Adapter, ctx int, bell *transport.Doorbell) (*port, error) {
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return nil, err
+func newPort(a *Adapter, ctx int, bell *transport.Doorbell, s *sleeper) (*port, error) {
+	var epfd int
+	if s != nil {
+		epfd = s.epfd
+	} else {
+		var err error
+		if epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+			return nil, err
+		}
 	}
 	p := &port{
-		a:     a,
-		ctx:   ctx,
-		addr:  transport.Addr{Rank: int32(a.rank), Context: int32(ctx)},
-		bell:  bell,
-		links: make(map[transport.Addr]*transport.Link),
-		epfd:  epfd,
+		sleeper: s,
+		a:       a,
+		ctx:     ctx,
+		addr:    transport.Addr{Rank: int32(a.rank), Context: int32(ctx)},
+		bell:    bell,
+		links:   make(map[transport.Addr]*transport.Link),
+		epfd:    epfd,
+	}
+	if s != nil {
+		s.p = p
 	}
 	empty := []*conn{}
 	p.ins.Store(&empty)
@@ -208,7 +220,7 @@ func (p *port) adoptLocked(pc pendingConn) {
 // attending: polling, its doorbell not armed for a sleep.
 func (p *port) touch() bool {
 	p.polls.Add(1)
-	if p.bell.Armed() {
+	if p.bell.Armed() && p.sleeper == nil {
 		if p.attended.Load() {
 			p.setAttended(false)
 		}
@@ -322,7 +334,11 @@ func (p *port) Progress() int {
 		// Read while answers are due: at once for GET and PUT, and for
 		// acks once the descriptor buffer is half full (before, every
 		// eighth call, to keep an idle poll to one system call).
-		if attended && (c.issued.Load() != c.q.HeadCounter().Load() ||
+		if c.inReady {
+			// The context's sleep saw the socket readable.
+			c.inReady = false
+			n += c.readAnswers()
+		} else if attended && (c.issued.Load() != c.q.HeadCounter().Load() ||
 			c.acked.Load() != c.peeked.Load() && (p.calls&7 == 0 || c.link.Msg.Tail()-c.link.Msg.HeadCounter().Load() >= uint64(c.link.Msg.Slots()/2)) ||
 			p.calls&63 == 0) && c.maybeReadable() {
 			n += c.readAnswers()
@@ -484,6 +500,10 @@ func (p *port) Close() error {
 	for _, c := range conns {
 		<-c.finished
 	}
-	unix.Close(p.epfd)
+	if p.sleeper != nil {
+		p.sleeper.close()
+	} else {
+		unix.Close(p.epfd)
+	}
 	return nil
 }
