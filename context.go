@@ -61,6 +61,10 @@ type Context struct {
 	timer *time.Timer
 	stats Stats
 
+	// Ready's channel and the requests to its goroutine (ready.go); made
+	// by the first Ready.
+	ready, readyReq, readyDone chan struct{}
+
 	// Idle policy, from the adapters (see idle).
 	spin    int  // idle Advance calls before yielding
 	osYield bool // yield the OS thread too: more ranks than processors here
@@ -641,6 +645,18 @@ func (c *Context) shutdown(reason error) {
 	}
 	c.ops.failAll(reason)
 	c.runLater()
+	// Wake Ready's goroutine while the doorbell's waiter (an adapter's,
+	// which its port's Close releases) still works, and let it end.
+	c.bell.Ring()
+	if c.readyReq != nil {
+		close(c.readyReq)
+		// Its sleep may be in the waiter of a port: closing the port
+		// first would take the wake-up back from under it.
+		select {
+		case <-c.readyDone:
+		case <-time.After(2 * readyBound):
+		}
+	}
 	for _, p := range c.ports {
 		_ = p.Close()
 	}

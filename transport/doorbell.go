@@ -143,8 +143,8 @@ func (d *Doorbell) Sleep(done <-chan struct{}, t *time.Timer, timeout time.Durat
 	d.sleeps.Add(1)
 	if d.shared {
 		// A futex sleep cannot watch done; keep it short so the caller looks
-		// at done often.
-		if timeout > time.Millisecond {
+		// at done often. With no done to watch, the caller's bound holds.
+		if done != nil && timeout > time.Millisecond {
 			timeout = time.Millisecond
 		}
 		start := time.Now()

@@ -48,8 +48,10 @@ type port struct {
 	epfd   int
 	events [64]unix.EpollEvent
 	// sleeper, if the context sleeps on the port's sockets (sleep.go):
-	// epfd is then the sleeper's, and holds the links out too.
+	// epfd is then the sleeper's, and holds the links out too. woke: its
+	// Wait saw a socket event; Progress reads the links out.
 	sleeper *sleeper
+	woke    atomic.Bool
 
 	closed atomic.Bool
 }
@@ -319,6 +321,7 @@ func (p *port) Progress() int {
 	n := p.extra
 	p.extra = 0
 	p.calls++
+	woke := p.sleeper != nil && p.woke.Load() && p.woke.Swap(false)
 	dead := false
 	for _, c := range p.list(&p.outs) {
 		if !c.ready.Load() {
@@ -334,9 +337,8 @@ func (p *port) Progress() int {
 		// Read while answers are due: at once for GET and PUT, and for
 		// acks once the descriptor buffer is half full (before, every
 		// eighth call, to keep an idle poll to one system call).
-		if c.inReady {
-			// The context's sleep saw the socket readable.
-			c.inReady = false
+		if woke && c.maybeReadable() {
+			// The context's sleep saw a socket readable.
 			n += c.readAnswers()
 		} else if attended && (c.issued.Load() != c.q.HeadCounter().Load() ||
 			c.acked.Load() != c.peeked.Load() && (p.calls&7 == 0 || c.link.Msg.Tail()-c.link.Msg.HeadCounter().Load() >= uint64(c.link.Msg.Slots()/2)) ||

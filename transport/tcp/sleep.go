@@ -27,12 +27,10 @@ import (
 // sleeping context and rings it, as before.
 type sleeper struct {
 	epfd, evfd int
-	p          *port // set by Open; the sleeper is not used before
-	handoff    time.Duration
-	events     [16]unix.EpollEvent
+	p          *port // set by Open; before, only rings wake a Wait
 }
 
-func newSleeper(handoff time.Duration) (*sleeper, error) {
+func newSleeper() (*sleeper, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
@@ -47,36 +45,40 @@ func newSleeper(handoff time.Duration) (*sleeper, error) {
 		unix.Close(evfd)
 		return nil, err
 	}
-	return &sleeper{epfd: epfd, evfd: evfd, handoff: handoff}, nil
+	return &sleeper{epfd: epfd, evfd: evfd}, nil
 }
 
 // Wait sleeps until a socket of the port is readable (or failed), Wake is
-// called, or timeout elapses; it runs on the context's goroutine. A sleep
-// counts as a poll at both ends, and is bounded by half of Options.Handoff,
-// so that the watcher does not take the sockets of a context asleep on
-// them.
+// called, or timeout elapses. It runs on the context's goroutine, or on the
+// goroutine behind amigo's Context.Ready while the context's owner waits
+// for it, so it writes nothing but atomics: a socket event sets the port's
+// woke, and the next Progress reads the links out (Poll reads the links in
+// anyway). A sleep counts as a poll at both ends. One longer than
+// Options.Handoff lets the adapter's watcher hand the sockets to the engine,
+// which reads what arrives and wakes the sleep through the eventfd: an idle
+// context costs a wake-up per message, no more.
 func (s *sleeper) Wait(timeout time.Duration) bool {
 	p := s.p // nil until the context's port is open: then only rings wake
 	if p != nil {
 		p.polls.Add(1)
 	}
-	timeout = min(timeout, s.handoff/2)
 	ms := int((timeout + time.Millisecond - 1) / time.Millisecond)
-	n, err := unix.EpollWait(s.epfd, s.events[:], max(ms, 1))
+	var events [16]unix.EpollEvent
+	n, err := unix.EpollWait(s.epfd, events[:], max(ms, 1))
 	if p != nil {
 		p.polls.Add(1)
 	}
 	if err != nil || n <= 0 {
 		return false
 	}
-	for _, ev := range s.events[:n] {
+	for _, ev := range events[:n] {
 		if ev.Fd < 0 {
 			var b [8]byte
 			_, _ = unix.Read(s.evfd, b[:])
 			continue
 		}
-		if c := p.a.eng.lookup(ev.Fd); c != nil && c.p == p {
-			c.inReady = true
+		if p != nil {
+			p.woke.Store(true)
 		}
 	}
 	return true
@@ -110,7 +112,7 @@ func (a *Adapter) Doorbell(ctx int) (*transport.Doorbell, error) {
 	if sb, ok := a.sleepers[ctx]; ok {
 		return sb.bell, nil
 	}
-	s, err := newSleeper(a.opts.Handoff)
+	s, err := newSleeper()
 	if err != nil {
 		return nil, fmt.Errorf("tcp: doorbell of context %d: %w", ctx, err)
 	}
