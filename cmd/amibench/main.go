@@ -76,6 +76,7 @@ type Options struct {
 	Iterations int // 0: OSU's counts
 	Warmup     int // -1: OSU's counts
 	Settle     time.Duration
+	Idle       time.Duration
 	Window     int
 	JSON       bool
 	Transport  string
@@ -103,6 +104,7 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.IntVar(&o.Warmup, "warmup", -1, "warm-up iterations per size (-1: OSU's counts)")
 	fs.DurationVar(&o.Settle, "settle", 30*time.Millisecond, "time every rank keeps advancing after start-up, before the first benchmark, for the Go runtime's monitor thread to settle (see Env.settle)")
 	fs.IntVar(&o.Window, "window", 64, "messages per window of the bandwidth tests")
+	fs.DurationVar(&o.Idle, "idle", 10*time.Second, "how long the ranks of -b idle wait")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per line")
 	fs.StringVar(&o.Transport, "transport", "shm", "adapter between the ranks: shm, tcp (ranks as processes) or loop (ranks as goroutines of this process)")
 	fs.StringVar(&o.Buffers, "buffers", "heap", "message buffers: heap (Go memory, as OSU's malloc) or shared (AllocMemory, shared segments)")

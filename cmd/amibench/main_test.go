@@ -53,7 +53,10 @@ func TestBenchmarks(t *testing.T) {
 				if name == "mbw_mr" || name == "a2a" {
 					n = 4
 				}
-				rs := rows(t, "--transport", tr, "-n", itoa(n), "-b", name, "--min-size", "1", "--max-size", "65536", "--iterations", "3", "--warmup", "1", "--json")
+				if name == "idle" && tr == "loop" {
+					t.Skip("idle measures processes")
+				}
+				rs := rows(t, "--transport", tr, "-n", itoa(n), "-b", name, "--min-size", "1", "--max-size", "65536", "--iterations", "3", "--warmup", "1", "--idle", "200ms", "--json")
 				if len(rs) == 0 {
 					t.Fatal("no rows")
 				}
@@ -95,3 +98,18 @@ func TestFormat(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// Ranks waiting on Context.Ready use next to no processor: not a
+// performance figure (amibench -b idle prints it) but a guard against a
+// wait that spins, which would use most of a core.
+func TestIdle(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		rs := rows(t, "--transport", tr, "-b", "idle", "--idle", "2s", "--json")
+		if len(rs) != 1 {
+			t.Fatalf("%s: %d rows", tr, len(rs))
+		}
+		if pct, _ := rs[0]["cpu_percent"].(float64); pct > 5 {
+			t.Fatalf("%s: idle ranks used %.1f%% of a core", tr, pct)
+		}
+	}
+}
