@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # bench/compare_coll.sh: the collectives of amigo's package mpi (amibench's
-# osu_* collective benchmarks) next to MPICH on this host, measured in the
-# same run, with the ratios. Not part of CI.
+# osu_* collective benchmarks) next to MPICH and Open MPI on this host,
+# measured in the same run, with the ratios. Not part of CI.
 #
 #   bash bench/compare_coll.sh                 # ROUNDS=3 rounds, medians
-#   ROUNDS=5 RANKS="2 4 8" bash bench/compare_coll.sh
+#   ROUNDS=5 RANKS="2 4 8 16" bash bench/compare_coll.sh
+#   ROUNDS=5 RANKS="2 4 8 16" BENCHES="allreduce barrier" SIZES=64 ITERS=10000 \
+#       bash bench/compare_coll.sh             # issue 18's oversubscription figures
 #   BENCHES="bcast barrier" SIZES=64 bash bench/compare_coll.sh   # a subset
 #   ITERS=100000 BENCHES=allreduce SIZES=64 bash bench/compare_coll.sh
 #
@@ -12,13 +14,16 @@
 # above) for both sides: a run of 1000 small collectives lasts under a
 # millisecond, and one preemption of either rank moves its average.
 #
-# It installs Debian's mpich and libmpich-dev if they are missing (as root),
-# builds bench/coll/osu_coll.c with MPICH's mpicc and amibench, and holds
+# It installs Debian's mpich, openmpi-bin and their -dev packages if they are
+# missing (as root, keeping MPICH the default MPI if it was), builds
+# bench/coll/osu_coll.c with each MPI's mpicc and amibench, and holds
 # /tmp/amigo-bench.lock while it runs, so that measurements on a shared
-# machine do not overlap. In each round every measurement runs amigo then
-# MPICH, one right after the other, so each ratio compares runs seconds
-# apart. Ranks are processes on this host (amigo over its shared-memory
-# adapter, MPICH over its own); 4 and 8 ranks oversubscribe a 2-core host.
+# machine do not overlap. In each round every measurement runs amigo, then
+# MPICH, then Open MPI, one right after the other, so each ratio compares
+# runs seconds apart. Ranks are processes on this host (amigo over its
+# shared-memory adapter, each MPI over its own: MPICH's busy-polls, Open
+# MPI's vader yields when oversubscribed); 4 and more ranks oversubscribe a
+# 2-core host.
 #
 # Measured (elements are doubles, sizes in bytes, roots rank 0): allreduce of
 # 8 doubles (64 B) and of 1M doubles (8 MiB); reduce, bcast, allgather and
@@ -33,16 +38,25 @@ BENCHES=${BENCHES:-"allreduce reduce bcast allgather alltoall barrier"}
 SIZES=${SIZES:-"64 1048576 8388608"}
 TIMEOUT=${TIMEOUT:-600}
 bench_work
-need_debs mpich libmpich-dev
-mpicc=mpicc.mpich
-command -v $mpicc >/dev/null || mpicc=mpicc
-$mpicc -O2 -Wall -o "$work/osu_coll" bench/coll/osu_coll.c
+if ! command -v mpicc.mpich >/dev/null || ! command -v mpicc.openmpi >/dev/null; then
+  before=$(readlink -f /usr/bin/mpicc 2>/dev/null || true)
+  need_debs mpich libmpich-dev openmpi-bin libopenmpi-dev
+  # Installing Open MPI may make it the default MPI; keep MPICH if it was.
+  if [ "$before" = /usr/bin/mpicc.mpich ] || [ -z "$before" ]; then
+    update-alternatives --set mpi /usr/bin/mpicc.mpich >/dev/null 2>&1 || true
+    update-alternatives --set mpirun /usr/bin/mpirun.mpich >/dev/null 2>&1 || true
+  fi
+fi
+mpicc.mpich -O2 -Wall -o "$work/osu_coll" bench/coll/osu_coll.c
+mpicc.openmpi -O2 -Wall -o "$work/osu_coll_ompi" bench/coll/osu_coll.c
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 go build -o "$work/amibench" ./cmd/amibench
 mpiexec=mpiexec.hydra
 command -v $mpiexec >/dev/null || mpiexec=mpiexec
 
 
-# pair BENCH N SIZE: amigo, then MPICH (if BENCHES and SIZES select it).
+# pair BENCH N SIZE: amigo, then MPICH, then Open MPI (if BENCHES and SIZES
+# select it).
 pair() {
   local b=$1 n=$2 s=$3
   [[ " $BENCHES " == *" $b "* ]] || return 0
@@ -52,9 +66,10 @@ pair() {
   [ -n "${ITERS:-}" ] && sz+=(--iterations "$ITERS")
   rec "amigo/$b/$n/$s" "$work/amibench" --json -n "$n" -b "$b" "${sz[@]}"
   rec "mpich/$b/$n/$s" "$mpiexec" -n "$n" "$work/osu_coll" "$b" --json "${sz[@]}"
+  rec "ompi/$b/$n/$s" mpirun.openmpi -n "$n" "$work/osu_coll_ompi" "$b" --json "${sz[@]}"
 }
 
-echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores; $(mpichversion 2>/dev/null | sed -n 's/MPICH Version:\s*/MPICH /p')"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores; $(mpichversion 2>/dev/null | sed -n 's/MPICH Version:\s*/MPICH /p'); $(ompi_info --version 2>/dev/null | head -1)"
 for r in $(seq "$ROUNDS"); do
   echo "round $r of $ROUNDS" >&2
   for n in $RANKS; do
@@ -82,21 +97,23 @@ for b in ("reduce", "bcast", "allgather", "alltoall"):
     items += [(b, 64, ""), (b, 1048576, "")]
 items.append(("barrier", 0, ""))
 print()
-print("latency in us (average over ranks, median of the rounds); ratio = amigo / MPICH, below 1 is faster")
+print("latency in us (average over ranks, median of the rounds); ratios amigo / MPICH and amigo / Open MPI, below 1 is faster")
 print()
-print(f"| {'collective':<30} | {'ranks':>5} | {'amigo':>9} | {'MPICH':>9} | {'ratio':>6} |")
-print(f"|{'-'*32}|{'-'*7}|{'-'*11}|{'-'*11}|{'-'*8}|")
+print(f"| {'collective':<30} | {'ranks':>5} | {'amigo':>9} | {'MPICH':>9} | {'Open MPI':>9} | {'/MPICH':>6} | {'/OMPI':>6} |")
+print(f"|{'-'*32}|{'-'*7}|{'-'*11}|{'-'*11}|{'-'*11}|{'-'*8}|{'-'*8}|")
+def ratio(a, m):
+    return "-" if a is None or not m else f"{a / m:.2f}"
 for b, s, note in items:
     for n in ranks:
-        a, m = med(f"amigo/{b}/{n}/{s}"), med(f"mpich/{b}/{n}/{s}")
-        if a is None and m is None:
+        a, m, o = med(f"amigo/{b}/{n}/{s}"), med(f"mpich/{b}/{n}/{s}"), med(f"ompi/{b}/{n}/{s}")
+        if a is None and m is None and o is None:
             continue  # not selected (BENCHES, SIZES)
         label = f"{b} {names[s]}" + (f" ({note})" if note else "")
-        ratio = "-" if a is None or not m else f"{a / m:.2f}"
-        print(f"| {label:<30} | {n:>5} | {fmt(a):>9} | {fmt(m):>9} | {ratio:>6} |")
+        print(f"| {label:<30} | {n:>5} | {fmt(a):>9} | {fmt(m):>9} | {fmt(o):>9} | {ratio(a, m):>6} | {ratio(a, o):>6} |")
 print()
 print("amigo: amibench -b <collective> (package mpi over the shared-memory adapter, ranks as processes);")
-print("MPICH: bench/coll/osu_coll.c under mpiexec.hydra; same sizes, iteration counts, roots and element type.")
+print("MPICH and Open MPI: bench/coll/osu_coll.c under mpiexec.hydra and mpirun.openmpi; same sizes,")
+print("iteration counts, roots and element type.")
 fails = sorted({r["run"] for r in rows if r.get("failed")})
 if fails:
     print("failed or timed out:", ", ".join(fails))
