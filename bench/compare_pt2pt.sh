@@ -56,33 +56,6 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 SIZES="4096 8192 16384 32768 65536 131072 262144"
 
-# ucx NAME TEST SIZE ITERS: one ucx_perftest run, server and client on
-# loopback, its final figures kept under NAME as a JSON line.
-ucx() {
-  local name=$1 test=$2 size=$3 iters=$4 out
-  UCX_TLS=sm,self timeout -k 5 120 ucx_perftest -p "$PORT" -t "$test" -s "$size" -n "$iters" -f >/dev/null 2>&1 &
-  local srv=$!
-  out=""
-  for _ in $(seq 50); do
-    if out=$(UCX_TLS=sm,self timeout -k 5 120 ucx_perftest 127.0.0.1 -p "$PORT" -t "$test" -s "$size" -n "$iters" -f 2>/dev/null); then
-      break
-    fi
-    out=""
-    sleep 0.1
-  done
-  wait "$srv" 2>/dev/null || true
-  # The final line: iterations, latency 50th percentile, average, overall
-  # (us), bandwidth average, overall (MiB/s), message rate average, overall.
-  local line
-  line=$(echo "$out" | awk 'NF==8 && $1 ~ /^[0-9]+$/ {l=$0} END {print l}')
-  if [ -z "$line" ]; then
-    echo "  $name: ucx_perftest -t $test -s $size failed" >&2
-    echo "{\"run\":\"$name\",\"failed\":true}" >>"$work/results"
-    return 0
-  fi
-  echo "$line" | awk -v run="$name" -v size="$size" '{printf "{\"run\":\"%s\",\"size\":%d,\"latency_us\":%s,\"mb_per_s\":%.3f,\"messages_per_s\":%s}\n", run, size, $3, $6*1.048576, $8}' >>"$work/results"
-}
-
 amigo_round() {
   local tag=$1 bin=$2
   rec "$tag-lat" "$bin" --json -b latency --min-size 8 --max-size 8
@@ -103,14 +76,14 @@ mpi_round() {
 }
 
 ucx_round() {
-  ucx ucx-tag-lat tag_lat 8 100000
-  ucx ucx-am-lat ucp_am_lat 8 100000
-  ucx ucx-tag-mr tag_bw 8 1000000
+  ucx_run ucx-tag-lat sm,self tag_lat 8 100000
+  ucx_run ucx-am-lat sm,self ucp_am_lat 8 100000
+  ucx_run ucx-tag-mr sm,self tag_bw 8 1000000
   local s
   for s in $SIZES; do
-    ucx ucx-tag-bw tag_bw "$s" 20000
-    ucx ucx-am-bw ucp_am_bw "$s" 20000
-    ucx ucx-put-bw ucp_put_bw "$s" 20000
+    ucx_run ucx-tag-bw sm,self tag_bw "$s" 20000
+    ucx_run ucx-am-bw sm,self ucp_am_bw "$s" 20000
+    ucx_run ucx-put-bw sm,self ucp_put_bw "$s" 20000
   done
 }
 

@@ -6,6 +6,7 @@
 #   need_debs mpich libmpich-dev
 #   bench_work                # $work: a temporary directory, removed on exit
 #   rec NAME CMD...           # run CMD, keep its JSON lines under NAME
+#   ucx_run NAME TLS TEST SIZE ITERS   # one ucx_perftest run over UCX_TLS=TLS
 #
 # rec appends to $work/results; a failed or timed-out command leaves a
 # {"run":NAME,"failed":true} line and a note on standard error. TIMEOUT
@@ -48,4 +49,34 @@ rec() {
     return 0
   fi
   grep '^{' "$work/out" | sed "s|^{|{\"run\":\"$name\",|" >>"$work/results" || true
+}
+
+# ucx_run NAME TLS TEST SIZE ITERS: one ucx_perftest run (Debian's
+# ucx-utils) with UCX_TLS=TLS, server and client on loopback (port PORT,
+# default 13411), its final figures kept under NAME as a JSON line:
+# latency_us (half the round trip for the *_lat tests), mb_per_s (UCX's
+# MiB/s converted to OSU's 10^6 bytes/s) and messages_per_s.
+ucx_run() {
+  local name=$1 tls=$2 test=$3 size=$4 iters=$5 out port=${PORT:-13411}
+  UCX_TLS=$tls timeout -k 5 120 ucx_perftest -p "$port" -t "$test" -s "$size" -n "$iters" -f >/dev/null 2>&1 &
+  local srv=$!
+  out=""
+  for _ in $(seq 50); do
+    if out=$(UCX_TLS=$tls timeout -k 5 120 ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s "$size" -n "$iters" -f 2>/dev/null); then
+      break
+    fi
+    out=""
+    sleep 0.1
+  done
+  wait "$srv" 2>/dev/null || true
+  # The final line: iterations, latency 50th percentile, average, overall
+  # (us), bandwidth average, overall (MiB/s), message rate average, overall.
+  local line
+  line=$(echo "$out" | awk 'NF==8 && $1 ~ /^[0-9]+$/ {l=$0} END {print l}')
+  if [ -z "$line" ]; then
+    echo "  $name: ucx_perftest -t $test -s $size over $tls failed" >&2
+    echo "{\"run\":\"$name\",\"failed\":true}" >>"$work/results"
+    return 0
+  fi
+  echo "$line" | awk -v run="$name" -v size="$size" '{printf "{\"run\":\"%s\",\"size\":%d,\"latency_us\":%s,\"mb_per_s\":%.3f,\"messages_per_s\":%s}\n", run, size, $3, $6*1.048576, $8}' >>"$work/results"
 }
