@@ -10,6 +10,9 @@
 #   BENCHES="bcast barrier" SIZES=64 bash bench/compare_coll.sh   # a subset
 #   ITERS=100000 BENCHES=allreduce SIZES=64 bash bench/compare_coll.sh
 #
+# MPICH_MAX, if set, skips MPICH above that many ranks: it busy-polls, and
+# oversubscribed its small collectives take milliseconds each.
+#
 # ITERS, if set, replaces OSU's iteration counts (1000 up to 8 KiB, 100
 # above) for both sides: a run of 1000 small collectives lasts under a
 # millisecond, and one preemption of either rank moves its average.
@@ -65,7 +68,9 @@ pair() {
   [ "$b" = barrier ] && sz=()
   [ -n "${ITERS:-}" ] && sz+=(--iterations "$ITERS")
   rec "amigo/$b/$n/$s" "$work/amibench" --json -n "$n" -b "$b" "${sz[@]}"
-  rec "mpich/$b/$n/$s" "$mpiexec" -n "$n" "$work/osu_coll" "$b" --json "${sz[@]}"
+  if [ "$n" -le "${MPICH_MAX:-1000000}" ]; then
+    rec "mpich/$b/$n/$s" "$mpiexec" -n "$n" "$work/osu_coll" "$b" --json "${sz[@]}"
+  fi
   rec "ompi/$b/$n/$s" mpirun.openmpi -n "$n" "$work/osu_coll_ompi" "$b" --json "${sz[@]}"
 }
 

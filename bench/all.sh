@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# bench/all.sh: every side-by-side figure of the small and mid-size message
+# work (issue 18) in one command, each script with ROUNDS interleaved rounds
+# (default 5) and medians. Not part of CI; it takes a quarter of an hour on a
+# 2-core machine.
+#
+#   bash bench/all.sh
+#   ROUNDS=7 bash bench/all.sh
+#
+# 1. bench/compare_pt2pt.sh: shared memory, two ranks: 8 B latency and
+#    message rate, 4 KiB-4 MiB bandwidth, next to MPICH, Open MPI and UCX.
+# 2. bench/compare_coll.sh: 64 B allreduce and barrier on 2, 4, 8 and 16
+#    ranks of this host, next to Open MPI (and MPICH up to 4 ranks: it
+#    busy-polls, and oversubscribed takes milliseconds a collective).
+# 3. bench/tcp/compare.sh: TCP over loopback, next to a Go busy-poll
+#    ping-pong and UCX over TCP.
+# 4. bench/shm_mem.sh: shared memory at the peak of a 1 MiB all-to-all, 8,
+#    16 and 32 ranks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+bench_lock "$@"
+export ROUNDS=${ROUNDS:-5}
+echo "== shared memory, two ranks (bench/compare_pt2pt.sh)"
+bash bench/compare_pt2pt.sh
+echo
+echo "== collectives, 2 to 16 ranks (bench/compare_coll.sh)"
+RANKS="2 4 8 16" BENCHES="allreduce barrier" SIZES=64 ITERS=${ITERS:-10000} MPICH_MAX=4 bash bench/compare_coll.sh
+echo
+echo "== TCP over loopback (bench/tcp/compare.sh)"
+bash bench/tcp/compare.sh
+echo
+echo "== shared memory held, all-to-all of 1 MiB (bench/shm_mem.sh)"
+bash bench/shm_mem.sh
