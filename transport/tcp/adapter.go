@@ -517,3 +517,8 @@ func localRanks(job transport.Bootstrap) int {
 // gives its processor away (amigo's idle policy), since the peer it waits
 // for may be waiting for one.
 func (a *Adapter) Oversubscribed() bool { return a.local > transport.Processors() }
+
+// SameHost reports whether rank runs on this rank's host.
+func (a *Adapter) SameHost(rank int) bool {
+	return rank >= 0 && rank < a.job.Size() && a.job.Node(rank) == a.job.Node(a.rank)
+}
