@@ -46,13 +46,13 @@ func (c *Context) Ready() <-chan struct{} {
 	default:
 	}
 	if c.closed.Load() {
-		c.ready <- struct{}{}
+		c.fireReady()
 		return c.ready
 	}
 	c.bell.Arm()
 	if c.advance() > 0 || c.closed.Load() {
 		c.bell.Disarm()
-		c.ready <- struct{}{}
+		c.fireReady()
 		return c.ready
 	}
 	select {
@@ -60,6 +60,16 @@ func (c *Context) Ready() <-chan struct{} {
 	default: // the watcher has a request queued: it serves this one too
 	}
 	return c.ready
+}
+
+// fireReady makes Ready's channel ready. The goroutine behind it may have
+// fired it already (its wake-up and the owner's advance can both see the same
+// work): one token is as good as two.
+func (c *Context) fireReady() {
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
 }
 
 // watchReady is the goroutine behind Ready: for each request it sleeps on

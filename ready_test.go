@@ -123,8 +123,14 @@ func TestAdvanceWait(t *testing.T) {
 				t.Fatalf("AdvanceWait returned after %v, before its timeout", d)
 			}
 			slept, _ := amigo.Slept(c0)
+			helped := make(chan struct{})
+			defer func() { <-helped }() // it advances c1: done before c1 closes
 			go func() {
-				for !amigo.Asleep(c0, slept+1) {
+				defer close(helped)
+				for deadline := time.Now().Add(30 * time.Second); !amigo.Asleep(c0, slept+1); {
+					if time.Now().After(deadline) {
+						return // the test fails: the packet never comes
+					}
 					time.Sleep(20 * time.Microsecond)
 				}
 				c1.Do(func(c *amigo.Context) { _ = c.SendImmediate(amigo.EndpointOf(0), 1, nil, nil) })
