@@ -61,6 +61,8 @@ type Context struct {
 	timer *time.Timer
 	stats Stats
 
+	sys sysState // Client.Barrier and RegisterAll, on context 0 (collective.go)
+
 	// Ready's channel and the requests to its goroutine (ready.go); made
 	// by the first Ready.
 	ready, readyReq, readyDone chan struct{}

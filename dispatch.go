@@ -304,6 +304,10 @@ func (c *Context) receive(from transport.Addr, pkt []byte) {
 func (c *Context) deliver(src int32, pk *wire.Packet) {
 	rts := pk.Kind == wire.KindRTS || pk.Kind == wire.KindSEND
 	ack := rts || pk.Flags&wire.FlagAck != 0
+	if pk.Dispatch >= MaxDispatch && pk.Dispatch < sysMax && !ack {
+		c.sysDeliver(src, pk.Dispatch, pk.Header, pk.Data) // collective.go
+		return
+	}
 	var h *handlerEntry
 	if pk.Dispatch < MaxDispatch {
 		h = c.dispatch[pk.Dispatch].Load()

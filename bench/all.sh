@@ -10,7 +10,7 @@
 # 1. bench/compare_pt2pt.sh: shared memory, two ranks: 8 B latency and
 #    message rate, 4 KiB-4 MiB bandwidth, next to MPICH, Open MPI and UCX.
 # 2. bench/compare_coll.sh: 64 B allreduce and barrier on 2, 4, 8 and 16
-#    ranks of this host, next to Open MPI (and MPICH up to 4 ranks: it
+#    ranks of this host, next to Open MPI (and MPICH on 2 ranks: it
 #    busy-polls, and oversubscribed takes milliseconds a collective).
 # 3. bench/tcp/compare.sh: TCP over loopback, next to a Go busy-poll
 #    ping-pong and UCX over TCP.
@@ -25,7 +25,7 @@ echo "== shared memory, two ranks (bench/compare_pt2pt.sh)"
 bash bench/compare_pt2pt.sh
 echo
 echo "== collectives, 2 to 16 ranks (bench/compare_coll.sh)"
-RANKS="2 4 8 16" BENCHES="allreduce barrier" SIZES=64 ITERS=${ITERS:-10000} MPICH_MAX=4 bash bench/compare_coll.sh
+RANKS="2 4 8 16" BENCHES="allreduce barrier" SIZES=64 ITERS=${ITERS:-10000} MPICH_MAX=2 bash bench/compare_coll.sh
 echo
 echo "== TCP over loopback (bench/tcp/compare.sh)"
 bash bench/tcp/compare.sh
