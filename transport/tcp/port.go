@@ -230,6 +230,14 @@ func (p *port) touch() bool {
 	}
 	if !p.attended.Load() {
 		p.setAttended(true)
+		// The watcher may have slowed to its keepalive pace while no
+		// context polled: have it look often again, so that what this
+		// context leaves in its FIFOs when it stops polling leaves within
+		// Options.Handoff.
+		select {
+		case p.a.rewatch <- struct{}{}:
+		default:
+		}
 	}
 	return true
 }

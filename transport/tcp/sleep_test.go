@@ -99,3 +99,48 @@ func TestSleepWokenBySocket(t *testing.T) {
 		t.Fatalf("%d rings: the sleeps should have ended by the socket alone", rings)
 	}
 }
+
+// A context that polls again after a quiet spell, injects, and stops
+// polling has its packet written by the adapter within a few
+// Options.Handoff, not at the watcher's keepalive pace (a quarter of
+// Options.Timeout, 15 s here), which the quiet spell had slowed it to.
+func TestHandoffAfterQuietSpell(t *testing.T) {
+	ads, _, _ := newWorld(t, 2, Options{Timeout: time.Minute})
+	ports := openAll(t, ads)
+	l, err := ports[0].Link(addr(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &producer{l: l}
+	var sink countingReceiver
+	msg := make([]byte, 8)
+	deliver := func(want int, poll0 bool) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for sink.n < want {
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("packet %d not delivered in 10 s", want)
+			}
+			if poll0 {
+				ports[0].Progress()
+			}
+			ports[1].Poll(&sink, 64)
+			ports[1].Progress()
+		}
+		return time.Since(start)
+	}
+	for !p.send(msg) {
+		ports[0].Progress()
+	}
+	deliver(1, true) // connected, one packet through
+	// Quiet: rank 0 polls nothing while the watcher looks several times.
+	time.Sleep(20 * DefaultHandoff)
+	ports[0].Progress() // it polls again...
+	for !p.send(msg) {
+		ports[0].Progress()
+	}
+	// ...and stops before writing: the adapter must.
+	if d := deliver(2, false); d > 5*time.Second {
+		t.Fatalf("the packet left %v after its context stopped polling", d)
+	}
+}
