@@ -27,10 +27,15 @@ func everyRank(t *testing.T, cl []*amigo.Client, fn func(ctx context.Context, cl
 		}()
 	}
 	wg.Wait()
+	failed := false
 	for r, err := range errs {
 		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+			t.Errorf("rank %d: %v", r, err)
+			failed = true
 		}
+	}
+	if failed {
+		t.FailNow()
 	}
 }
 

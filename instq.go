@@ -22,6 +22,7 @@ const (
 	instReject                     // decline a deferred message
 	instCall                       // run fn on the owner goroutine
 	instMcast                      // start a multicast
+	instFence                      // hold the peer's later instructions until its earlier ones complete
 	instCtl                        // internal: a control packet (ACK, STOP, CTS, FIN)
 	instRaw                        // internal: an encoded packet in data
 	instMore                       // internal: inject more pieces of op

@@ -205,6 +205,12 @@ func (c *Context) flush(p *peer) int {
 // injected.
 func (c *Context) inject(p *peer, in *inst) bool {
 	switch in.kind {
+	case instFence:
+		if !p.fenceReady() {
+			return false // it waits at the front of p.q, and so does what follows it
+		}
+		c.doLater(in.done, nil)
+		return true
 	case instImm:
 		size := wire.AMSize(int(in.hlen), int(in.dlen), false)
 		b := p.reserve(size)
@@ -413,7 +419,7 @@ func (c *Context) sendACK(idx int32, op uint64, status uint32) {
 // failInst completes an instruction that will never be injected.
 func (c *Context) failInst(in *inst, err error) {
 	switch in.kind {
-	case instSend, instRDMA, instAccept, instMcast:
+	case instSend, instRDMA, instAccept, instMcast, instFence:
 		if in.done != nil {
 			in.done(err)
 		}
