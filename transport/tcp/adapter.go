@@ -47,6 +47,7 @@ type Adapter struct {
 	inflight   atomic.Int32 // handshakes in progress
 	eng        *engine
 	rewatch    chan struct{} // a connection was attached: the watcher looks again
+	slowWatch  atomic.Bool   // the watcher ticks at its keepalive pace
 
 	stats counters
 }
@@ -452,6 +453,7 @@ func (a *Adapter) watch() {
 		if fast {
 			next = a.opts.Handoff
 		}
+		a.slowWatch.Store(!fast)
 		t.Reset(next)
 	}
 }
