@@ -159,6 +159,10 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	if n == 0 || budget <= 0 {
 		return 0
 	}
+	// Handlers read memory the engines and other ranks' copies wrote, and
+	// what they read before returning, those may overwrite once a message
+	// sent afterwards arrives (race builds only; see race.go).
+	raceAcquire()
 	got := 0
 	start := p.rr
 	if start >= n {
@@ -182,6 +186,7 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 		}
 	}
 	p.rr = start + 1
+	raceRelease()
 	return got
 }
 
