@@ -187,4 +187,35 @@ func TestZeroAllocs(t *testing.T) {
 			advanceUntil(t, func() bool { return n == want }, c0, c1)
 		})
 	})
+
+	t.Run("Atomic", func(t *testing.T) {
+		region, err := c1.Client().RegisterMemory(make([]byte, 4096))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		var old int64
+		var swapped uint64
+		done := func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			n++
+		}
+		p := amigo.AtomicParams{Dest: ep1, Remote: region.Key(), Offset: 64, Op: amigo.AtomicCAS, Type: amigo.Uint64, Result: &swapped, Done: done}
+		want := 0
+		requireZeroAllocs(t, "FetchAdd and Atomic", func() {
+			want += 2
+			if err := c0.FetchAdd(ep1, region.Key(), 8, 1, &old, done); err != nil {
+				t.Fatal(err)
+			}
+			if err := c0.Atomic(&p); err != nil {
+				t.Fatal(err)
+			}
+			advanceUntil(t, func() bool { return n == want }, c0, c1)
+		})
+		if old+1 != int64(want/2) {
+			t.Errorf("last fetch-add fetched %d after %d adds", old, want/2)
+		}
+	})
 }

@@ -151,14 +151,34 @@ type MemRegion struct {
 	mem []byte
 }
 
-// RegisterMemory makes mem available to GET and PUT by peers that hold the
-// region's key, until Deregister. The caller keeps ownership of mem but must
-// expect peers to read and write it while it is registered.
+// Perm is what peers may do to a registered region: PermGet, PermPut,
+// PermAtomic, or PermAll.
+type Perm = transport.Perm
+
+// Permissions of a registered region.
+const (
+	PermGet    = transport.PermGet    // Get and Rget read it
+	PermPut    = transport.PermPut    // Put and Rput write it
+	PermAtomic = transport.PermAtomic // remote atomics operate on its words
+	PermAll    = transport.PermAll
+)
+
+// RegisterMemory makes mem available to GET, PUT and remote atomics by
+// peers that hold the region's key, until Deregister. The caller keeps
+// ownership of mem but must expect peers to read and write it while it is
+// registered.
 func (c *Client) RegisterMemory(mem []byte) (*MemRegion, error) {
+	return c.RegisterMemoryPerm(mem, PermAll)
+}
+
+// RegisterMemoryPerm is RegisterMemory for the operations perm permits
+// only: others are refused by this rank (or by its mirror, over shared
+// memory) with ErrPermission, and touch nothing.
+func (c *Client) RegisterMemoryPerm(mem []byte, perm Perm) (*MemRegion, error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
-	k, err := c.regions.Register(mem)
+	k, err := c.regions.RegisterPerm(mem, perm)
 	if err != nil {
 		return nil, err
 	}

@@ -122,8 +122,28 @@ func (g *GlobalRegion) Len(rank int) int { return g.lens[rank] }
 func (cl *Client) RegisterAll(ctx context.Context, mem []byte) (*GlobalRegion, error) {
 	reg, err := cl.RegisterMemory(mem)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("amigo: RegisterAll: %w", err)
 	}
+	return cl.shareRegion(ctx, reg)
+}
+
+// AllocAll is RegisterAll of n bytes every rank allocates with AllocMemory
+// (OpenSHMEM's shmem_malloc): in memory the adapters share with peers of
+// the same host, where Put and Get are plain copies and remote atomics are
+// the initiator's own atomic instructions, with no message. The memory
+// starts zeroed; its start is page-aligned.
+func (cl *Client) AllocAll(ctx context.Context, n int) (*GlobalRegion, error) {
+	reg, err := cl.AllocMemory(n)
+	if err != nil {
+		return nil, fmt.Errorf("amigo: AllocAll: %w", err)
+	}
+	return cl.shareRegion(ctx, reg)
+}
+
+// shareRegion hands every rank the key and length of reg, this rank's part
+// of a collective registration.
+func (cl *Client) shareRegion(ctx context.Context, reg *MemRegion) (*GlobalRegion, error) {
+	mem := reg.mem
 	c := cl.contexts[0]
 	p, r := cl.size, cl.rank
 	s := &c.sys

@@ -34,6 +34,15 @@ var (
 	ErrBadKey = transport.ErrBadKey
 	// ErrBounds reports a GET or PUT outside its memory region.
 	ErrBounds = transport.ErrBounds
+	// ErrPermission reports an access the region's registration does not
+	// permit (RegisterMemoryPerm).
+	ErrPermission = transport.ErrPermission
+	// ErrMisaligned reports a remote atomic on a word whose offset is not
+	// a multiple of its size.
+	ErrMisaligned = transport.ErrMisaligned
+	// ErrBadAtomic reports a remote atomic operation or type that does
+	// not exist, or an operation its type does not have.
+	ErrBadAtomic = transport.ErrBadAtomic
 	// ErrRemoteIO reports that the receiver could not fetch a message's data.
 	ErrRemoteIO = errors.New("receiver could not fetch the data")
 	// ErrCorrupt reports a peer that sent something no correct peer sends.

@@ -46,6 +46,10 @@ type inst struct {
 	key    Key
 	off    uint64
 	op     uint64
+	aop    transport.AtomicOp // instRDMA of an atomic: the operation
+	width  uint8              // and the word's width
+	arg    uint64             // operand
+	cmp    uint64             // compared value
 	fn     func(*Context)
 	mc     *mcState
 	imm    [ImmediateMax]byte

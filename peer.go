@@ -316,6 +316,9 @@ func (c *Context) injectRDMA(p *peer, in *inst) bool {
 		pos := p.rdma.Tail()
 		op := p.rq.Slot(pos)
 		op.Kind, op.Local, op.Key, op.Off, op.Remote = in.rdma, in.data, transport.Key(in.key), in.off, false
+		if in.rdma == transport.Atomic {
+			op.AOp, op.Width, op.Operand, op.Compare = in.aop, in.width, in.arg, in.cmp
+		}
 		var cb fifo.Done
 		if in.done != nil {
 			cb = fifo.Func(in.done)
@@ -349,10 +352,13 @@ func (c *Context) injectRDMA(p *peer, in *inst) bool {
 }
 
 func (c *Context) countRDMA(k transport.RDMAKind) {
-	if k == transport.Get {
+	switch k {
+	case transport.Get:
 		c.stats.Gets++
-	} else {
+	case transport.Put:
 		c.stats.Puts++
+	default:
+		c.stats.Atomics++
 	}
 }
 

@@ -42,6 +42,16 @@ type PeerInfo struct {
 	Adapter string
 	// SameProcess and SameHost say where the rank runs.
 	SameProcess, SameHost bool
+	// Atomics lists the remote atomic operations the peer performs: every
+	// adapter has them all, on Int32, Uint32, Int64 and Uint64 words, and
+	// Add, Swap and CAS on Float64 words.
+	Atomics []AtomicOp
+	// AtomicsByInitiator says that atomics on the peer's shared
+	// allocations (AllocMemory, AllocAll) are this rank's own atomic
+	// instructions on its mapping of them, with no message and no help
+	// from the peer (shm, and loop); on the peer's other memory, and over
+	// tcp, the peer performs them.
+	AtomicsByInitiator bool
 }
 
 // Peer returns how this rank reaches rank.
@@ -50,12 +60,12 @@ func (c *Client) Peer(rank int) (PeerInfo, error) {
 		return PeerInfo{}, fmt.Errorf("amigo: rank %d of %d: %w", rank, c.size, ErrUnknownEndpoint)
 	}
 	a := c.adapters[c.route[rank]]
-	pi := PeerInfo{Adapter: a.Name()}
+	pi := PeerInfo{Adapter: a.Name(), Atomics: []AtomicOp{AtomicAdd, AtomicAnd, AtomicOr, AtomicXor, AtomicSwap, AtomicCAS}}
 	switch pi.Adapter {
 	case "loop":
-		pi.SameProcess, pi.SameHost = true, true
+		pi.SameProcess, pi.SameHost, pi.AtomicsByInitiator = true, true, true
 	case "shm":
-		pi.SameHost = true
+		pi.SameHost, pi.AtomicsByInitiator = true, true
 	default:
 		if h, ok := a.(interface{ SameHost(rank int) bool }); ok {
 			pi.SameHost = h.SameHost(rank)

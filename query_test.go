@@ -39,6 +39,9 @@ func TestQuery(t *testing.T) {
 				if p.Adapter != adapter || p.SameProcess != sameProc || !p.SameHost {
 					t.Fatalf("rank %d: %+v, want adapter %s, same process %v, same host", r, p, adapter, sameProc)
 				}
+				if len(p.Atomics) != 6 || p.AtomicsByInitiator != (adapter != "tcp") {
+					t.Fatalf("rank %d over %s: atomics %v, by initiator %v", r, adapter, p.Atomics, p.AtomicsByInitiator)
+				}
 			}
 			if _, err := cl[0].Peer(3); !errors.Is(err, amigo.ErrUnknownEndpoint) {
 				t.Fatalf("Peer(3) of 3 ranks: %v", err)

@@ -12,6 +12,7 @@ type Stats struct {
 	Declined           uint64 // announcements declined (no buffer named, or Reject)
 	Puts               uint64 // Put and Rput operations started
 	Gets               uint64 // Get and Rget operations started
+	Atomics            uint64 // remote atomic operations started
 	AcksSent           uint64
 	AcksReceived       uint64
 	Queued             uint64 // instructions that waited for room in a FIFO

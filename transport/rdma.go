@@ -15,6 +15,10 @@ const (
 	Get RDMAKind = 1
 	// Put copies Local into the remote memory at (Key, Off).
 	Put RDMAKind = 2
+	// Atomic performs AOp on the Width-byte word at (Key, Off) and, if
+	// Local is not nil (8 bytes, 8-aligned), stores the word's old value
+	// there, zero-extended, in the host's byte order (SetResult).
+	Atomic RDMAKind = 3
 )
 
 func (k RDMAKind) String() string {
@@ -23,6 +27,8 @@ func (k RDMAKind) String() string {
 		return "get"
 	case Put:
 		return "put"
+	case Atomic:
+		return "atomic"
 	}
 	return fmt.Sprintf("RDMAKind(%d)", uint8(k))
 }
@@ -36,6 +42,12 @@ type RDMAOp struct {
 	// Remote asks the engine to count a Put complete only once its data is
 	// visible at the target, not as soon as Local may be reused.
 	Remote bool
+	// Atomic descriptors: the operation, the word's width (4 or 8), the
+	// operand and, for AtomicCAS, the value compared with.
+	AOp     AtomicOp
+	Width   uint8
+	Operand uint64
+	Compare uint64
 
 	err error // outcome, written by the engine before it counts the transfer
 }

@@ -81,7 +81,7 @@ type Regions struct {
 type Mirror interface {
 	// Registered reports that key, at index of the table, now names mem. It
 	// runs inside Register, once the entry is live for local accessors.
-	Registered(index int, key Key, mem []byte)
+	Registered(index int, key Key, mem []byte, perm Perm)
 	// Deregistered reports that key no longer names a region. It runs
 	// inside Deregister, after local accessors are refused and before
 	// Deregister waits for those in progress; it returns only once no peer
@@ -96,7 +96,7 @@ func (r *Regions) AddMirror(m Mirror) {
 	defer r.mu.Unlock()
 	for i, e := range *r.tab.Load() {
 		if k := e.state.Load(); k != 0 {
-			m.Registered(i, Key(k), e.mem)
+			m.Registered(i, Key(k), e.mem, e.perm)
 		}
 	}
 	r.mirrors = append(r.mirrors[:len(r.mirrors):len(r.mirrors)], m)
@@ -119,6 +119,34 @@ type region struct {
 	state    atomic.Uint64 // the key of the live registration, or 0
 	inflight atomic.Int64
 	mem      []byte
+	perm     Perm
+}
+
+// Perm is what peers may do to a registered region.
+type Perm uint8
+
+// Permissions.
+const (
+	PermGet    Perm = 1 << iota // read it by Get
+	PermPut                     // write it by Put
+	PermAtomic                  // operate on its words by remote atomics
+	PermAll    = PermGet | PermPut | PermAtomic
+)
+
+// ErrPermission reports an access its region's registration does not permit.
+var ErrPermission = errors.New("access not permitted by the region's registration")
+
+// PermFor is the permission an RDMA operation needs.
+func PermFor(k RDMAKind) Perm {
+	switch k {
+	case Get:
+		return PermGet
+	case Put:
+		return PermPut
+	case Atomic:
+		return PermAtomic
+	}
+	return PermAll
 }
 
 // firstRegions is the number of entries the table gets when the first
@@ -137,9 +165,16 @@ func NewRegions() *Regions {
 	return r
 }
 
-// Register makes mem accessible to peers holding the returned key, until
-// Deregister.
-func (r *Regions) Register(mem []byte) (Key, error) {
+// Register makes mem accessible to peers holding the returned key, for
+// every operation, until Deregister.
+func (r *Regions) Register(mem []byte) (Key, error) { return r.RegisterPerm(mem, PermAll) }
+
+// RegisterPerm makes mem accessible to peers holding the returned key, for
+// the operations perm permits, until Deregister.
+func (r *Regions) RegisterPerm(mem []byte, perm Perm) (Key, error) {
+	if perm&^PermAll != 0 || perm == 0 {
+		return 0, fmt.Errorf("amigo: permission %#x: want a non-empty set of PermGet, PermPut, PermAtomic", uint8(perm))
+	}
 	if len(mem) == 0 {
 		return 0, ErrNilBuffer
 	}
@@ -184,9 +219,10 @@ func (r *Regions) Register(mem []byte) (Key, error) {
 	key := Key(r.gen<<keyIndexBits | uint64(idx))
 	e := tab[idx]
 	e.mem = mem
+	e.perm = perm
 	e.state.Store(uint64(key))
 	for _, m := range r.mirrors {
-		m.Registered(int(idx), key, mem)
+		m.Registered(int(idx), key, mem, perm)
 	}
 	return key, nil
 }
@@ -263,6 +299,20 @@ func (r *Regions) Acquire(key Key, off, n uint64) ([]byte, Access, error) {
 		return nil, Access{}, &AccessError{Key: key, Off: off, Len: n, RegionLen: size, Err: ErrBounds}
 	}
 	return e.mem[off : off+n : size], Access{e}, nil
+}
+
+// AcquireFor is Acquire for an operation that needs perm: a region
+// registered without it is refused with ErrPermission.
+func (r *Regions) AcquireFor(key Key, off, n uint64, perm Perm) ([]byte, Access, error) {
+	mem, acc, err := r.Acquire(key, off, n)
+	if err != nil {
+		return nil, acc, err
+	}
+	if acc.e.perm&perm != perm {
+		acc.Release()
+		return nil, Access{}, &AccessError{Key: key, Off: off, Len: n, Err: ErrPermission}
+	}
+	return mem, acc, nil
 }
 
 // Close refuses every later access. It does not wait for accesses in

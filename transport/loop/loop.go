@@ -315,11 +315,26 @@ func (p *port) perform(l *transport.Link, op *transport.RDMAOp) error {
 		return err
 	}
 	dst := p.a.f.ranks[l.To.Rank]
-	mem, acc, err := dst.regions.Acquire(op.Key, op.Off, uint64(len(op.Local)))
+	n := uint64(len(op.Local))
+	if op.Kind == transport.Atomic {
+		n = uint64(op.Width)
+		if err := transport.CheckAtomic(op.AOp, int(op.Width)); err != nil {
+			return &transport.PeerError{Addr: l.To, Err: err}
+		}
+	}
+	mem, acc, err := dst.regions.AcquireFor(op.Key, op.Off, n, transport.PermFor(op.Kind))
 	if err != nil {
 		return &transport.PeerError{Addr: l.To, Err: err}
 	}
 	switch op.Kind {
+	case transport.Atomic:
+		// The processor's atomics on the owner's memory, as every adapter.
+		var old uint64
+		if old, err = transport.ApplyAtomic(mem, op.AOp, int(op.Width), op.Operand, op.Compare); err != nil {
+			err = &transport.PeerError{Addr: l.To, Err: &transport.AccessError{Key: op.Key, Off: op.Off, Len: n, Err: err}}
+		} else {
+			op.SetResult(old)
+		}
 	case transport.Get:
 		copy(op.Local, mem)
 	case transport.Put:

@@ -98,7 +98,7 @@ func (p *port) runBatch(l *link) int {
 			break
 		}
 		e := pr.seg.mirrorEntry(idx)
-		if e.state.Load() != uint64(op.Key) || e.seg.Load() != 0 {
+		if e.state.Load() != uint64(op.Key) || e.seg.Load() != 0 || transport.Perm(e.perm.Load())&transport.PermFor(kind) == 0 {
 			break
 		}
 		addr, rlen := e.addr.Load(), e.len.Load()

@@ -31,6 +31,9 @@ import (
 //     the owner also sets it in redo if it could not move the piece, which
 //     the initiator then moves itself. The request is complete when done
 //     has every bit; only then does the initiator reuse the channel.
+//   - Atomic. The owner performs the operation on the word with the
+//     processor's atomics when it takes the request, stores the old value
+//     in result, then ack = id; the initiator loads ack, then result.
 //   - Pipelined copy. The initiator first takes a chunk ring of the owner's
 //     pool (pool.go) and names it in ring. wr and rd are monotonic byte
 //     positions in that chunk ring: the side that produces copies bytes into the ring and then
@@ -49,12 +52,16 @@ type channel struct {
 	loff  atomic.Uint64 // cooperative: offset of the buffer in that segment
 	laddr atomic.Uint64 // cooperative: address of the buffer in the initiator
 	ring  atomic.Uint64 // pipelined: the chunk ring of the owner's pool it holds
-	_     [40]byte
+	aop   atomic.Uint64 // atomic: operation | width<<8
+	arg   atomic.Uint64 // atomic: operand
+	cmp   atomic.Uint64 // atomic: compared value of a compare-and-swap
+	_     [16]byte
 
-	ack    atomic.Uint64 // owner: id of the pipelined request it took
+	ack    atomic.Uint64 // owner: id of the pipelined or atomic request it took
 	status atomic.Uint64 // owner: id<<8 | code of a refused request
 	rlen   atomic.Uint64 // owner: region length, with a bounds refusal
-	_      [40]byte
+	result atomic.Uint64 // owner: the old value of an atomic, stored before ack
+	_      [32]byte
 
 	claim atomic.Uint64
 	_     [56]byte
@@ -70,8 +77,9 @@ type channel struct {
 
 // Request modes.
 const (
-	reqPipe = 1
-	reqHelp = 2
+	reqPipe   = 1
+	reqHelp   = 2
+	reqAtomic = 3
 )
 
 // Status codes of a refused request.
@@ -82,6 +90,8 @@ const (
 	stClosed
 	stBadRequest
 	stIO
+	stPerm
+	stMisaligned
 )
 
 const idMask = 1<<48 - 1

@@ -239,6 +239,47 @@ func TestHostileRequests(t *testing.T) {
 			a0.self.ringHolder(int(c.ring)).Store(0)
 		}
 	}
+	// Atomic requests: each is refused with a status, and the region is
+	// untouched.
+	roKey, err := a0.regions.RegisterPerm(mem[:64], transport.PermGet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		kind, key, off, n, aop, code uint64
+	}{
+		{2, uint64(key), 0, 8, uint64(transport.AtomicAdd) | 8<<8, stBadRequest},          // a get as an atomic
+		{3, uint64(key), 0, 3, uint64(transport.AtomicAdd) | 3<<8, stBadRequest},          // width 3
+		{3, uint64(key), 0, 8, 0 | 8<<8, stBadRequest},                                    // no operation
+		{3, uint64(key), 0, 8, 99 | 8<<8, stBadRequest},                                   // operation 99
+		{3, uint64(key), 0, 4, uint64(transport.AtomicFAdd) | 4<<8, stBadRequest},         // float add on 4 bytes
+		{3, uint64(key), 0, 4, uint64(transport.AtomicAdd) | 8<<8, stBadRequest},          // n is not the width
+		{3, uint64(key), 8190, 8, uint64(transport.AtomicAdd) | 8<<8, stBounds},           // out of bounds
+		{3, uint64(key), ^uint64(0) - 3, 8, uint64(transport.AtomicAdd) | 8<<8, stBounds}, // offset overflow
+		{3, uint64(key), 3, 8, uint64(transport.AtomicAdd) | 8<<8, stMisaligned},          // misaligned
+		{3, uint64(key) ^ 1<<30, 0, 8, uint64(transport.AtomicAdd) | 8<<8, stBadKey},      // forged key
+		{3, uint64(roKey), 0, 8, uint64(transport.AtomicSwap) | 8<<8, stPerm},             // no permission
+	} {
+		id := uint64(100 + i)
+		ch.mode.Store(reqAtomic | c.kind<<8)
+		ch.key.Store(c.key)
+		ch.off.Store(c.off)
+		ch.n.Store(c.n)
+		ch.aop.Store(c.aop)
+		ch.arg.Store(0x0102030405060708)
+		ch.seq.Store(id)
+		a0.self.engineWork().Store(1)
+		a0.srv.serve()
+		if st := ch.status.Load(); st != id<<8|c.code {
+			t.Fatalf("atomic case %d: status %#x, want %#x", i, st, id<<8|c.code)
+		}
+		if ch.ack.Load() == id {
+			t.Fatalf("atomic case %d: refused and acknowledged", i)
+		}
+		if !bytes.Equal(mem, bytes.Repeat([]byte{0xAA}, 8192)) {
+			t.Fatalf("atomic case %d: a refused request wrote into the region", i)
+		}
+	}
 	if a0.srv.active.Load() != 0 {
 		t.Fatalf("%d requests still in progress", a0.srv.active.Load())
 	}

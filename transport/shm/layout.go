@@ -55,7 +55,7 @@ import (
 
 const (
 	segMagic   = 0x316d6873_6f67696d // "migoshm1"
-	segVersion = 2
+	segVersion = 3
 
 	lineSize   = 64
 	pageSize   = 4096

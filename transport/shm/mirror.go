@@ -31,11 +31,12 @@ type mirrorEntry struct {
 	len    atomic.Uint64 // its length
 	seg    atomic.Uint64 // alloc index + 1 of the segment holding it, or 0
 	segOff atomic.Uint64 // its offset in that segment
-	_      [24]byte
+	perm   atomic.Uint64 // its transport.Perm
+	_      [16]byte
 }
 
 // Registered publishes a registration (transport.Mirror).
-func (a *Adapter) Registered(index int, key transport.Key, mem []byte) {
+func (a *Adapter) Registered(index int, key transport.Key, mem []byte, perm transport.Perm) {
 	if index >= a.self.l.mirror {
 		return
 	}
@@ -51,6 +52,7 @@ func (a *Adapter) Registered(index int, key transport.Key, mem []byte) {
 	e.len.Store(uint64(len(mem)))
 	e.seg.Store(uint64(seg))
 	e.segOff.Store(off)
+	e.perm.Store(uint64(perm))
 	e.state.Store(uint64(key))
 }
 
@@ -97,6 +99,7 @@ func (a *Adapter) waitAccess(key uint64) {
 type region struct {
 	addr, len   uint64
 	seg, segOff uint64
+	perm        transport.Perm
 }
 
 // lookup announces an access of key by this rank's context d to the owner
@@ -116,7 +119,7 @@ func (a *Adapter) lookup(pr *peer, d int, key transport.Key) (r region, ok, held
 		slot.Store(0)
 		return region{}, false, true
 	}
-	r = region{addr: e.addr.Load(), len: e.len.Load(), seg: e.seg.Load(), segOff: e.segOff.Load()}
+	r = region{addr: e.addr.Load(), len: e.len.Load(), seg: e.seg.Load(), segOff: e.segOff.Load(), perm: transport.Perm(e.perm.Load())}
 	return r, true, true
 }
 

@@ -21,6 +21,7 @@ const (
 	modeSegment = iota + 1 // memcpy from/to the owner's shared segment
 	modeCMA                // process_vm_readv/writev
 	modePipe               // pipelined copy through the owner's chunks
+	modeAtomic             // an atomic the owner performs
 )
 
 // The smallest pieces of a cooperative copy: each piece costs a claim on a
@@ -136,6 +137,9 @@ func (p *port) start(l *link, op *transport.RDMAOp) (x *xfer, wait bool, err err
 	a := p.a
 	pr := l.pr
 	to := l.tl.To
+	if op.Kind == transport.Atomic {
+		return p.startAtomic(l, op)
+	}
 	if op.Kind != transport.Get && op.Kind != transport.Put {
 		return nil, false, peerErr(to, fmt.Errorf("unknown RDMA operation %v", op.Kind))
 	}
@@ -150,6 +154,9 @@ func (p *port) start(l *link, op *transport.RDMAOp) (x *xfer, wait bool, err err
 			a.release(pr, p.ctx)
 			if x.off > reg.len || x.n > reg.len-x.off {
 				return nil, false, p.accessErr(x, reg.len, transport.ErrBounds)
+			}
+			if reg.perm&transport.PermFor(op.Kind) == 0 {
+				return nil, false, p.accessErr(x, 0, transport.ErrPermission)
 			}
 		} else if held {
 			return nil, false, p.accessErr(x, 0, transport.ErrBadKey)
@@ -224,6 +231,78 @@ func (p *port) start(l *link, op *transport.RDMAOp) (x *xfer, wait bool, err err
 		x.t0 = time.Now()
 	}
 	return x, false, nil
+}
+
+// startAtomic performs an atomic at once on a word of the owner's shared
+// segment, with the processor's atomics on this process's mapping of it;
+// on any other memory (Go memory the owner registered, reached otherwise
+// by cross-memory attach, which is not atomic) it asks the owner to.
+func (p *port) startAtomic(l *link, op *transport.RDMAOp) (x *xfer, wait bool, err error) {
+	a, pr, to := p.a, l.pr, l.tl.To
+	x = &l.xbuf
+	*x = xfer{l: l, op: op, pr: pr, key: op.Key, off: op.Off, n: uint64(op.Width), ring: -1}
+	if err := transport.CheckAtomic(op.AOp, int(op.Width)); err != nil {
+		return nil, false, peerErr(to, err)
+	}
+	if reg, ok, held := a.lookup(pr, p.ctx, op.Key); ok {
+		switch {
+		case x.off > reg.len || x.n > reg.len-x.off:
+			err = p.accessErr(x, reg.len, transport.ErrBounds)
+		case reg.perm&transport.PermAtomic == 0:
+			err = p.accessErr(x, 0, transport.ErrPermission)
+		case reg.seg != 0:
+			if mem, e := pr.allocMem(int(reg.seg - 1)); e == nil {
+				at := reg.segOff + x.off
+				if at < reg.segOff || at > uint64(len(mem)) || x.n > uint64(len(mem))-at {
+					err = peerErr(to, fmt.Errorf("%w: mirror entry beyond its segment", transport.ErrCorrupt))
+				} else {
+					var old uint64
+					if old, err = transport.ApplyAtomic(mem[at:at+x.n], op.AOp, int(op.Width), op.Operand, op.Compare); err != nil {
+						err = p.accessErr(x, 0, err)
+					} else {
+						op.SetResult(old)
+						a.stats.atomicsDirect.Add(1)
+					}
+				}
+				a.release(pr, p.ctx)
+				return nil, false, err
+			}
+		}
+		a.release(pr, p.ctx)
+		if err != nil {
+			return nil, false, err
+		}
+	} else if held {
+		return nil, false, p.accessErr(x, 0, transport.ErrBadKey)
+	}
+	if p.chanBy[pr.li] != nil {
+		return nil, true, nil
+	}
+	ch := pr.seg.channel(a.li, p.ctx)
+	x.ch, x.mode = ch, modeAtomic
+	p.newID(x)
+	ch.aop.Store(uint64(op.AOp) | uint64(op.Width)<<8)
+	ch.arg.Store(op.Operand)
+	ch.cmp.Store(op.Compare)
+	x.last = time.Now()
+	p.post(x, reqAtomic)
+	transport.RingShared(pr.seg.engineBell())
+	return x, false, nil
+}
+
+// stepAtomic waits for the owner's answer to an atomic request.
+func (p *port) stepAtomic(x *xfer) (moved, fin bool) {
+	ch := x.ch
+	if st := ch.status.Load(); st>>8 == x.id && st&0xff != stOK {
+		x.err = p.statusErr(x, st&0xff, ch.rlen.Load())
+		return false, true
+	}
+	if ch.ack.Load() != x.id {
+		p.escalate(x)
+		return false, false
+	}
+	x.op.SetResult(ch.result.Load())
+	return true, true
 }
 
 // newID takes the id of x's request on its channel.
@@ -319,6 +398,8 @@ func (p *port) step(x *xfer) (moved, fin bool) {
 		return false, x.ch.done.Load() == x.full
 	}
 	switch {
+	case x.mode == modeAtomic:
+		return p.stepAtomic(x)
 	case x.mode == modePipe:
 		return p.stepPipe(x)
 	case x.help:
@@ -542,6 +623,10 @@ func (p *port) statusErr(x *xfer, code, rlen uint64) error {
 		return p.accessErr(x, rlen, transport.ErrBounds)
 	case stClosed:
 		return peerErr(x.l.tl.To, transport.ErrClosed)
+	case stPerm:
+		return p.accessErr(x, 0, transport.ErrPermission)
+	case stMisaligned:
+		return p.accessErr(x, 0, transport.ErrMisaligned)
 	case stBadRequest:
 		return peerErr(x.l.tl.To, fmt.Errorf("%w: the owner refused the request", transport.ErrCorrupt))
 	}

@@ -34,6 +34,9 @@ type serving struct {
 	pos    uint64
 	piece  uint64
 	pieces uint64
+	aop    uint64
+	arg    uint64
+	cmp    uint64
 	lseg   uint64
 	loff   uint64
 	laddr  uint64
@@ -115,6 +118,9 @@ func (s *server) scan() int {
 			r.loff = ch.loff.Load()
 			r.laddr = ch.laddr.Load()
 			r.ring = ch.ring.Load()
+			r.aop = ch.aop.Load()
+			r.arg = ch.arg.Load()
+			r.cmp = ch.cmp.Load()
 			if ch.seq.Load() != seq {
 				// Rewritten while we read: look again next time.
 				a.self.engineWork().Store(1)
@@ -164,10 +170,14 @@ func (s *server) drop(r *serving) {
 func (s *server) accept(r *serving, pr *peer) bool {
 	ch := r.ch
 	refuse := func(code uint64, rlen uint64) bool {
-		if r.mode == reqPipe {
+		if r.mode == reqPipe || r.mode == reqAtomic {
 			ch.rlen.Store(rlen)
 			ch.status.Store(r.id<<8 | code)
 		}
+		return false
+	}
+	if r.mode == reqAtomic {
+		s.atomic(r)
 		return false
 	}
 	if (r.kind != transport.Get && r.kind != transport.Put) || r.n == 0 || r.n > maxSegment {
@@ -175,7 +185,7 @@ func (s *server) accept(r *serving, pr *peer) bool {
 	}
 	switch r.mode {
 	case reqPipe:
-		_, acc, err := s.a.regions.Acquire(r.key, r.off, r.n)
+		_, acc, err := s.a.regions.AcquireFor(r.key, r.off, r.n, transport.PermFor(r.kind))
 		if err != nil {
 			code, rlen := accessCode(err)
 			return refuse(code, rlen)
@@ -214,10 +224,38 @@ func (s *server) accept(r *serving, pr *peer) bool {
 	return refuse(stBadRequest, 0)
 }
 
+// atomic performs an atomic request on the owner's memory and answers it.
+func (s *server) atomic(r *serving) {
+	ch := r.ch
+	op, width := transport.AtomicOp(r.aop&0xff), int(r.aop>>8&0xff)
+	if r.kind != transport.Atomic || r.n != uint64(width) || transport.CheckAtomic(op, width) != nil {
+		ch.status.Store(r.id<<8 | stBadRequest)
+		return
+	}
+	mem, acc, err := s.a.regions.AcquireFor(r.key, r.off, r.n, transport.PermAtomic)
+	if err != nil {
+		code, rlen := accessCode(err)
+		ch.rlen.Store(rlen)
+		ch.status.Store(r.id<<8 | code)
+		return
+	}
+	old, err := transport.ApplyAtomic(mem, op, width, r.arg, r.cmp)
+	acc.Release()
+	if err != nil {
+		ch.status.Store(r.id<<8 | stMisaligned)
+		return
+	}
+	s.a.stats.atomics.Add(1)
+	ch.result.Store(old)
+	ch.ack.Store(r.id)
+}
+
 func accessCode(err error) (code, rlen uint64) {
 	var ae *transport.AccessError
 	if errors.As(err, &ae) {
 		switch {
+		case errors.Is(err, transport.ErrPermission):
+			return stPerm, 0
 		case errors.Is(err, transport.ErrBounds):
 			return stBounds, ae.RegionLen
 		case errors.Is(err, transport.ErrClosed):
@@ -272,7 +310,7 @@ func (s *server) stepHelp(r *serving, pr *peer) (int, bool) {
 // side: between its own region and the initiator's buffer, in the
 // initiator's segment or by CMA.
 func (s *server) helpPiece(r *serving, pr *peer, start, end uint64) error {
-	mem, acc, err := s.a.regions.Acquire(r.key, r.off+start, end-start)
+	mem, acc, err := s.a.regions.AcquireFor(r.key, r.off+start, end-start, transport.PermFor(r.kind))
 	if err != nil {
 		return err
 	}
@@ -317,7 +355,7 @@ func (s *server) stepPipe(r *serving, pr *peer) (int, bool) {
 		for space := capa - (at - rd); space > 0 && budget > 0 && r.pos < r.n; {
 			w := at % capa
 			c := min(space, capa-w, chunk, budget, r.n-r.pos)
-			mem, acc, err := s.a.regions.Acquire(r.key, r.off+r.pos, c)
+			mem, acc, err := s.a.regions.AcquireFor(r.key, r.off+r.pos, c, transport.PermFor(r.kind))
 			if err != nil {
 				code, _ := accessCode(err)
 				return s.fail(r, code)
@@ -340,7 +378,7 @@ func (s *server) stepPipe(r *serving, pr *peer) (int, bool) {
 		for avail := wr - at; avail > 0 && budget > 0; {
 			w := at % capa
 			c := min(avail, capa-w, chunk, budget)
-			mem, acc, err := s.a.regions.Acquire(r.key, r.off+r.pos, c)
+			mem, acc, err := s.a.regions.AcquireFor(r.key, r.off+r.pos, c, transport.PermFor(r.kind))
 			if err != nil {
 				code, _ := accessCode(err)
 				return s.fail(r, code)

@@ -471,12 +471,13 @@ type Stats struct {
 	WriterWakes   uint64 // writes that would have blocked, left to the engine
 	AckFrames     uint64 // ack frames written
 	Piggybacked   uint64 // packets acknowledged in the header of a packet going back
+	Atomics       uint64 // remote atomics performed as owner, for a peer
 }
 
 type counters struct {
 	accepted, refused, connected, failed, sent, rcvd atomic.Uint64
 	handoffs, pollerWakes, writerWakes               atomic.Uint64
-	ackFrames, piggybacked                           atomic.Uint64
+	ackFrames, piggybacked, atomics                  atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -492,6 +493,7 @@ func (c *counters) snapshot() Stats {
 		WriterWakes:   c.writerWakes.Load(),
 		AckFrames:     c.ackFrames.Load(),
 		Piggybacked:   c.piggybacked.Load(),
+		Atomics:       c.atomics.Load(),
 	}
 }
 

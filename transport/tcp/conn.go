@@ -598,10 +598,16 @@ func (c *conn) buildBatch() bool {
 	}
 	if c.initiator {
 		pos := c.issued.Load()
-		for w.room(frameRDMA) {
+		for w.room(frameAtomic) {
 			op := c.q.At(pos)
 			if op == nil {
 				break
+			}
+			if op.Kind == transport.Atomic {
+				putAtomic(w.scratchTail(), op)
+				w.addScratchLen(frameAtomic)
+				pos++
+				continue
 			}
 			typ := fGet
 			if op.Kind == transport.Put {
@@ -940,7 +946,7 @@ func (c *conn) handle(f frame) (int, need, error) {
 			return 0, needFull, nil
 		}
 		rd.r += f.headerLength
-		mem, acc, err := c.a.regions.Acquire(transport.Key(f.key), f.off, f.n)
+		mem, acc, err := c.a.regions.AcquireFor(transport.Key(f.key), f.off, f.n, transport.PermGet)
 		if err != nil {
 			st, aux := accessStatus(err)
 			c.pushReply(fGetRep, st, aux, nil, transport.Access{})
@@ -953,7 +959,7 @@ func (c *conn) handle(f frame) (int, need, error) {
 			return 0, needFull, nil
 		}
 		rd.r += f.headerLength
-		mem, acc, err := c.a.regions.Acquire(transport.Key(f.key), f.off, f.n)
+		mem, acc, err := c.a.regions.AcquireFor(transport.Key(f.key), f.off, f.n, transport.PermPut)
 		if err != nil {
 			rd.stat, rd.aux = accessStatus(err)
 			rd.skip, rd.st = f.n, stDiscard
@@ -965,13 +971,33 @@ func (c *conn) handle(f frame) (int, need, error) {
 			return c.dataDone(), needNothing, nil
 		}
 		return 0, needNothing, nil
-	case fGetRep, fPutRep:
+	case fAtomic:
+		if c.repTail.Load()-c.repHead.Load() == replySlots {
+			return 0, needFull, nil
+		}
+		rd.r += f.headerLength
+		mem, acc, err := c.a.regions.AcquireFor(transport.Key(f.key), f.off, f.n, transport.PermAtomic)
+		var old uint64
+		if err == nil {
+			old, err = transport.ApplyAtomic(mem, f.aop, int(f.width), f.arg, f.cmp)
+			acc.Release()
+		}
+		if err != nil {
+			st, aux := accessStatus(err)
+			c.pushReply(fAtomicRep, st, aux, nil, transport.Access{})
+		} else {
+			c.a.stats.atomics.Add(1)
+			processStats.atomics.Add(1)
+			c.pushReply(fAtomicRep, statusOK, old, nil, transport.Access{})
+		}
+		return 1, needNothing, nil
+	case fGetRep, fPutRep, fAtomicRep:
 		head := c.q.HeadCounter().Load()
 		if head >= c.issued.Load() {
 			return 0, needBytes, corruptf("a reply to no request")
 		}
 		op := c.q.Next()
-		if op == nil || (op.Kind == transport.Get) != (f.typ == fGetRep) {
+		if op == nil || repFor(op.Kind) != f.typ {
 			return 0, needBytes, corruptf("a reply of the wrong kind")
 		}
 		rd.r += f.headerLength
@@ -980,6 +1006,11 @@ func (c *conn) handle(f frame) (int, need, error) {
 			return 1, needNothing, nil
 		}
 		if f.typ == fPutRep {
+			c.q.Done(nil)
+			return 1, needNothing, nil
+		}
+		if f.typ == fAtomicRep {
+			op.SetResult(f.aux)
 			c.q.Done(nil)
 			return 1, needNothing, nil
 		}

@@ -13,7 +13,8 @@ import (
 //
 //	[0]   type
 //	[1:4] u24: in a packet, packets of the reverse link delivered since its
-//	      last ack (a piggybacked ack, below); zero in other frames
+//	      last ack (a piggybacked ack, below); in an atomic, [1] the
+//	      operation and [2] the word's width; zero in other frames
 //	[4:8] u32: payload length (packet) or status (replies, bye), else zero
 //
 // followed by the fields of its type, then its data:
@@ -23,6 +24,8 @@ import (
 //	put      (initiator → target)  key u64, off u64, n u64, data n bytes
 //	get-rep  (target → initiator)  aux u64, data aux bytes if status is 0
 //	put-rep  (target → initiator)  aux u64
+//	atomic   (initiator → target)  key u64, off u64, operand u64, compare u64
+//	atomic-rep (target → initiator) aux u64: the word's old value
 //	ack      (target → initiator)  u32: packets delivered since the last ack
 //	ping     (either way)
 //	bye      (either way)
@@ -46,11 +49,15 @@ import (
 // The target answers get and put requests in the order it received them, so
 // a reply needs no identifier: it answers the oldest request not yet answered.
 // aux of a successful get-rep is the byte count, which must equal the request's;
-// of a refused access with status statusBounds, the region's length.
+// of a refused access with status statusBounds, the region's length. The
+// target performs an atomic with the processor's atomics on its own memory
+// (transport.ApplyAtomic) when it reads the request, on the goroutine that
+// reads the connection: its context's, or the adapter's engine.
 const (
-	frameBase = 8
-	frameRDMA = frameBase + 24 // get, put
-	frameRep  = frameBase + 8  // get-rep, put-rep
+	frameBase   = 8
+	frameRDMA   = frameBase + 24 // get, put
+	frameRep    = frameBase + 8  // get-rep, put-rep, atomic-rep
+	frameAtomic = frameBase + 32 // atomic
 
 	// maxWireRDMA bounds the byte count of one get or put: a larger count
 	// is corrupt, whatever the regions hold.
@@ -59,14 +66,16 @@ const (
 
 // Frame types.
 const (
-	fPacket uint8 = 1
-	fGet    uint8 = 2
-	fPut    uint8 = 3
-	fGetRep uint8 = 4
-	fPutRep uint8 = 5
-	fPing   uint8 = 6
-	fBye    uint8 = 7
-	fAck    uint8 = 8
+	fPacket    uint8 = 1
+	fGet       uint8 = 2
+	fPut       uint8 = 3
+	fGetRep    uint8 = 4
+	fPutRep    uint8 = 5
+	fPing      uint8 = 6
+	fBye       uint8 = 7
+	fAck       uint8 = 8
+	fAtomic    uint8 = 9
+	fAtomicRep uint8 = 10
 )
 
 // Reply status codes.
@@ -75,14 +84,19 @@ const (
 	statusBadKey uint32 = 1
 	statusBounds uint32 = 2
 	statusClosed uint32 = 3
-	statusMax           = statusClosed
+	statusPerm   uint32 = 4
+	statusAlign  uint32 = 5
+	statusMax           = statusAlign
 )
 
 // frame is a decoded frame header.
 type frame struct {
 	typ          uint8
 	u32          uint32 // packet length or status
-	key, off, n  uint64 // get, put
+	key, off, n  uint64 // get, put, atomic (key, off)
+	aop          transport.AtomicOp
+	width        uint8
+	arg, cmp     uint64 // atomic
 	aux          uint64 // replies
 	ack          uint32 // packet: piggybacked ack of the reverse link
 	headerLength int
@@ -107,20 +121,28 @@ func parseFrame(b []byte, initiator bool, maxPacket int) (frame, error) {
 	}
 	f.typ = b[0]
 	f.u32 = binary.LittleEndian.Uint32(b[4:8])
-	if f.typ == 0 || f.typ > fAck {
+	if f.typ == 0 || f.typ > fAtomicRep {
 		return f, corruptf("unknown frame type %d", f.typ)
 	}
 	if f.typ == fPacket {
 		f.ack = uint32(b[1]) | uint32(b[2])<<8 | uint32(b[3])<<16
+	} else if f.typ == fAtomic {
+		f.aop, f.width = transport.AtomicOp(b[1]), b[2]
+		if b[3] != 0 {
+			return f, corruptf("atomic header with reserved byte set")
+		}
+		if err := transport.CheckAtomic(f.aop, int(f.width)); err != nil {
+			return f, corruptf("%v", err)
+		}
 	} else if b[1]|b[2]|b[3] != 0 {
 		return f, corruptf("frame header with reserved bytes set")
 	}
 	switch f.typ {
-	case fPacket, fGet, fPut:
+	case fPacket, fGet, fPut, fAtomic:
 		if initiator {
 			return f, corruptf("frame type %d sent to the initiator of a link", f.typ)
 		}
-	case fGetRep, fPutRep, fAck:
+	case fGetRep, fPutRep, fAtomicRep, fAck:
 		if !initiator {
 			return f, corruptf("reply frame type %d sent to the target of a link", f.typ)
 		}
@@ -148,7 +170,20 @@ func parseFrame(b []byte, initiator bool, maxPacket int) (frame, error) {
 			return f, corruptf("RDMA request of %d bytes", f.n)
 		}
 		f.headerLength = frameRDMA
-	case fGetRep, fPutRep:
+	case fAtomic:
+		if f.u32 != 0 {
+			return f, corruptf("atomic request with a non-zero length field")
+		}
+		if len(b) < frameAtomic {
+			return f, errShort
+		}
+		f.key = binary.LittleEndian.Uint64(b[8:])
+		f.off = binary.LittleEndian.Uint64(b[16:])
+		f.arg = binary.LittleEndian.Uint64(b[24:])
+		f.cmp = binary.LittleEndian.Uint64(b[32:])
+		f.n = uint64(f.width)
+		f.headerLength = frameAtomic
+	case fGetRep, fPutRep, fAtomicRep:
 		if f.u32 > statusMax {
 			return f, corruptf("reply with unknown status %d", f.u32)
 		}
@@ -200,6 +235,28 @@ func putRDMA(b []byte, typ uint8, key, off, n uint64) {
 	binary.LittleEndian.PutUint64(b[24:], n)
 }
 
+// putAtomic writes an atomic request into b (frameAtomic bytes).
+func putAtomic(b []byte, op *transport.RDMAOp) {
+	_ = b[frameAtomic-1]
+	putBase(b, fAtomic, 0)
+	b[1], b[2] = byte(op.AOp), op.Width
+	binary.LittleEndian.PutUint64(b[8:], uint64(op.Key))
+	binary.LittleEndian.PutUint64(b[16:], op.Off)
+	binary.LittleEndian.PutUint64(b[24:], op.Operand)
+	binary.LittleEndian.PutUint64(b[32:], op.Compare)
+}
+
+// repFor is the reply type that answers a request of kind k.
+func repFor(k transport.RDMAKind) uint8 {
+	switch k {
+	case transport.Get:
+		return fGetRep
+	case transport.Put:
+		return fPutRep
+	}
+	return fAtomicRep
+}
+
 // putRep writes a reply header into b (frameRep bytes).
 func putRep(b []byte, typ uint8, status uint32, aux uint64) {
 	_ = b[frameRep-1]
@@ -214,6 +271,10 @@ func accessStatus(err error) (uint32, uint64) {
 	switch {
 	case errors.As(err, &ae) && errors.Is(ae.Err, transport.ErrBounds):
 		return statusBounds, ae.RegionLen
+	case errors.Is(err, transport.ErrPermission):
+		return statusPerm, 0
+	case errors.Is(err, transport.ErrMisaligned):
+		return statusAlign, 0
 	case errors.Is(err, transport.ErrBadKey):
 		return statusBadKey, 0
 	default:
@@ -224,7 +285,14 @@ func accessStatus(err error) (uint32, uint64) {
 // statusError is the error an initiator reports for a refused access.
 func statusError(status uint32, aux uint64, op *transport.RDMAOp) error {
 	ae := &transport.AccessError{Key: op.Key, Off: op.Off, Len: uint64(len(op.Local))}
+	if op.Kind == transport.Atomic {
+		ae.Len = uint64(op.Width)
+	}
 	switch status {
+	case statusPerm:
+		ae.Err = transport.ErrPermission
+	case statusAlign:
+		ae.Err = transport.ErrMisaligned
 	case statusBounds:
 		ae.Err, ae.RegionLen = transport.ErrBounds, aux
 	case statusBadKey:

@@ -37,6 +37,15 @@ func frameSeeds() [][]byte {
 	}
 	putBase(b, fAck, 3)
 	out = append(out, bytes.Clone(b[:frameBase]))
+	a := make([]byte, frameAtomic)
+	putAtomic(a, &transport.RDMAOp{Kind: transport.Atomic, AOp: transport.AtomicCAS, Width: 8, Key: 0x1234, Off: 16, Operand: 7, Compare: 3})
+	out = append(out, bytes.Clone(a))
+	putAtomic(a, &transport.RDMAOp{Kind: transport.Atomic, AOp: transport.AtomicAdd, Width: 4, Key: 0x1234, Off: 4, Operand: 1})
+	out = append(out, bytes.Clone(a))
+	putRep(r, fAtomicRep, statusOK, 42)
+	out = append(out, bytes.Clone(r))
+	putRep(r, fAtomicRep, statusPerm, 0)
+	out = append(out, bytes.Clone(r))
 	return out
 }
 
@@ -54,7 +63,7 @@ func FuzzParseFrame(f *testing.F) {
 		if fr.headerLength > len(b) || fr.headerLength < frameBase {
 			t.Fatalf("header of %d bytes from %d", fr.headerLength, len(b))
 		}
-		if fr.typ != fPacket && b[1]|b[2]|b[3] != 0 {
+		if fr.typ != fPacket && fr.typ != fAtomic && b[1]|b[2]|b[3] != 0 {
 			t.Fatal("accepted a frame with reserved bytes set")
 		}
 		switch fr.typ {
@@ -76,7 +85,16 @@ func FuzzParseFrame(f *testing.F) {
 			if !bytes.Equal(again, b[:frameRDMA]) {
 				t.Fatal("request does not round-trip")
 			}
-		case fGetRep, fPutRep:
+		case fAtomic:
+			if initiator || transport.CheckAtomic(fr.aop, int(fr.width)) != nil || fr.n != uint64(fr.width) {
+				t.Fatal("accepted an atomic it should refuse")
+			}
+			again := make([]byte, frameAtomic)
+			putAtomic(again, &transport.RDMAOp{AOp: fr.aop, Width: fr.width, Key: transport.Key(fr.key), Off: fr.off, Operand: fr.arg, Compare: fr.cmp})
+			if !bytes.Equal(again, b[:frameAtomic]) {
+				t.Fatal("atomic does not round-trip")
+			}
+		case fGetRep, fPutRep, fAtomicRep:
 			if !initiator || fr.u32 > statusMax {
 				t.Fatal("accepted a reply it should refuse")
 			}
@@ -258,7 +276,7 @@ func (r *streamRig) feed(t testing.TB, stream []byte) {
 func FuzzTargetStream(f *testing.F) {
 	var all []byte
 	for _, s := range frameSeeds() {
-		if s[0] == fPacket || s[0] == fGet || s[0] == fPut || s[0] == fPing {
+		if s[0] == fPacket || s[0] == fGet || s[0] == fPut || s[0] == fPing || s[0] == fAtomic {
 			f.Add(s)
 			all = append(all, s...)
 		}

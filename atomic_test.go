@@ -1,0 +1,451 @@
+package amigo_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"testing"
+	"unsafe"
+
+	"github.com/amigo-hpc/amigo"
+)
+
+// atomicTargets are the kinds of memory a remote atomic reaches: a shared
+// allocation (AllocAll; over shm the initiator's own atomic instruction on
+// its mapping) and Go memory (RegisterAll; over shm the owner performs it).
+var atomicTargets = []string{"alloc", "go"}
+
+func globalRegion(ctx context.Context, c *amigo.Client, mem string, n int) (*amigo.GlobalRegion, error) {
+	if mem == "alloc" {
+		return c.AllocAll(ctx, n)
+	}
+	return c.RegisterAll(ctx, make([]byte, n))
+}
+
+func word64(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
+func word32(b []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
+
+// Ranks × iterations fetch-adds on one word of rank 0 end at exactly their
+// number, and every old value from 0 to that number minus one is fetched
+// exactly once: no add is lost or doubled, whatever the adapter and memory.
+func TestAtomicFetchAddCount(t *testing.T) {
+	for _, over := range []string{"loop", "shm", "tcp"} {
+		for _, mem := range atomicTargets {
+			t.Run(over+"/"+mem, func(t *testing.T) {
+				n, iters := 8, 10000
+				if over == "tcp" || raceEnabled {
+					iters = 2000
+				}
+				const window = 32
+				cl := openOver(t, n, amigo.Config{SpinIterations: 50, YieldIterations: 50}, over)
+				seen := make([]atomic.Int32, n*iters)
+				everyRank(t, cl, func(ctx context.Context, c *amigo.Client) error {
+					x := c.Context(0)
+					g, err := globalRegion(ctx, c, mem, 64)
+					if err != nil {
+						return err
+					}
+					if err := c.Barrier(ctx); err != nil {
+						return err
+					}
+					olds := make([]int64, window)
+					var bad error
+					posted, done := 0, 0
+					for done < iters {
+						for posted < iters && posted-done < window {
+							i := posted % window
+							err := x.FetchAdd(amigo.EndpointOf(0), g.Key(0), 8, 1, &olds[i], func(err error) {
+								if err != nil && bad == nil {
+									bad = err
+								}
+								old := olds[i]
+								if old < 0 || old >= int64(n*iters) {
+									bad = fmt.Errorf("fetched %d, outside [0, %d)", old, n*iters)
+								} else {
+									seen[old].Add(1)
+								}
+								done++
+							})
+							if err != nil {
+								return err
+							}
+							posted++
+						}
+						if err := x.Wait(ctx, func() bool { return done == iters || posted < iters && posted-done < window }); err != nil {
+							return err
+						}
+						if bad != nil {
+							return bad
+						}
+					}
+					if err := c.Barrier(ctx); err != nil {
+						return err
+					}
+					if c.Rank() == 0 {
+						if got := atomic.LoadUint64(word64(g.Local.Bytes(), 8)); got != uint64(n*iters) {
+							return fmt.Errorf("word ends at %d, want %d", got, n*iters)
+						}
+						if w := binary.LittleEndian.Uint64(g.Local.Bytes()[0:]) | binary.LittleEndian.Uint64(g.Local.Bytes()[16:]); w != 0 {
+							return fmt.Errorf("the words beside it changed: %#x", w)
+						}
+					}
+					return c.Barrier(ctx)
+				})
+				for v := range seen {
+					if k := seen[v].Load(); k != 1 {
+						t.Fatalf("old value %d fetched %d times", v, k)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A spin lock built on compare-and-swap gives mutual exclusion: inside it,
+// each rank reads a plain counter of rank 0 by Get and writes it back plus
+// one by Put, and a fetch-add on an occupancy word always finds it empty.
+// Release is Fence then Swap, so the Put lands before the next holder reads.
+func TestAtomicLock(t *testing.T) {
+	for _, over := range []string{"loop", "shm", "tcp"} {
+		for _, mem := range atomicTargets {
+			t.Run(over+"/"+mem, func(t *testing.T) {
+				const n, iters = 4, 40
+				const lockW, countW, inW = 0, 8, 16
+				cl := openOver(t, n, amigo.Config{SpinIterations: 50, YieldIterations: 50}, over)
+				everyRank(t, cl, func(ctx context.Context, c *amigo.Client) error {
+					x := c.Context(0)
+					g, err := globalRegion(ctx, c, mem, 64)
+					if err != nil {
+						return err
+					}
+					if err := c.Barrier(ctx); err != nil {
+						return err
+					}
+					me := uint64(c.Rank() + 1)
+					owner, key := amigo.EndpointOf(0), g.Key(0)
+					var bad error
+					check := func(err error) {
+						if err != nil && bad == nil {
+							bad = err
+						}
+					}
+					// do posts one operation and waits for it.
+					do := func(post func(done func(error)) error) error {
+						fin := false
+						if err := post(func(err error) { check(err); fin = true }); err != nil {
+							return err
+						}
+						if err := x.Wait(ctx, func() bool { return fin }); err != nil {
+							return err
+						}
+						return bad
+					}
+					buf := make([]byte, 8)
+					for i := 0; i < iters; i++ {
+						for {
+							var old uint64
+							if err := do(func(d func(error)) error { return x.CompareAndSwap(owner, key, lockW, 0, me, &old, d) }); err != nil {
+								return err
+							}
+							if old == 0 {
+								break
+							}
+							if old > n {
+								return fmt.Errorf("lock word holds %d", old)
+							}
+						}
+						var in int64
+						if err := do(func(d func(error)) error { return x.FetchAdd(owner, key, inW, 1, &in, d) }); err != nil {
+							return err
+						}
+						if in != 0 {
+							return fmt.Errorf("entered the lock with %d others inside", in)
+						}
+						if err := do(func(d func(error)) error { return x.Get(owner, buf, key, countW, d) }); err != nil {
+							return err
+						}
+						binary.LittleEndian.PutUint64(buf, binary.LittleEndian.Uint64(buf)+1)
+						if err := do(func(d func(error)) error { return x.Put(owner, buf, key, countW, d) }); err != nil {
+							return err
+						}
+						if err := do(func(d func(error)) error { return x.FetchAdd(owner, key, inW, -1, nil, d) }); err != nil {
+							return err
+						}
+						if err := x.Fence(owner, check); err != nil {
+							return err
+						}
+						var held uint64
+						if err := do(func(d func(error)) error {
+							return x.Atomic(&amigo.AtomicParams{Dest: owner, Remote: key, Offset: lockW, Op: amigo.AtomicSwap, Type: amigo.Uint64, Operand: 0, Result: &held, Done: d})
+						}); err != nil {
+							return err
+						}
+						if held != me {
+							return fmt.Errorf("released a lock held by %d", held)
+						}
+					}
+					if err := c.Barrier(ctx); err != nil {
+						return err
+					}
+					if c.Rank() == 0 {
+						if got := binary.LittleEndian.Uint64(g.Local.Bytes()[countW:]); got != n*iters {
+							return fmt.Errorf("counter ends at %d, want %d", got, n*iters)
+						}
+					}
+					return c.Barrier(ctx)
+				})
+			})
+		}
+	}
+}
+
+// Every operation on every type computes what the processor's atomics
+// compute, and fetches the old value.
+func TestAtomicOps(t *testing.T) {
+	type tc struct {
+		op       amigo.AtomicOp
+		typ      amigo.AtomicType
+		init     uint64
+		operand  uint64
+		compare  uint64
+		want     uint64
+		wantOld  uint64
+		describe string
+	}
+	f := math.Float64bits
+	neg := func(v int64) uint64 { return uint64(v) }
+	cases := []tc{
+		{amigo.AtomicAdd, amigo.Int64, 5, neg(-7), 0, neg(-2), 5, "int64 add"},
+		{amigo.AtomicAdd, amigo.Uint64, math.MaxUint64, 2, 0, 1, math.MaxUint64, "uint64 add wraps"},
+		{amigo.AtomicAdd, amigo.Int32, 5, neg(-7), 0, uint64(uint32(0xfffffffe)), 5, "int32 add"},
+		{amigo.AtomicAdd, amigo.Uint32, 0xffffffff, 3, 0, 2, 0xffffffff, "uint32 add wraps in 32 bits"},
+		{amigo.AtomicAnd, amigo.Uint64, 0xff00ff00ff00ff00, 0x0ff00ff00ff00ff0, 0, 0x0f000f000f000f00, 0xff00ff00ff00ff00, "and"},
+		{amigo.AtomicOr, amigo.Uint32, 0xf0f0, 0x0f0f, 0, 0xffff, 0xf0f0, "or"},
+		{amigo.AtomicXor, amigo.Int64, 0b1100, 0b1010, 0, 0b0110, 0b1100, "xor"},
+		{amigo.AtomicXor, amigo.Uint32, 0b1100, 0b1010, 0, 0b0110, 0b1100, "xor 32"},
+		{amigo.AtomicSwap, amigo.Uint64, 11, 22, 0, 22, 11, "swap"},
+		{amigo.AtomicSwap, amigo.Int32, 11, 22, 0, 22, 11, "swap 32"},
+		{amigo.AtomicCAS, amigo.Uint64, 11, 22, 11, 22, 11, "cas hit"},
+		{amigo.AtomicCAS, amigo.Uint64, 11, 22, 12, 11, 11, "cas miss"},
+		{amigo.AtomicCAS, amigo.Uint32, 7, 9, 7, 9, 7, "cas 32 hit"},
+		{amigo.AtomicAdd, amigo.Float64, f(1.5), f(2.25), 0, f(3.75), f(1.5), "float add"},
+		{amigo.AtomicSwap, amigo.Float64, f(1.5), f(-0.5), 0, f(-0.5), f(1.5), "float swap"},
+		{amigo.AtomicCAS, amigo.Float64, f(1.5), f(8), f(1.5), f(8), f(1.5), "float cas"},
+	}
+	for _, over := range []string{"loop", "shm", "tcp"} {
+		for _, mem := range atomicTargets {
+			t.Run(over+"/"+mem, func(t *testing.T) {
+				cl := openOver(t, 2, amigo.Config{}, over)
+				everyRank(t, cl, func(ctx context.Context, c *amigo.Client) error {
+					x := c.Context(0)
+					g, err := globalRegion(ctx, c, mem, 64)
+					if err != nil {
+						return err
+					}
+					b := g.Local.Bytes()
+					for i, k := range cases {
+						// Rank 1 sets its word at 16, with guards beside it;
+						// rank 0 operates on it.
+						off := 16
+						if c.Rank() == 1 {
+							for j := range b {
+								b[j] = 0xa5
+							}
+							if k.typ.Size() == 4 {
+								*word32(b, off) = uint32(k.init)
+							} else {
+								*word64(b, off) = k.init
+							}
+						}
+						if err := c.Barrier(ctx); err != nil {
+							return err
+						}
+						if c.Rank() == 0 {
+							old := uint64(0xdeadbeef)
+							fin := false
+							var opErr error
+							if err := x.Atomic(&amigo.AtomicParams{Dest: amigo.EndpointOf(1), Remote: g.Key(1), Offset: uint64(off), Op: k.op, Type: k.typ,
+								Operand: k.operand, Compare: k.compare, Result: &old, Done: func(err error) { opErr, fin = err, true }}); err != nil {
+								return fmt.Errorf("%s: %v", k.describe, err)
+							}
+							if err := x.Wait(ctx, func() bool { return fin }); err != nil {
+								return err
+							}
+							if opErr != nil {
+								return fmt.Errorf("%s: %v", k.describe, opErr)
+							}
+							if old != k.wantOld {
+								return fmt.Errorf("case %d %s: old %#x, want %#x", i, k.describe, old, k.wantOld)
+							}
+						}
+						if err := c.Barrier(ctx); err != nil {
+							return err
+						}
+						if c.Rank() == 1 {
+							var got uint64
+							if k.typ.Size() == 4 {
+								got = uint64(*word32(b, off))
+							} else {
+								got = *word64(b, off)
+							}
+							if got != k.want {
+								return fmt.Errorf("case %d %s: word %#x, want %#x", i, k.describe, got, k.want)
+							}
+							for j := range b {
+								if (j < off || j >= off+k.typ.Size()) && b[j] != 0xa5 {
+									return fmt.Errorf("case %d %s: byte %d beside the word changed", i, k.describe, j)
+								}
+							}
+						}
+					}
+					return c.Barrier(ctx)
+				})
+			})
+		}
+	}
+}
+
+// Bad atomics are refused, before anything is sent when the caller can
+// tell, and by the owner otherwise; nothing is touched.
+func TestAtomicRefused(t *testing.T) {
+	for _, over := range []string{"loop", "shm", "tcp"} {
+		for _, mem := range atomicTargets {
+			t.Run(over+"/"+mem, func(t *testing.T) {
+				cl := openOver(t, 2, amigo.Config{}, over)
+				everyRank(t, cl, func(ctx context.Context, c *amigo.Client) error {
+					x := c.Context(0)
+					g, err := globalRegion(ctx, c, mem, 64)
+					if err != nil {
+						return err
+					}
+					ro, err := c.RegisterMemoryPerm(make([]byte, 64), amigo.PermGet|amigo.PermPut)
+					if err != nil {
+						return err
+					}
+					wo, err := c.RegisterMemoryPerm(make([]byte, 64), amigo.PermPut)
+					if err != nil {
+						return err
+					}
+					keys := make([]uint64, 2)
+					// Swap the keys of the limited regions by the region
+					// every rank may write.
+					b := g.Local.Bytes()
+					if err := c.Barrier(ctx); err != nil {
+						return err
+					}
+					if c.Rank() == 1 {
+						binary.LittleEndian.PutUint64(b[32:], uint64(ro.Key()))
+						binary.LittleEndian.PutUint64(b[40:], uint64(wo.Key()))
+						for i := 0; i < 32; i++ {
+							b[i] = byte(i)
+						}
+					}
+					if err := c.Barrier(ctx); err != nil {
+						return err
+					}
+					if c.Rank() == 0 {
+						fin := false
+						var got error
+						var rd [16]byte
+						if err := x.Get(amigo.EndpointOf(1), rd[:], g.Key(1), 32, func(err error) { got, fin = err, true }); err != nil {
+							return err
+						}
+						if err := x.Wait(ctx, func() bool { return fin }); err != nil || got != nil {
+							return fmt.Errorf("reading the keys: %v %v", err, got)
+						}
+						keys[0], keys[1] = binary.LittleEndian.Uint64(rd[:]), binary.LittleEndian.Uint64(rd[8:])
+						ep := amigo.EndpointOf(1)
+						base := amigo.AtomicParams{Dest: ep, Remote: g.Key(1), Offset: 8, Op: amigo.AtomicAdd, Type: amigo.Uint64, Operand: 1}
+						// Refused at the call.
+						for _, bad := range []struct {
+							name string
+							edit func(p *amigo.AtomicParams)
+							want error
+						}{
+							{"misaligned", func(p *amigo.AtomicParams) { p.Offset = 4 }, amigo.ErrMisaligned},
+							{"misaligned 32", func(p *amigo.AtomicParams) { p.Offset, p.Type = 2, amigo.Int32 }, amigo.ErrMisaligned},
+							{"no type", func(p *amigo.AtomicParams) { p.Type = 0 }, amigo.ErrBadAtomic},
+							{"no op", func(p *amigo.AtomicParams) { p.Op = 0 }, amigo.ErrBadAtomic},
+							{"op 99", func(p *amigo.AtomicParams) { p.Op = 99 }, amigo.ErrBadAtomic},
+							{"float and", func(p *amigo.AtomicParams) { p.Op, p.Type = amigo.AtomicAnd, amigo.Float64 }, amigo.ErrBadAtomic},
+							{"unknown peer", func(p *amigo.AtomicParams) { p.Dest = amigo.EndpointOf(7) }, amigo.ErrUnknownEndpoint},
+						} {
+							p := base
+							bad.edit(&p)
+							called := false
+							p.Done = func(error) { called = true }
+							if err := x.Atomic(&p); !errors.Is(err, bad.want) {
+								return fmt.Errorf("%s: Atomic returned %v, want %v", bad.name, err, bad.want)
+							}
+							if called {
+								return fmt.Errorf("%s: refused, and done was called", bad.name)
+							}
+						}
+						// Refused by the owner (or its mirror).
+						for _, bad := range []struct {
+							name string
+							key  amigo.Key
+							off  uint64
+							want error
+						}{
+							{"out of bounds", g.Key(1), 64, amigo.ErrBounds},
+							{"straddles the end", g.Key(1), 1 << 40, amigo.ErrBounds},
+							{"unknown key", g.Key(1) ^ 1<<40, 0, amigo.ErrBadKey},
+							{"no atomic permission", amigo.Key(keys[0]), 0, amigo.ErrPermission},
+						} {
+							p := base
+							p.Remote, p.Offset = bad.key, bad.off
+							old := uint64(77)
+							p.Result = &old
+							fin, got = false, nil
+							p.Done = func(err error) { got, fin = err, true }
+							if err := x.Atomic(&p); err != nil {
+								return fmt.Errorf("%s: %v", bad.name, err)
+							}
+							if err := x.Wait(ctx, func() bool { return fin }); err != nil {
+								return err
+							}
+							var ae *amigo.AccessError
+							if !errors.Is(got, bad.want) || !errors.As(got, &ae) {
+								return fmt.Errorf("%s: done got %v, want an *AccessError of %v", bad.name, got, bad.want)
+							}
+							if old != 77 {
+								return fmt.Errorf("%s: the result word was written", bad.name)
+							}
+						}
+						// Get needs PermGet, Put needs PermPut.
+						fin, got = false, nil
+						if err := x.Get(ep, rd[:], amigo.Key(keys[1]), 0, func(err error) { got, fin = err, true }); err != nil {
+							return err
+						}
+						if err := x.Wait(ctx, func() bool { return fin }); err != nil {
+							return err
+						}
+						if !errors.Is(got, amigo.ErrPermission) {
+							return fmt.Errorf("Get of a put-only region: %v, want ErrPermission", got)
+						}
+					}
+					if err := c.Barrier(ctx); err != nil {
+						return err
+					}
+					if c.Rank() == 1 {
+						for i := 0; i < 32; i++ {
+							if b[i] != byte(i) {
+								return fmt.Errorf("byte %d of the region changed", i)
+							}
+						}
+						for i, v := range ro.Bytes() {
+							if v != 0 {
+								return fmt.Errorf("byte %d of the region without atomic permission changed", i)
+							}
+						}
+					}
+					return c.Barrier(ctx)
+				})
+			})
+		}
+	}
+}

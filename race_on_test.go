@@ -1,0 +1,5 @@
+//go:build race
+
+package amigo_test
+
+const raceEnabled = true
