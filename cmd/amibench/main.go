@@ -17,7 +17,7 @@
 //	amirun -n 4 amibench -b mbw_mr
 //
 // Benchmarks are registered by the files of this command (register), one
-// table for all: pt2pt.go, rma.go, a2a.go, floor.go; a file that adds more
+// table for all: pt2pt.go, rma.go, atomic.go, a2a.go, floor.go; a file that adds more
 // needs no other edit. -b list prints them.
 package main
 
@@ -81,11 +81,13 @@ type Options struct {
 	JSON       bool
 	Transport  string
 	Buffers    string
-	Timeout    time.Duration
-	Stats      bool
-	CPUProfile string
-	Trace      string
-	MemProfile string
+	// AtomicTarget is the memory of the word of the atomic benchmarks.
+	AtomicTarget string
+	Timeout      time.Duration
+	Stats        bool
+	CPUProfile   string
+	Trace        string
+	MemProfile   string
 }
 
 func main() {
@@ -108,6 +110,7 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per line")
 	fs.StringVar(&o.Transport, "transport", "shm", "adapter between the ranks: shm, tcp (ranks as processes) or loop (ranks as goroutines of this process)")
 	fs.StringVar(&o.Buffers, "buffers", "heap", "message buffers: heap (Go memory, as OSU's malloc) or shared (AllocMemory, shared segments)")
+	fs.StringVar(&o.AtomicTarget, "atomic-target", "shared", "the word of atomic_lat and atomic_rate: shared (AllocMemory) or heap (registered Go memory)")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.BoolVar(&o.Stats, "stats", false, "print each rank's amigo counters to standard error at the end")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write rank R's CPU profile to this file with .R appended")
@@ -129,6 +132,8 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 		return nil, fmt.Errorf("--transport %q: want shm, tcp or loop", o.Transport)
 	case o.Buffers != "heap" && o.Buffers != "shared":
 		return nil, fmt.Errorf("--buffers %q: want heap or shared", o.Buffers)
+	case o.AtomicTarget != "heap" && o.AtomicTarget != "shared":
+		return nil, fmt.Errorf("--atomic-target %q: want heap or shared", o.AtomicTarget)
 	case o.MinSize < 0 || o.MaxSize < o.MinSize || o.MaxSize > 1<<30:
 		return nil, fmt.Errorf("sizes %d to %d", o.MinSize, o.MaxSize)
 	case o.Window < 1 || o.Iterations < 0 || o.N < 1:
