@@ -125,6 +125,9 @@ func (c *Context) Atomic(p *AtomicParams) error {
 	if p.Result != nil {
 		res = unsafe.Slice((*byte)(unsafe.Pointer(p.Result)), 8)
 	}
+	if c.atomicDirect(idx, op, width, res, p) {
+		return nil
+	}
 	in, pos, err := c.claim()
 	if err != nil {
 		return err
@@ -144,6 +147,33 @@ func (c *Context) Atomic(p *AtomicParams) error {
 	in.done = p.Done
 	c.post(in, pos)
 	return nil
+}
+
+// atomicDirect performs an atomic on the posting goroutine when the
+// adapter can at once (Link.Atomic: over shared memory, a word of a shared
+// allocation) and nothing posted earlier to the peer is still in flight, so
+// that it overtakes nothing; its done callback runs in the next Advance, as
+// every callback does. It reports whether it did.
+func (c *Context) atomicDirect(idx int32, op transport.AtomicOp, width int, res []byte, p *AtomicParams) bool {
+	pr := c.direct(idx)
+	if pr == nil {
+		return false
+	}
+	ok := false
+	if pr.link.Atomic != nil && pr.rdma.Outstanding() == 0 && pr.rdma.Pending() == 0 && pr.ops == 0 {
+		d := &c.atomicOp
+		*d = transport.RDMAOp{Kind: transport.Atomic, Local: res, Key: transport.Key(p.Remote), Off: p.Offset, AOp: op, Width: uint8(width), Operand: p.Operand, Compare: p.Compare}
+		var err error
+		if ok, err = pr.link.Atomic(d); ok {
+			c.stats.Atomics++
+			if p.Done != nil {
+				c.later = append(c.later, laterDone{fn: p.Done, err: err})
+			}
+		}
+		d.Local = nil
+	}
+	c.leave()
+	return ok
 }
 
 // atomicOf maps an operation on a type to the transport's operation and

@@ -50,7 +50,8 @@ type Context struct {
 	pkt      wire.Packet // the packet receive is decoding (never nested)
 	held     Held
 	ops      opTable
-	later    []laterDone // local completions found inside handlers
+	later    []laterDone      // local completions found inside handlers
+	atomicOp transport.RDMAOp // the descriptor of an atomic performed by its poster (atomicDirect)
 	spare    []laterDone
 	// toStream lists the streams whose announcement the receiver took in
 	// this Advance; startStreams starts them after the Advance polled
@@ -479,6 +480,14 @@ func (c *Context) wait(ctx context.Context, cond func() bool) error {
 				return ctx.Err()
 			default:
 			}
+		}
+		// Completions due at once (a Send copied into a peer's buffer, an
+		// atomic its poster performed) first: cond may be waiting for
+		// nothing else, and a whole pass of the ports costs more.
+		if len(c.later) > 0 && !c.closed.Load() {
+			c.runLater()
+			idle = 0
+			continue
 		}
 		if c.advance() > 0 {
 			idle = 0

@@ -1,6 +1,10 @@
 package amigo
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/amigo-hpc/amigo/transport"
+)
 
 // Fence orders the operations toward one peer (PAMI_Fence_begin/end,
 // ucp_ep_fence with ucp_ep_flush): every Send, SendImmediate, Put, Get and
@@ -67,7 +71,59 @@ func (c *Context) FenceAll(done func(error)) error {
 }
 
 // fenceReady reports whether nothing issued to p before a Fence at the
-// front of its queue is still in flight.
+// front of its queue is still in flight: no listed callback, no RDMA
+// descriptor the engine has not finished (a Put with no callback lists
+// none), no packet a socket still carries (over a Shared link a packet is
+// delivered once written).
 func (p *peer) fenceReady() bool {
-	return p.ops == 0 && p.msg.Pending() == 0 && p.rdma.Pending() == 0 && p.more.len() == 0
+	return p.ops == 0 && p.msg.Pending() == 0 && p.rdma.Pending() == 0 && p.rdma.Outstanding() == 0 &&
+		(p.link.Shared || p.msg.Outstanding() == 0) && p.more.len() == 0
+}
+
+// fenceNotify marks the Fence of a PutNotify (inst.status): on a link that
+// lands RDMA and packets in the order it sends them (transport.Link.Ordered)
+// it holds nothing.
+const fenceNotify = 1
+
+// PutNotify copies local into the peer's registered region remote at offset
+// off, as Put, then runs the handler of dispatch d at the peer with header
+// as the message's header (at most ImmediateMax bytes, copied before
+// PutNotify returns) and no data: the handler sees the data in the region
+// (PAMI's remote callback of a PUT; ucp_put, a fence and an active
+// message). done is called once local may be reused. Of the three steps
+// only the ordering costs anything, and each adapter keeps it without a
+// round trip where it can:
+//
+//   - tcp: the Put's request and data and the notification travel one
+//     connection in order, and the target writes the data into the region
+//     before it reads the next frame: nothing is held.
+//   - shm and loop: the notification waits until the Put is complete at
+//     the initiator, which over shared memory is when the data is in the
+//     target's memory (the initiator copied it into the shared segment or
+//     by cross-memory attach itself; a pipelined copy completes when the
+//     owner has copied the last chunk out): no message comes back.
+func (c *Context) PutNotify(ep Endpoint, local []byte, remote Key, off uint64, d Dispatch, header []byte, done func(error)) error {
+	idx, err := c.peerIndex(ep)
+	if err != nil {
+		return err
+	}
+	if err := c.checkImmediate("PutNotify header", d, len(header)); err != nil {
+		return err
+	}
+	if err := c.rma(transport.Put, ep, local, remote, off, done, nil); err != nil {
+		return err
+	}
+	in, pos, err := c.claim()
+	if err != nil {
+		return err
+	}
+	var tmp inst
+	if in == nil {
+		in = &tmp
+	}
+	in.kind = instFence
+	in.dest = idx
+	in.status = fenceNotify
+	c.post(in, pos)
+	return c.postImmediate(idx, d, header, nil)
 }

@@ -116,3 +116,82 @@ func TestFencePutNotify(t *testing.T) {
 		})
 	}
 }
+
+// PutNotify's handler sees the Put's data, however many are in flight
+// back to back, whatever their size and adapter; and a Put with no callback
+// followed by a Fence and a SendImmediate orders the same way.
+func TestPutNotify(t *testing.T) {
+	for _, over := range []string{"loop", "shm", "tcp"} {
+		for _, size := range []int{24, 256<<10 + 17} {
+			t.Run(fmt.Sprintf("%s/%d", over, size), func(t *testing.T) {
+				const n, rounds = 3, 8
+				cl := openOver(t, n, amigo.Config{SpinIterations: 50, YieldIterations: 50}, over)
+				everyRank(t, cl, func(ctx context.Context, c *amigo.Client) error {
+					x := c.Context(0)
+					mem := make([]byte, 2*rounds*size)
+					g, err := c.RegisterAll(ctx, mem)
+					if err != nil {
+						return err
+					}
+					var bad error
+					notified := 0
+					check := func(_ *amigo.Context, m *amigo.Message) {
+						r := int(m.Header[0])
+						part := mem[r*size : (r+1)*size]
+						if !bytes.Equal(part, bytes.Repeat([]byte{byte(r + 1)}, size)) && bad == nil {
+							bad = fmt.Errorf("notification %d saw stale data (first %d, last %d)", r, part[0], part[size-1])
+						}
+						notified++
+					}
+					x.SetDispatch(7, check)
+					x.SetDispatch(8, check)
+					if err := c.Barrier(ctx); err != nil {
+						return err
+					}
+					if c.Rank() == 0 {
+						srcs := make([][]byte, 2*rounds)
+						putsDone := 0
+						for r := range srcs {
+							srcs[r] = bytes.Repeat([]byte{byte(r + 1)}, size)
+						}
+						for q := 1; q < n; q++ {
+							ep := amigo.EndpointOf(q)
+							for r := 0; r < rounds; r++ {
+								if err := x.PutNotify(ep, srcs[r], g.Key(q), uint64(r*size), 7, []byte{byte(r)}, func(err error) {
+									if err != nil && bad == nil {
+										bad = err
+									}
+									putsDone++
+								}); err != nil {
+									return err
+								}
+							}
+							for r := rounds; r < 2*rounds; r++ {
+								if err := x.Put(ep, srcs[r], g.Key(q), uint64(r*size), nil); err != nil {
+									return err
+								}
+								if err := x.Fence(ep, nil); err != nil {
+									return err
+								}
+								if err := x.SendImmediate(ep, 8, []byte{byte(r)}, nil); err != nil {
+									return err
+								}
+							}
+						}
+						if err := x.Wait(ctx, func() bool { return putsDone == (n-1)*rounds || bad != nil }); err != nil {
+							return err
+						}
+					} else if err := x.Wait(ctx, func() bool { return notified == 2*rounds || bad != nil }); err != nil {
+						return err
+					}
+					if bad != nil {
+						return bad
+					}
+					// Rank 0's sources stay untouched until every target
+					// has checked.
+					return c.Barrier(ctx)
+				})
+			})
+		}
+	}
+}

@@ -206,6 +206,9 @@ func (c *Context) flush(p *peer) int {
 func (c *Context) inject(p *peer, in *inst) bool {
 	switch in.kind {
 	case instFence:
+		if in.status == fenceNotify && p.link.Ordered {
+			return true
+		}
 		if !p.fenceReady() {
 			return false // it waits at the front of p.q, and so does what follows it
 		}

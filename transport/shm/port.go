@@ -142,6 +142,7 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 		tl.Fail(peerErr(to, err))
 	}
 	l := &link{tl: tl, pr: pr, ctx: c, hdr: hdr}
+	tl.Atomic = func(op *transport.RDMAOp) (bool, error) { return p.atomicInPlace(l, op) }
 	p.links[to] = l
 	old := *p.out.Load()
 	grown := append(old[:len(old):len(old)], l)

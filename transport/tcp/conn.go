@@ -597,6 +597,13 @@ func (c *conn) buildBatch() bool {
 		w.addScratchLen(frameBase)
 	}
 	if c.initiator {
+		// Packets published before this load were published after every
+		// RDMA descriptor the AMI published before them (it publishes in
+		// program order). Taking descriptors after the load, and packets
+		// only up to it, writes a Put before a packet posted after it,
+		// even when another goroutine builds this batch while the AMI
+		// injects (Link.Ordered).
+		msgTail := c.link.Msg.Tail()
 		pos := c.issued.Load()
 		for w.room(frameAtomic) {
 			op := c.q.At(pos)
@@ -623,7 +630,7 @@ func (c *conn) buildBatch() bool {
 		c.issued.Store(pos)
 		peeked := c.peeked.Load()
 		first := true
-		for w.room(frameBase + copyMax) {
+		for w.room(frameBase+copyMax) && c.msg.Position() < msgTail {
 			b, err := c.msg.Peek()
 			if err != nil {
 				// Only this process writes the descriptor buffer.

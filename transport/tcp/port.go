@@ -120,7 +120,7 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &transport.Link{To: to, Msg: r, RDMA: transport.NewRDMAQueue(a.opts.RDMASlots), MaxRDMA: a.opts.RDMAPiece}
+	l := &transport.Link{To: to, Msg: r, RDMA: transport.NewRDMAQueue(a.opts.RDMASlots), MaxRDMA: a.opts.RDMAPiece, Ordered: true}
 	c := newConn(a, p, true, to)
 	c.link, c.msg, c.q = l, r.NewReader(), l.RDMA
 	c.remote = addr

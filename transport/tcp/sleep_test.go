@@ -71,7 +71,14 @@ func TestSleepWokenBySocket(t *testing.T) {
 		}
 	}()
 	msg := make([]byte, 8)
+	// Round 0 connects: until the connection is up and the context has
+	// polled it, the adapter's engine may read the socket for the context
+	// and ring it. From round 1 on only the socket may wake it.
+	var base uint64
 	for i := 0; i < rounds; i++ {
+		if i == 1 {
+			base = bell.Rings()
+		}
 		// Send only once the consumer is asleep.
 		for deadline := time.Now().Add(20 * time.Second); !(bell.Armed() && bell.Sleeping() > uint64(i)); {
 			if time.Now().After(deadline) {
@@ -95,8 +102,8 @@ func TestSleepWokenBySocket(t *testing.T) {
 		for src.Progress() > 0 {
 		}
 	}
-	if rings := bell.Rings(); rings != 0 {
-		t.Fatalf("%d rings: the sleeps should have ended by the socket alone", rings)
+	if rings := bell.Rings() - base; rings != 0 {
+		t.Fatalf("%d rings after the first round: the sleeps should have ended by the socket alone", rings)
 	}
 }
 
