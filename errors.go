@@ -30,6 +30,9 @@ var (
 	ErrTooLarge = errors.New("too large")
 	// ErrNilBuffer reports a nil or empty buffer where data is required.
 	ErrNilBuffer = transport.ErrNilBuffer
+	// ErrBadLayout reports a strided layout with no blocks, blocks that
+	// overlap, or more blocks than the local buffer holds.
+	ErrBadLayout = errors.New("bad data layout")
 	// ErrBadKey reports a memory region key that names no registered region.
 	ErrBadKey = transport.ErrBadKey
 	// ErrBounds reports a GET or PUT outside its memory region.

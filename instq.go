@@ -50,6 +50,8 @@ type inst struct {
 	width  uint8              // and the word's width
 	arg    uint64             // operand
 	cmp    uint64             // compared value
+	vec    [][]byte           // instRDMA of PutV, GetV: the local buffers
+	lay    Strided            // instRDMA of PutStrided, GetStrided (Block > 0)
 	fn     func(*Context)
 	mc     *mcState
 	imm    [ImmediateMax]byte
@@ -58,7 +60,7 @@ type inst struct {
 // clear drops the references an instruction holds, so that a reused slot
 // does not keep buffers or callbacks alive.
 func (in *inst) clear() {
-	in.hdr, in.data, in.done, in.rdone, in.fn, in.mc = nil, nil, nil, nil, nil, nil
+	in.hdr, in.data, in.done, in.rdone, in.fn, in.mc, in.vec = nil, nil, nil, nil, nil, nil, nil
 }
 
 // instQueue is a bounded lock-free multi-producer, single-consumer queue of

@@ -48,6 +48,10 @@ type op struct {
 	remaining uint64
 	inflight  int
 	remote    bool
+	vec       [][]byte // PutV, GetV: the local buffers, local unused
+	vi        int      // the buffer of the next piece
+	vo        uint64   // and its offset in it
+	lay       Strided  // PutStrided, GetStrided, when lay.Block > 0
 
 	region transport.Key // opSendRV, opSendStream: the registered send buffer
 	srcOp  uint64        // opRecvRV, opRecvStream: the sender's op, for the ACK

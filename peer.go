@@ -312,7 +312,9 @@ func (c *Context) injectRTS(p *peer, in *inst) bool {
 // operation whose pieces each count down its byte counter.
 func (c *Context) injectRDMA(p *peer, in *inst) bool {
 	n := len(in.data)
-	if n <= p.chunk && in.rdone == nil {
+	if in.vec != nil || in.lay.Block > 0 {
+		n = rmaSize(in)
+	} else if n <= p.chunk && in.rdone == nil {
 		if !p.rdma.Space(1) {
 			return false
 		}
@@ -341,6 +343,7 @@ func (c *Context) injectRDMA(p *peer, in *inst) bool {
 	o := c.ops.alloc(opRDMA, p)
 	o.rk = in.rdma
 	o.local = in.data
+	o.vec, o.vi, o.vo, o.lay = in.vec, 0, 0, in.lay
 	o.key = transport.Key(in.key)
 	o.off = in.off
 	o.size = uint64(n)
@@ -395,16 +398,14 @@ func (c *Context) pump(o *op) bool {
 		if !p.rdma.Space(1) {
 			return false
 		}
-		n := o.size - o.posted
-		if n > uint64(p.chunk) {
-			n = uint64(p.chunk)
-		}
+		local, roff := o.nextPiece(uint64(p.chunk))
+		n := uint64(len(local))
 		pos := p.rdma.Tail()
 		d := p.rq.Slot(pos)
 		d.Kind = o.rk
-		d.Local = o.local[o.posted : o.posted+n : o.posted+n]
+		d.Local = local
 		d.Key = o.key
-		d.Off = o.off + o.posted
+		d.Off = roff
 		d.Remote = o.remote
 		p.rdma.Inject(1, o)
 		o.posted += n

@@ -16,6 +16,7 @@ type port struct {
 	ctx  int
 	addr transport.Addr
 	bell *transport.Doorbell // the doorbell the context sleeps on
+	race raceRecv            // race builds: Poll's receiver (race.go)
 
 	// Consumer side; owner goroutine only.
 	gen     *atomic.Uint64 // this context's linkgen word
@@ -164,6 +165,7 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	// what they read before returning, those may overwrite once a message
 	// sent afterwards arrives (race builds only; see race.go).
 	raceAcquire()
+	r = p.raceReceiver(r)
 	got := 0
 	start := p.rr
 	if start >= n {

@@ -2,7 +2,11 @@
 
 package shm
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/amigo-hpc/amigo/transport"
+)
 
 // The race detector does not see atomic operations on memory outside the Go
 // heap, so it cannot see that a counter in a shared segment orders the
@@ -15,3 +19,18 @@ var raceWord atomic.Uint64
 
 func raceRelease() { raceWord.Add(1) }
 func raceAcquire() { raceWord.Load() }
+
+// raceRecv takes the ordering word before each packet it hands on: a
+// packet may announce bytes another goroutine copied after the Poll began
+// (a notification after a pipelined Put the owner's engine finished).
+type raceRecv struct{ r transport.Receiver }
+
+func (x *raceRecv) Receive(from transport.Addr, pkt []byte) {
+	raceAcquire()
+	x.r.Receive(from, pkt)
+}
+
+func (p *port) raceReceiver(r transport.Receiver) transport.Receiver {
+	p.race.r = r
+	return &p.race
+}

@@ -1,0 +1,159 @@
+package amigo
+
+import (
+	"fmt"
+
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// Non-contiguous one-sided data: a list of local buffers against a
+// contiguous remote range (PutV, GetV: writev and readv), and a strided
+// layout on both sides (PutStrided, GetStrided: MPI_Type_vector, PAMI_Type's
+// strided form), such as a column of a row-major matrix. Nothing is packed
+// into a temporary buffer: each buffer or block is a piece of its own in the
+// peer's RDMA FIFO, and the adapters move consecutive pieces together where
+// they can (over shared memory, small pieces of Go memory in one
+// process_vm_readv or process_vm_writev; over TCP, one vectored write).
+// One callback reports the whole operation.
+//
+// The owner checks each piece against the region as it arrives: a Put whose
+// later blocks fall outside the region fails with ErrBounds after the
+// earlier blocks were written. A GlobalRegion's Len tells the caller the
+// bounds beforehand.
+
+// Strided is a layout of Count blocks of Block bytes: block i starts at
+// i*LocalStride in the local buffer and at offset + i*RemoteStride in the
+// remote region. A stride equal to Block is contiguous on that side.
+type Strided struct {
+	Count, Block              int
+	LocalStride, RemoteStride int
+}
+
+func (s Strided) check(local []byte) error {
+	if s.Count <= 0 || s.Block <= 0 || s.LocalStride < s.Block || s.RemoteStride < s.Block {
+		return fmt.Errorf("amigo: strided layout %+v: want positive count and block, strides of at least a block: %w", s, ErrBadLayout)
+	}
+	if need := (s.Count-1)*s.LocalStride + s.Block; need/s.LocalStride < s.Count-1 || len(local) < need {
+		return fmt.Errorf("amigo: strided layout %+v needs %d local bytes, the buffer has %d: %w", s, (s.Count-1)*s.LocalStride+s.Block, len(local), ErrBadLayout)
+	}
+	return nil
+}
+
+// PutV copies the local buffers, one after the other, into the peer's
+// region remote from offset off (a gathering Put). The list and the
+// buffers belong to amigo until done is called, once every buffer may be
+// reused.
+func (c *Context) PutV(ep Endpoint, local [][]byte, remote Key, off uint64, done func(error)) error {
+	return c.rmaV(transport.Put, ep, local, remote, off, done)
+}
+
+// GetV copies the peer's region remote from offset off into the local
+// buffers, one after the other (a scattering Get). done is called once all
+// of them hold their data.
+func (c *Context) GetV(ep Endpoint, local [][]byte, remote Key, off uint64, done func(error)) error {
+	return c.rmaV(transport.Get, ep, local, remote, off, done)
+}
+
+// PutStrided copies the blocks of layout s from local into the peer's
+// region remote at offset off and its strides. done is called once local
+// may be reused.
+func (c *Context) PutStrided(ep Endpoint, local []byte, s Strided, remote Key, off uint64, done func(error)) error {
+	return c.rmaStrided(transport.Put, ep, local, s, remote, off, done)
+}
+
+// GetStrided copies the blocks of layout s from the peer's region remote
+// at offset off into local at its strides. done is called once they have
+// landed.
+func (c *Context) GetStrided(ep Endpoint, local []byte, s Strided, remote Key, off uint64, done func(error)) error {
+	return c.rmaStrided(transport.Get, ep, local, s, remote, off, done)
+}
+
+func (c *Context) rmaV(k transport.RDMAKind, ep Endpoint, local [][]byte, remote Key, off uint64, done func(error)) error {
+	idx, err := c.peerIndex(ep)
+	if err != nil {
+		return err
+	}
+	total := 0
+	for _, b := range local {
+		total += len(b)
+	}
+	if total == 0 {
+		return fmt.Errorf("amigo: %v of no bytes: %w", k, ErrNilBuffer)
+	}
+	in, pos, err := c.claim()
+	if err != nil {
+		return err
+	}
+	var tmp inst
+	if in == nil {
+		in = &tmp
+	}
+	in.kind, in.rdma, in.dest = instRDMA, k, idx
+	in.vec, in.key, in.off, in.done = local, remote, off, done
+	c.post(in, pos)
+	return nil
+}
+
+func (c *Context) rmaStrided(k transport.RDMAKind, ep Endpoint, local []byte, s Strided, remote Key, off uint64, done func(error)) error {
+	idx, err := c.peerIndex(ep)
+	if err != nil {
+		return err
+	}
+	if err := s.check(local); err != nil {
+		return err
+	}
+	in, pos, err := c.claim()
+	if err != nil {
+		return err
+	}
+	var tmp inst
+	if in == nil {
+		in = &tmp
+	}
+	in.kind, in.rdma, in.dest = instRDMA, k, idx
+	in.data, in.lay, in.key, in.off, in.done = local, s, remote, off, done
+	c.post(in, pos)
+	return nil
+}
+
+// rmaSize is the bytes an instruction of PutV, GetV, PutStrided or
+// GetStrided moves.
+func rmaSize(in *inst) int {
+	if in.vec != nil {
+		n := 0
+		for _, b := range in.vec {
+			n += len(b)
+		}
+		return n
+	}
+	return in.lay.Count * in.lay.Block
+}
+
+// nextPiece returns the local bytes and the remote offset of o's next
+// piece, at most chunk bytes, and moves o's place in its vector past it;
+// the caller counts it posted.
+func (o *op) nextPiece(chunk uint64) ([]byte, uint64) {
+	var local []byte
+	var roff uint64
+	switch {
+	case o.vec != nil:
+		for o.vo == uint64(len(o.vec[o.vi])) {
+			o.vi++
+			o.vo = 0
+		}
+		b := o.vec[o.vi]
+		n := min(uint64(len(b))-o.vo, chunk)
+		local, roff = b[o.vo:o.vo+n:o.vo+n], o.off+o.posted
+		o.vo += n
+	case o.lay.Block > 0:
+		block := uint64(o.lay.Block)
+		bi, wo := o.posted/block, o.posted%block
+		n := min(block-wo, chunk)
+		at := bi*uint64(o.lay.LocalStride) + wo
+		local, roff = o.local[at:at+n:at+n], o.off+bi*uint64(o.lay.RemoteStride)+wo
+	default:
+		n := min(o.size-o.posted, chunk)
+		local, roff = o.local[o.posted:o.posted+n:o.posted+n], o.off+o.posted
+	}
+	return local, roff
+}
