@@ -449,3 +449,46 @@ func TestAtomicRefused(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAtomicFetchAdd measures fetch-add round trips from rank 0 on a
+// word of rank 1, rank 1 advancing on its own goroutine, over shared memory
+// between ranks of this process (a shared allocation: rank 0's own atomic
+// instruction) and over the in-process adapter.
+func BenchmarkAtomicFetchAdd(b *testing.B) {
+	for _, over := range []string{"shm", "loop"} {
+		b.Run(over, func(b *testing.B) {
+			cl := openOver(b, 2, amigo.Config{}, over)
+			region, err := cl[1].AllocMemory(64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var stop atomic.Bool
+			done1 := make(chan struct{})
+			go func() {
+				defer close(done1)
+				_ = cl[1].Context(0).Wait(context.Background(), stop.Load)
+			}()
+			defer func() { stop.Store(true); _ = cl[1].Context(0).Do(func(*amigo.Context) {}); <-done1 }()
+			x := cl[0].Context(0)
+			k := amigo.NewCounter()
+			var old uint64
+			p := &amigo.AtomicParams{Dest: amigo.EndpointOf(1), Remote: region.Key(), Offset: 8, Op: amigo.AtomicAdd, Type: amigo.Int64, Operand: 1, Result: &old, Done: k.Done()}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				k.Add(1)
+				if err := x.Atomic(p); err != nil {
+					b.Fatal(err)
+				}
+				if err := x.WaitCounter(ctx, k); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if old != uint64(b.N-1) {
+				b.Fatalf("fetched %d at the end of %d adds", old, b.N)
+			}
+		})
+	}
+}

@@ -455,6 +455,11 @@ func (c *Context) asyncError(err error) {
 // processor, then sleeps until a peer or another goroutine rings the
 // context's doorbell (Config.SpinIterations, YieldIterations, SleepMax).
 func (c *Context) Wait(ctx context.Context, cond func() bool) error {
+	// cond is the owner's, read on the owner's goroutine: when it already
+	// holds, there is nothing to take the context for.
+	if cond() && !c.closed.Load() {
+		return nil
+	}
 	c.enter()
 	defer c.leave()
 	return c.wait(ctx, cond)

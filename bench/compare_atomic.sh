@@ -31,7 +31,7 @@ echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores
 for r in $(seq "$ROUNDS"); do
   echo "round $r of $ROUNDS" >&2
   rec amigo-shm-shared "$work/amibench" --json -b atomic_lat,atomic_rate --iterations 1000000
-  rec amigo-shm-heap "$work/amibench" --json -b atomic_lat,atomic_rate --atomic-target heap --iterations 100000
+  rec amigo-shm-heap "$work/amibench" --json -b atomic_lat,atomic_rate --atomic-target heap --iterations 20000
   rec amigo-tcp "$work/amibench" --json -b atomic_lat,atomic_rate --transport tcp --iterations 20000
   ucx_run ucx-shm-fadd sm,self ucp_fadd 8 1000000
   ucx_run ucx-shm-add sm,self ucp_add 8 1000000

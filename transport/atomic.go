@@ -65,6 +65,12 @@ func ApplyAtomic(mem []byte, op AtomicOp, width int, operand, compare uint64) (u
 	if err := CheckAtomic(op, width); err != nil {
 		return 0, err
 	}
+	return ApplyChecked(mem, op, width, operand, compare)
+}
+
+// ApplyChecked is ApplyAtomic for an operation and width CheckAtomic
+// accepted.
+func ApplyChecked(mem []byte, op AtomicOp, width int, operand, compare uint64) (uint64, error) {
 	if len(mem) < width {
 		return 0, ErrBounds
 	}

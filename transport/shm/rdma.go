@@ -258,7 +258,7 @@ func (p *port) atomicInPlace(l *link, op *transport.RDMAOp) (bool, error) {
 		a.release(pr, p.ctx)
 		return false, nil
 	}
-	old, err := transport.ApplyAtomic(mem[at:at+n], op.AOp, int(op.Width), op.Operand, op.Compare)
+	old, err := transport.ApplyChecked(mem[at:at+n], op.AOp, int(op.Width), op.Operand, op.Compare)
 	// A release store ends the claim: the owner needs to see the slot
 	// cleared only after our access, not at once.
 	order.Store64(pr.seg.access(a.li, p.ctx), 0)
