@@ -10,8 +10,11 @@
 //
 // Instructions are Send (header and data, a local done callback, optionally a
 // remote-completion callback), SendImmediate (small, copied at once, no
-// callback), Put and Get on a peer's registered memory, Rput and Rget
-// between registered regions, and Multicast. Active messages are delivered to
+// callback), Put and Get on a peer's registered memory (PutV, GetV,
+// PutStrided and GetStrided for lists of buffers and strided layouts;
+// PutNotify for a Put whose notification runs a handler at the target),
+// remote atomics on its words (Atomic, FetchAdd, CompareAndSwap), Rput and
+// Rget between registered regions, Fence and Flush, and Multicast. Active messages are delivered to
 // the Handler registered for their dispatch id with SetDispatch.
 //
 // # The progress contract
@@ -37,7 +40,11 @@
 //     the peer's descriptor buffer; larger sends are announced by a SEND that
 //     carries the key of the registered send buffer, and their data follows
 //     at once as eager packets (stop.go: the receiver may answer STOP and
-//     fetch the rest by RDMA); Put and Get become RDMA descriptors. An instruction's done callback is listed in the FIFO's
+//     fetch the rest by RDMA); Put, Get and atomics become RDMA
+//     descriptors (an atomic the adapter can perform at once, on a shared
+//     allocation of a peer of this host, is performed by the posting
+//     goroutine instead, and its callback is due at once, in the next
+//     Advance). An instruction's done callback is listed in the FIFO's
 //     pending callback list, in the entry of the slot its descriptor took.
 //     An inline send over a link whose descriptor buffer the peer reads in
 //     place (in-process, shared memory) is complete once written: its done

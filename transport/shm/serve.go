@@ -19,6 +19,9 @@ type server struct {
 	st     []serving    // by channel, li*nctx+d; under lock
 	act    []int        // channels with a request in progress; under lock
 	cma    cmaIO
+	// servedAtomic says an atomic was served since the engine last looked
+	// (it then lingers, see engine).
+	servedAtomic atomic.Bool
 }
 
 // serving is the owner's copy of a request it took. It copies what it read
@@ -248,6 +251,7 @@ func (s *server) atomic(r *serving) {
 	s.a.stats.atomics.Add(1)
 	ch.result.Store(old)
 	ch.ack.Store(r.id)
+	s.servedAtomic.Store(true)
 }
 
 func accessCode(err error) (code, rlen uint64) {

@@ -126,12 +126,17 @@ func (a *Adapter) peerGone(pr *peer) {
 	transport.RingShared(a.self.engineBell())
 }
 
+// engineLinger is how long the engine keeps looking for requests after it
+// served one, before it sleeps.
+const engineLinger = 50 * time.Microsecond
+
 // engine serves peers' requests when this rank's contexts do not: it sleeps
 // on the engine doorbell in the segment until an initiator rings it.
 func (a *Adapter) engine() {
 	defer a.wg.Done()
 	bell := a.self.engineBell()
 	idle := 0
+	var worked time.Time
 	for {
 		select {
 		case <-a.stop:
@@ -140,6 +145,7 @@ func (a *Adapter) engine() {
 		}
 		if a.srv.pending() && a.srv.serve() > 0 {
 			idle = 0
+			worked = time.Time{}
 			continue
 		}
 		idle++
@@ -147,6 +153,18 @@ func (a *Adapter) engine() {
 			runtime.Gosched()
 			continue
 		}
+		// Atomics come in runs (an initiator's, one after the other, each
+		// a few microseconds after the last was answered): after one,
+		// stay awake for engineLinger rather than be woken, at some
+		// microseconds a wake, for each.
+		if worked.IsZero() && a.srv.servedAtomic.Swap(false) {
+			worked = time.Now()
+		}
+		if !worked.IsZero() && (idle&63 != 0 || time.Since(worked) < engineLinger) {
+			runtime.Gosched()
+			continue
+		}
+		worked = time.Time{}
 		// Initiators ring the bell when they need us (and again while
 		// they wait), and Close rings it: the long bound only caps the
 		// cost of a lost wake-up. A short one would cost a rank that polls
