@@ -242,7 +242,11 @@ func (c *Context) callNow(fn func(error), err error) {
 func (c *Context) startFetch(o *op, buf []byte, done func(error)) {
 	o.done = done
 	o.rk = transport.Get
-	o.local = buf[:o.size:o.size]
+	if o.vec == nil && o.lay.Block == 0 {
+		o.local = buf[:o.size:o.size]
+	} else {
+		o.local = buf // ReceiveV, ReceiveStrided: pieces by nextPiece
+	}
 	o.off = 0
 	o.remaining = o.size
 	if o.size == 0 {

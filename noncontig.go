@@ -1,6 +1,7 @@
 package amigo
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/amigo-hpc/amigo/transport"
@@ -142,13 +143,13 @@ func (o *op) nextPiece(chunk uint64) ([]byte, uint64) {
 			o.vo = 0
 		}
 		b := o.vec[o.vi]
-		n := min(uint64(len(b))-o.vo, chunk)
+		n := min(uint64(len(b))-o.vo, chunk, o.size-o.posted)
 		local, roff = b[o.vo:o.vo+n:o.vo+n], o.off+o.posted
 		o.vo += n
 	case o.lay.Block > 0:
 		block := uint64(o.lay.Block)
 		bi, wo := o.posted/block, o.posted%block
-		n := min(block-wo, chunk)
+		n := min(block-wo, chunk, o.size-o.posted)
 		at := bi*uint64(o.lay.LocalStride) + wo
 		local, roff = o.local[at:at+n:at+n], o.off+bi*uint64(o.lay.RemoteStride)+wo
 	default:
@@ -156,4 +157,94 @@ func (o *op) nextPiece(chunk uint64) ([]byte, uint64) {
 		local, roff = o.local[o.posted:o.posted+n:o.posted+n], o.off+o.posted
 	}
 	return local, roff
+}
+
+// ReceiveV names the buffers of bufs, one after the other, as the
+// destination of the message's data (a scattering Receive); done is called
+// once the data has landed. Together they must hold Size bytes, else
+// ReceiveV returns ErrTooSmall; bytes beyond Size are left alone. An inline
+// message is copied at once; an announced one is fetched piece by piece
+// into the buffers. A streamed message (the eager protocol) and a
+// multicast, which land by offset in one buffer, are received into a
+// buffer of Size bytes and copied out when complete.
+func (m *Message) ReceiveV(bufs [][]byte, done func(error)) error {
+	total := 0
+	for _, b := range bufs {
+		total += len(b)
+	}
+	if uint64(total) < m.size {
+		return fmt.Errorf("amigo: receive buffers of %d bytes for a message of %d: %w", total, m.size, ErrTooSmall)
+	}
+	return m.receiveScatter(scatter{vec: bufs}, done)
+}
+
+// ReceiveStrided names the blocks of layout s in buf as the destination of
+// the message's data: the message's bytes fill block after block, block i
+// at i*s.LocalStride of buf (s.RemoteStride is not used). The blocks must
+// hold Size bytes. It lands as ReceiveV's buffers do.
+func (m *Message) ReceiveStrided(buf []byte, s Strided, done func(error)) error {
+	s.RemoteStride = s.Block
+	if err := s.check(buf); err != nil {
+		return err
+	}
+	if uint64(s.Count)*uint64(s.Block) < m.size {
+		return fmt.Errorf("amigo: receive layout of %d bytes for a message of %d: %w", s.Count*s.Block, m.size, ErrTooSmall)
+	}
+	return m.receiveScatter(scatter{buf: buf, lay: s}, done)
+}
+
+// scatter is a non-contiguous destination: a list of buffers, or the
+// blocks of a layout in one buffer.
+type scatter struct {
+	vec [][]byte
+	buf []byte
+	lay Strided
+}
+
+// copyIn copies data into the destination from its start.
+func (s *scatter) copyIn(data []byte) {
+	if s.vec != nil {
+		for _, b := range s.vec {
+			if len(data) == 0 {
+				return
+			}
+			data = data[copy(b, data):]
+		}
+		return
+	}
+	for i := 0; len(data) > 0; i++ {
+		at := i * s.lay.LocalStride
+		data = data[copy(s.buf[at:at+s.lay.Block], data):]
+	}
+}
+
+func (m *Message) receiveScatter(s scatter, done func(error)) error {
+	if m.claimed {
+		return errors.New("amigo: message already received or deferred")
+	}
+	c := m.c
+	if m.inline {
+		m.claimed = true
+		s.copyIn(m.Data)
+		c.doLater(done, nil)
+		return nil
+	}
+	if m.stream != nil || m.mc != nil {
+		// These land by offset in one buffer: stage, then copy out.
+		tmp := make([]byte, m.size)
+		return m.Receive(tmp, func(err error) {
+			if err == nil {
+				s.copyIn(tmp)
+			}
+			if done != nil {
+				done(err)
+			}
+		})
+	}
+	m.claimed = true
+	o := c.ops.alloc(opRecvRV, c.peer(m.src))
+	o.srcOp, o.key, o.size, o.disp = m.op, transport.Key(m.key), m.size, m.Dispatch
+	o.vec, o.lay = s.vec, s.lay
+	c.startFetch(o, s.buf, done)
+	return nil
 }

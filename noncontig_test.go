@@ -158,3 +158,92 @@ func TestNonContiguous(t *testing.T) {
 		}
 	}
 }
+
+// A handler names a list of buffers or a strided layout as the destination
+// of a message, whatever way it travels (inline, announced and fetched,
+// streamed): the data lands in order, and the bytes around the blocks and
+// past the message keep their value.
+func TestReceiveScatter(t *testing.T) {
+	for _, over := range []string{"loop", "shm", "tcp"} {
+		for _, proto := range []string{"stop", "rendezvous"} {
+			for _, size := range []int{100, 70 << 10, 1<<20 + 3} {
+				t.Run(fmt.Sprintf("%s/%s/%d", over, proto, size), func(t *testing.T) {
+					cl := openOver(t, 2, amigo.Config{Protocol: proto}, over)
+					msg := make([]byte, size)
+					for i := range msg {
+						msg[i] = byte(i%253 + 1)
+					}
+					everyRank(t, cl, func(ctx context.Context, c *amigo.Client) error {
+						x := c.Context(0)
+						const block, stride = 1000, 1500
+						count := (size + block - 1) / block
+						strided := bytes.Repeat([]byte{0xEE}, (count-1)*stride+block+64)
+						// Uneven buffers, one empty, more room than needed.
+						sizes := []int{size / 3, 0, 1, size, 50}
+						var vec [][]byte
+						for _, n := range sizes {
+							vec = append(vec, bytes.Repeat([]byte{0xEE}, n))
+						}
+						got := 0
+						var bad error
+						x.SetDispatch(3, func(_ *amigo.Context, m *amigo.Message) {
+							var err error
+							if m.Header[0] == 0 {
+								err = m.ReceiveV(vec, func(err error) { bad, got = err, got+1 })
+							} else {
+								err = m.ReceiveStrided(strided, amigo.Strided{Count: count, Block: block, LocalStride: stride}, func(err error) { bad, got = err, got+1 })
+							}
+							if err != nil {
+								bad, got = err, got+1
+							}
+						})
+						if err := c.Barrier(ctx); err != nil {
+							return err
+						}
+						if c.Rank() == 0 {
+							sent := 0
+							for h := byte(0); h < 2; h++ {
+								if err := x.Send(amigo.EndpointOf(1), 3, []byte{h}, msg, func(err error) {
+									if err != nil {
+										bad = err
+									}
+									sent++
+								}); err != nil {
+									return err
+								}
+								if err := x.Wait(ctx, func() bool { return sent == int(h)+1 }); err != nil {
+									return err
+								}
+							}
+							return c.Barrier(ctx)
+						}
+						if err := x.Wait(ctx, func() bool { return got == 2 }); err != nil {
+							return err
+						}
+						if bad != nil {
+							return bad
+						}
+						var flat []byte
+						for _, b := range vec {
+							flat = append(flat, b...)
+						}
+						if !bytes.Equal(flat[:size], msg) || bytes.Count(flat[size:], []byte{0xEE}) != len(flat)-size {
+							return fmt.Errorf("the buffers of ReceiveV do not hold the message, then their old bytes")
+						}
+						for i, b := range strided {
+							blk, in := i/stride, i%stride
+							want := byte(0xEE)
+							if in < block && blk*block+in < size {
+								want = msg[blk*block+in]
+							}
+							if b != want {
+								return fmt.Errorf("byte %d of the strided buffer (block %d, at %d): %#x, want %#x", i, blk, in, b, want)
+							}
+						}
+						return c.Barrier(ctx)
+					})
+				})
+			}
+		}
+	}
+}
