@@ -110,27 +110,44 @@ type AtomicParams struct {
 // without PermAtomic is refused by the owner (or by its mirror, over shared
 // memory) with an *AccessError to Done, and nothing is touched.
 func (c *Context) Atomic(p *AtomicParams) error {
+	_, err := c.atomic(p, false)
+	return err
+}
+
+// AtomicNow is Atomic for a caller that waits for the result at once: when
+// the operation can be performed right away (over shared memory, a word of
+// a peer's shared allocation, with nothing posted earlier to that peer
+// still in flight) it performs it on the calling goroutine and returns done
+// true, with the operation's outcome as err, and p.Done is not called;
+// otherwise it posts p as Atomic does and returns false. It is the
+// immediate completion of ucp_atomic_op_nbx (UCS_OK) and gex_AD_OpNB (no
+// event).
+func (c *Context) AtomicNow(p *AtomicParams) (done bool, err error) {
+	return c.atomic(p, true)
+}
+
+func (c *Context) atomic(p *AtomicParams, now bool) (bool, error) {
 	idx, err := c.peerIndex(p.Dest)
 	if err != nil {
-		return err
+		return false, err
 	}
 	op, width, err := atomicOf(p.Op, p.Type)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if p.Offset%uint64(width) != 0 {
-		return &AccessError{Key: transport.Key(p.Remote), Off: p.Offset, Len: uint64(width), Err: ErrMisaligned}
+	if p.Offset&uint64(width-1) != 0 {
+		return false, &AccessError{Key: transport.Key(p.Remote), Off: p.Offset, Len: uint64(width), Err: ErrMisaligned}
+	}
+	if ok, err := c.atomicDirect(idx, op, width, p, now); ok {
+		return now, err
 	}
 	var res []byte
 	if p.Result != nil {
 		res = unsafe.Slice((*byte)(unsafe.Pointer(p.Result)), 8)
 	}
-	if c.atomicDirect(idx, op, width, res, p) {
-		return nil
-	}
 	in, pos, err := c.claim()
 	if err != nil {
-		return err
+		return false, err
 	}
 	var tmp inst
 	if in == nil {
@@ -146,34 +163,40 @@ func (c *Context) Atomic(p *AtomicParams) error {
 	in.arg, in.cmp = p.Operand, p.Compare
 	in.done = p.Done
 	c.post(in, pos)
-	return nil
+	return false, nil
 }
 
 // atomicDirect performs an atomic on the posting goroutine when the
 // adapter can at once (Link.Atomic: over shared memory, a word of a shared
 // allocation) and nothing posted earlier to the peer is still in flight, so
 // that it overtakes nothing; its done callback runs in the next Advance, as
-// every callback does. It reports whether it did.
-func (c *Context) atomicDirect(idx int32, op transport.AtomicOp, width int, res []byte, p *AtomicParams) bool {
+// every callback does (Atomic), or not at all (AtomicNow). It reports
+// whether it did, and the outcome.
+func (c *Context) atomicDirect(idx int32, op transport.AtomicOp, width int, p *AtomicParams, now bool) (ok bool, err error) {
 	pr := c.direct(idx)
 	if pr == nil {
-		return false
+		return false, nil
 	}
-	ok := false
 	if pr.link.Atomic != nil && pr.rdma.Outstanding() == 0 && pr.rdma.Pending() == 0 && pr.ops == 0 {
-		d := &c.atomicOp
-		*d = transport.RDMAOp{Kind: transport.Atomic, Local: res, Key: transport.Key(p.Remote), Off: p.Offset, AOp: op, Width: uint8(width), Operand: p.Operand, Compare: p.Compare}
-		var err error
-		if ok, err = pr.link.Atomic(d); ok {
+		var old uint64
+		old, ok, err = pr.link.Atomic(transport.AtomicArgs{Key: transport.Key(p.Remote), Off: p.Offset, Op: op, Width: uint8(width), Operand: p.Operand, Compare: p.Compare})
+		if ok {
+			if err == nil && p.Result != nil {
+				*p.Result = old
+			}
 			c.stats.Atomics++
-			if p.Done != nil {
-				c.later = append(c.later, laterDone{fn: p.Done, err: err})
+			if !now {
+				// Appended while the context is held: the list is the
+				// owner's.
+				if p.Done != nil {
+					c.later = append(c.later, laterDone{fn: p.Done, err: err})
+				}
+				err = nil
 			}
 		}
-		d.Local = nil
 	}
 	c.leave()
-	return ok
+	return ok, err
 }
 
 // atomicOf maps an operation on a type to the transport's operation and

@@ -492,3 +492,139 @@ func BenchmarkAtomicFetchAdd(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAtomicNow measures fetch-adds completed at once (AtomicNow) on a
+// word of another rank's shared allocation, over shared memory between
+// ranks of this process; the other rank does nothing.
+func BenchmarkAtomicNow(b *testing.B) {
+	cl := openOver(b, 2, amigo.Config{}, "shm")
+	region, err := cl[1].AllocMemory(64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	x := cl[0].Context(0)
+	var old uint64
+	// The first one connects the link, in an Advance.
+	if err := x.FetchAdd(amigo.EndpointOf(1), region.Key(), 16, 1, nil, nil); err != nil {
+		b.Fatal(err)
+	}
+	if err := x.Flush(amigo.EndpointOf(1), nil); err != nil {
+		b.Fatal(err)
+	}
+	for x.Advance() > 0 {
+	}
+	p := &amigo.AtomicParams{Dest: amigo.EndpointOf(1), Remote: region.Key(), Offset: 8, Op: amigo.AtomicAdd, Type: amigo.Int64, Operand: 1, Result: &old}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		done, err := x.AtomicNow(p)
+		if err != nil || !done {
+			b.Fatalf("AtomicNow: done %v, %v", done, err)
+		}
+	}
+	b.StopTimer()
+	if old != uint64(b.N-1) {
+		b.Fatalf("fetched %d at the end of %d adds", old, b.N)
+	}
+}
+
+// AtomicNow completes at once on a shared allocation of a peer of this host
+// (and otherwise falls back to a callback): 4 ranks' fetch-adds on one word
+// fetch every old value exactly once. A rank that deregisters the region
+// while another hammers it sees no change to the word once Deregister
+// returned, and the other rank's atomics are refused from then on.
+func TestAtomicNow(t *testing.T) {
+	for _, over := range []string{"shm", "loop", "tcp"} {
+		t.Run(over, func(t *testing.T) {
+			const n, iters = 4, 3000
+			cl := openOver(t, n, amigo.Config{SpinIterations: 50, YieldIterations: 50}, over)
+			seen := make([]atomic.Int32, n*iters)
+			var nowCount atomic.Int64
+			everyRank(t, cl, func(ctx context.Context, c *amigo.Client) error {
+				x := c.Context(0)
+				g, err := c.AllocAll(ctx, 64)
+				if err != nil {
+					return err
+				}
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
+				var old uint64
+				k := amigo.NewCounter()
+				p := &amigo.AtomicParams{Dest: amigo.EndpointOf(0), Remote: g.Key(0), Offset: 0, Op: amigo.AtomicAdd, Type: amigo.Uint64, Operand: 1, Result: &old, Done: k.Done()}
+				for i := 0; i < iters; i++ {
+					k.Add(1)
+					now, err := x.AtomicNow(p)
+					if err != nil {
+						return err
+					}
+					if now {
+						k.Add(-1)
+						nowCount.Add(1)
+					} else if err := x.WaitCounter(ctx, k); err != nil {
+						return err
+					}
+					if old >= n*iters {
+						return fmt.Errorf("fetched %d", old)
+					}
+					seen[old].Add(1)
+				}
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
+				// Rank 1 hammers rank 2's word 8 while rank 2 deregisters it.
+				switch c.Rank() {
+				case 1:
+					p := &amigo.AtomicParams{Dest: amigo.EndpointOf(2), Remote: g.Key(2), Offset: 8, Op: amigo.AtomicAdd, Type: amigo.Uint64, Operand: 1, Done: k.Done()}
+					for refused := false; !refused; {
+						k.Add(1)
+						now, err := x.AtomicNow(p)
+						if now {
+							k.Add(-1)
+						} else if err == nil {
+							err = x.WaitCounter(ctx, k)
+						}
+						if err != nil {
+							if !errors.Is(err, amigo.ErrBadKey) {
+								return fmt.Errorf("after deregistration: %v, want ErrBadKey", err)
+							}
+							refused = true
+						}
+						if ctx.Err() != nil {
+							return ctx.Err()
+						}
+					}
+				case 2:
+					w := word64(g.Local.Bytes(), 8)
+					for atomic.LoadUint64(w) < 100 {
+						if err := x.Wait(ctx, func() bool { return atomic.LoadUint64(w) >= 100 }); err != nil {
+							return err
+						}
+					}
+					if err := g.Local.Deregister(); err != nil {
+						return err
+					}
+					v := atomic.LoadUint64(w)
+					for i := 0; i < 2000; i++ {
+						x.Advance()
+						if got := atomic.LoadUint64(w); got != v {
+							return fmt.Errorf("the word went from %d to %d after Deregister returned", v, got)
+						}
+					}
+				}
+				return c.Barrier(ctx)
+			})
+			for v := range seen {
+				if k := seen[v].Load(); k != 1 {
+					t.Fatalf("old value %d fetched %d times", v, k)
+				}
+			}
+			if over == "shm" && nowCount.Load() == 0 {
+				t.Fatal("no AtomicNow completed at once over shared memory")
+			}
+			if over == "tcp" && nowCount.Load() != 0 {
+				t.Fatalf("%d AtomicNow completed at once over tcp", nowCount.Load())
+			}
+		})
+	}
+}

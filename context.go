@@ -50,8 +50,7 @@ type Context struct {
 	pkt      wire.Packet // the packet receive is decoding (never nested)
 	held     Held
 	ops      opTable
-	later    []laterDone      // local completions found inside handlers
-	atomicOp transport.RDMAOp // the descriptor of an atomic performed by its poster (atomicDirect)
+	later    []laterDone // local completions found inside handlers
 	spare    []laterDone
 	// toStream lists the streams whose announcement the receiver took in
 	// this Advance; startStreams starts them after the Advance polled

@@ -75,7 +75,7 @@ func ApplyChecked(mem []byte, op AtomicOp, width int, operand, compare uint64) (
 		return 0, ErrBounds
 	}
 	p := unsafe.Pointer(unsafe.SliceData(mem))
-	if uintptr(p)%uintptr(width) != 0 {
+	if uintptr(p)&uintptr(width-1) != 0 {
 		return 0, ErrMisaligned
 	}
 	if width == 4 {
@@ -148,6 +148,15 @@ func ApplyChecked(mem []byte, op AtomicOp, width int, operand, compare uint64) (
 		}
 	}
 	return 0, ErrBadAtomic
+}
+
+// AtomicArgs are an atomic operation's arguments (Link.Atomic).
+type AtomicArgs struct {
+	Key              Key
+	Off              uint64
+	Op               AtomicOp
+	Width            uint8
+	Operand, Compare uint64
 }
 
 // SetResult stores the old value an engine read for an Atomic descriptor

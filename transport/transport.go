@@ -146,13 +146,14 @@ type Link struct {
 	// was sent after it: a packet injected after a Put is handled after
 	// the Put's data is in place, with no fence.
 	Ordered bool
-	// Atomic, if not nil, performs an Atomic descriptor at once on the
-	// caller's goroutine when the adapter can without anyone's help (the
-	// shm adapter, on a word of a shared allocation): it reports whether
-	// it did, with the outcome. It is called by the goroutine that holds
-	// the context, only while the link's RDMA FIFO is empty, so that it
-	// does not overtake earlier descriptors.
-	Atomic func(op *RDMAOp) (done bool, err error)
+	// Atomic, if not nil, performs an atomic at once on the caller's
+	// goroutine when the adapter can without anyone's help (the shm
+	// adapter, on a word of a shared allocation): it reports whether it
+	// did, with the word's old value and the outcome. The operation and
+	// width are valid (CheckAtomic). It is called by the goroutine that
+	// holds the context, only while the link's RDMA FIFO is empty, so that
+	// it does not overtake earlier descriptors.
+	Atomic func(a AtomicArgs) (old uint64, done bool, err error)
 
 	err atomic.Pointer[error]
 }

@@ -63,12 +63,17 @@ const (
 // relaxed is true while release stores are in use.
 var relaxed atomic.Bool
 
+// canBarrier is true when the kernel has the expedited global membarrier,
+// which a process may issue whether or not it registered for it.
+var canBarrier bool
+
 func init() {
-	if !releaseStores || os.Getenv("AMIGO_FENCED_STORES") == "1" {
-		return
-	}
 	mask, _, errno := syscall.RawSyscall(sysMembarrier, membarrierCmdQuery, 0, 0)
 	if errno != 0 || mask&membarrierCmdGlobalExpedited == 0 || mask&membarrierCmdRegisterGlobalExped == 0 {
+		return
+	}
+	canBarrier = true
+	if !releaseStores || os.Getenv("AMIGO_FENCED_STORES") == "1" {
 		return
 	}
 	if _, _, errno := syscall.RawSyscall(sysMembarrier, membarrierCmdRegisterGlobalExped, 0, 0); errno != 0 {
@@ -89,6 +94,17 @@ func Fenced() { relaxed.Store(false) }
 // comment. It is a no-op while stores are fenced.
 func Barrier() {
 	if relaxed.Load() {
+		syscall.Syscall(sysMembarrier, membarrierCmdGlobalExpedited, 0, 0)
+	}
+}
+
+// BarrierPeers is Barrier for a slow path that must see the release
+// stores of other processes, whatever this process decided for its own
+// stores (Fenced, AMIGO_FENCED_STORES): it issues the membarrier whenever
+// the kernel has it. A process that registered for it stored relaxed and
+// is reached by it; one that did not stored fenced.
+func BarrierPeers() {
+	if canBarrier {
 		syscall.Syscall(sysMembarrier, membarrierCmdGlobalExpedited, 0, 0)
 	}
 }

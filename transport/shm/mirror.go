@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/amigo-hpc/amigo/internal/order"
 	"github.com/amigo-hpc/amigo/transport"
 )
 
@@ -25,6 +26,14 @@ import (
 // the slot and waits. The slot is held for one piece (a bounded copy that
 // needs no one else's progress), never across Progress calls, so the
 // owner's wait is short.
+//
+// An atomic performed in place (lookupAtomic) claims its slot with a
+// release store (order.Store64), which may pass the load of state: it
+// acts only on regions in a shared allocation (seg != 0), and the owner,
+// before it waits for the slots of such a region, issues
+// order.BarrierPeers, which makes every peer's claim stored before it
+// visible (either the peer's load of state follows the barrier and sees
+// zero, or its claim precedes it and the owner sees the slot).
 type mirrorEntry struct {
 	state  atomic.Uint64 // the key, or 0
 	addr   atomic.Uint64 // address of the region in the owner
@@ -64,6 +73,9 @@ func (a *Adapter) Deregistered(index int, key transport.Key) {
 	}
 	e := a.self.mirrorEntry(index)
 	e.state.Store(0)
+	if e.seg.Load() != 0 {
+		order.BarrierPeers() // see lookupAtomic
+	}
 	a.waitAccess(uint64(key))
 }
 
@@ -125,6 +137,26 @@ func (a *Adapter) lookup(pr *peer, d int, key transport.Key) (r region, ok, held
 
 func (a *Adapter) release(pr *peer, d int) { pr.seg.access(a.li, d).Store(0) }
 
+// lookupAtomic is lookup for an atomic performed in place: its claim is a
+// release store, which the owner orders with order.BarrierPeers (see
+// mirrorEntry). The caller acts on the region only if it is in a shared
+// allocation, and ends the claim with a release store of zero.
+func (a *Adapter) lookupAtomic(pr *peer, d int, key transport.Key) (r region, ok bool) {
+	idx := int(uint64(key) & keyIndexMask)
+	if idx >= pr.seg.l.mirror || key == 0 {
+		return region{}, false
+	}
+	slot := pr.seg.access(a.li, d)
+	order.Store64(slot, uint64(key))
+	e := pr.seg.mirrorEntry(idx)
+	if e.state.Load() != uint64(key) {
+		order.Store64(slot, 0)
+		return region{}, false
+	}
+	r = region{addr: e.addr.Load(), len: e.len.Load(), seg: e.seg.Load(), segOff: e.segOff.Load(), perm: transport.Perm(e.perm.Load())}
+	return r, true
+}
+
 // keyIndexMask extracts the table index of a key (transport.Key's layout:
 // the low 24 bits index the owner's table).
 const keyIndexMask = 1<<24 - 1
@@ -132,6 +164,7 @@ const keyIndexMask = 1<<24 - 1
 // clearMirror withdraws every entry, waiting for accessors, when the
 // adapter closes.
 func (a *Adapter) clearMirror() {
+	order.BarrierPeers() // see lookupAtomic
 	for i := 0; i < int(a.mirrorHigh.Load()); i++ {
 		e := a.self.mirrorEntry(i)
 		if k := e.state.Load(); k != 0 {

@@ -143,7 +143,7 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 		tl.Fail(peerErr(to, err))
 	}
 	l := &link{tl: tl, pr: pr, ctx: c, hdr: hdr}
-	tl.Atomic = func(op *transport.RDMAOp) (bool, error) { return p.atomicInPlace(l, op) }
+	tl.Atomic = func(args transport.AtomicArgs) (uint64, bool, error) { return p.atomicInPlace(l, args) }
 	p.links[to] = l
 	old := *p.out.Load()
 	grown := append(old[:len(old):len(old)], l)

@@ -238,35 +238,35 @@ func (p *port) start(l *link, op *transport.RDMAOp) (x *xfer, wait bool, err err
 // segment with the processor's atomics on this process's mapping of it, on
 // the goroutine that holds the context, when the mirror says the word is
 // there (Link.Atomic). It reports false, having done nothing, otherwise.
-func (p *port) atomicInPlace(l *link, op *transport.RDMAOp) (bool, error) {
+func (p *port) atomicInPlace(l *link, op transport.AtomicArgs) (uint64, bool, error) {
 	a, pr := p.a, l.pr
-	if l.tl.Err() != nil || op.Kind != transport.Atomic || transport.CheckAtomic(op.AOp, int(op.Width)) != nil {
-		return false, nil
+	if l.tl.Err() != nil {
+		return 0, false, nil
 	}
-	reg, ok, _ := a.lookup(pr, p.ctx, op.Key)
+	reg, ok := a.lookupAtomic(pr, p.ctx, op.Key)
 	if !ok {
-		return false, nil
+		return 0, false, nil
 	}
+	slot := pr.seg.access(a.li, p.ctx)
 	n := uint64(op.Width)
 	if reg.seg == 0 || op.Off > reg.len || n > reg.len-op.Off || reg.perm&transport.PermAtomic == 0 {
-		a.release(pr, p.ctx)
-		return false, nil
+		order.Store64(slot, 0)
+		return 0, false, nil
 	}
 	mem, err := pr.allocMem(int(reg.seg - 1))
 	at := reg.segOff + op.Off
 	if err != nil || at < reg.segOff || at > uint64(len(mem)) || n > uint64(len(mem))-at {
-		a.release(pr, p.ctx)
-		return false, nil
+		order.Store64(slot, 0)
+		return 0, false, nil
 	}
-	old, err := transport.ApplyChecked(mem[at:at+n], op.AOp, int(op.Width), op.Operand, op.Compare)
+	old, err := transport.ApplyChecked(mem[at:at+n], op.Op, int(op.Width), op.Operand, op.Compare)
 	// A release store ends the claim: the owner needs to see the slot
 	// cleared only after our access, not at once.
-	order.Store64(pr.seg.access(a.li, p.ctx), 0)
+	order.Store64(slot, 0)
 	if err != nil {
-		return true, peerErr(l.tl.To, &transport.AccessError{Key: op.Key, Off: op.Off, Len: n, Err: err})
+		return 0, true, peerErr(l.tl.To, &transport.AccessError{Key: op.Key, Off: op.Off, Len: n, Err: err})
 	}
-	op.SetResult(old)
-	return true, nil
+	return old, true, nil
 }
 
 // startAtomic performs an atomic at once on a word of the owner's shared
