@@ -141,12 +141,11 @@ func (a *Adapter) release(pr *peer, d int) { pr.seg.access(a.li, d).Store(0) }
 // release store, which the owner orders with order.BarrierPeers (see
 // mirrorEntry). The caller acts on the region only if it is in a shared
 // allocation, and ends the claim with a release store of zero.
-func (a *Adapter) lookupAtomic(pr *peer, d int, key transport.Key) (r region, ok bool) {
+func (a *Adapter) lookupAtomic(pr *peer, slot *atomic.Uint64, key transport.Key) (r region, ok bool) {
 	idx := int(uint64(key) & keyIndexMask)
 	if idx >= pr.seg.l.mirror || key == 0 {
 		return region{}, false
 	}
-	slot := pr.seg.access(a.li, d)
 	order.Store64(slot, uint64(key))
 	e := pr.seg.mirrorEntry(idx)
 	if e.state.Load() != uint64(key) {

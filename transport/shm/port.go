@@ -57,8 +57,9 @@ type link struct {
 	pr   *peer
 	ctx  int // the remote context
 	hdr  *linkHeader
-	x    *xfer // the RDMA descriptor in progress, or nil
-	xbuf xfer  // its storage, reused
+	slot *atomic.Uint64 // this context's access slot in the owner's segment
+	x    *xfer          // the RDMA descriptor in progress, or nil
+	xbuf xfer           // its storage, reused
 	// serialTo: descriptors below this FIFO position go one by one (a
 	// batch of them failed; see runBatch).
 	serialTo uint64
@@ -142,7 +143,7 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 	if err := pr.err(); err != nil {
 		tl.Fail(peerErr(to, err))
 	}
-	l := &link{tl: tl, pr: pr, ctx: c, hdr: hdr}
+	l := &link{tl: tl, pr: pr, ctx: c, hdr: hdr, slot: pr.seg.access(a.li, p.ctx)}
 	tl.Atomic = func(args transport.AtomicArgs) (uint64, bool, error) { return p.atomicInPlace(l, args) }
 	p.links[to] = l
 	old := *p.out.Load()

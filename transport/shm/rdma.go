@@ -243,11 +243,11 @@ func (p *port) atomicInPlace(l *link, op transport.AtomicArgs) (uint64, bool, er
 	if l.tl.Err() != nil {
 		return 0, false, nil
 	}
-	reg, ok := a.lookupAtomic(pr, p.ctx, op.Key)
+	slot := l.slot
+	reg, ok := a.lookupAtomic(pr, slot, op.Key)
 	if !ok {
 		return 0, false, nil
 	}
-	slot := pr.seg.access(a.li, p.ctx)
 	n := uint64(op.Width)
 	if reg.seg == 0 || op.Off > reg.len || n > reg.len-op.Off || reg.perm&transport.PermAtomic == 0 {
 		order.Store64(slot, 0)
