@@ -248,3 +248,42 @@ func (m *Message) receiveScatter(s scatter, done func(error)) error {
 	c.startFetch(o, s.buf, done)
 	return nil
 }
+
+// SendV sends header and the buffers of data, one after the other, as one
+// active message (a gathering Send): the handler sees their concatenation.
+// A message that travels inline is gathered straight into the peer's
+// descriptor buffer; a larger one, which the protocols move from one
+// registered buffer, is first copied into a buffer of its size. The list
+// and the buffers belong to amigo until done.
+func (c *Context) SendV(ep Endpoint, d Dispatch, header []byte, data [][]byte, done func(error)) error {
+	idx, err := c.peerIndex(ep)
+	if err != nil {
+		return err
+	}
+	if d >= MaxDispatch {
+		return fmt.Errorf("amigo: dispatch %d: %w", d, ErrBadDispatch)
+	}
+	total := 0
+	for _, b := range data {
+		total += len(b)
+	}
+	if len(header)+total > c.cfg.InlineMax {
+		flat := make([]byte, 0, total)
+		for _, b := range data {
+			flat = append(flat, b...)
+		}
+		return c.Send(ep, d, header, flat, done)
+	}
+	in, pos, err := c.claim()
+	if err != nil {
+		return err
+	}
+	var tmp inst
+	if in == nil {
+		in = &tmp
+	}
+	in.kind, in.dest, in.disp = instSend, idx, uint16(d)
+	in.hdr, in.vec, in.done = header, data, done
+	c.post(in, pos)
+	return nil
+}

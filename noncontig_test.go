@@ -247,3 +247,72 @@ func TestReceiveScatter(t *testing.T) {
 		}
 	}
 }
+
+// SendV delivers its buffers as one message, inline (gathered into the
+// descriptor) or larger, over every adapter.
+func TestSendV(t *testing.T) {
+	for _, over := range []string{"loop", "shm", "tcp"} {
+		t.Run(over, func(t *testing.T) {
+			cl := openOver(t, 2, amigo.Config{}, over)
+			lims := cl[0].Limits()
+			everyRank(t, cl, func(ctx context.Context, c *amigo.Client) error {
+				x := c.Context(0)
+				cases := [][]int{{1, 2, 3}, {0, 5, 0}, {lims.InlineMax - 10, 4}, {lims.InlineMax, 100 << 10, 7}, {}}
+				var bad error
+				got := 0
+				want := func(i int) []byte {
+					var b []byte
+					for j, n := range cases[i] {
+						b = append(b, bytes.Repeat([]byte{byte(10*i + j + 1)}, n)...)
+					}
+					return b
+				}
+				x.SetDispatch(5, func(_ *amigo.Context, m *amigo.Message) {
+					i := int(m.Header[0])
+					buf := make([]byte, m.Size())
+					check := func(err error) {
+						if err == nil && !bytes.Equal(buf, want(i)) {
+							err = fmt.Errorf("case %d: the message is not the concatenation (%d bytes)", i, len(buf))
+						}
+						if err != nil && bad == nil {
+							bad = err
+						}
+						got++
+					}
+					if err := m.Receive(buf, check); err != nil {
+						check(err)
+					}
+				})
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
+				if c.Rank() == 0 {
+					sent := 0
+					for i, sizes := range cases {
+						var vec [][]byte
+						for j, n := range sizes {
+							vec = append(vec, bytes.Repeat([]byte{byte(10*i + j + 1)}, n))
+						}
+						if err := x.SendV(amigo.EndpointOf(1), 5, []byte{byte(i), 9, 9}, vec, func(err error) {
+							if err != nil && bad == nil {
+								bad = err
+							}
+							sent++
+						}); err != nil {
+							return err
+						}
+					}
+					if err := x.Wait(ctx, func() bool { return sent == len(cases) || bad != nil }); err != nil {
+						return err
+					}
+				} else if err := x.Wait(ctx, func() bool { return got == len(cases) || bad != nil }); err != nil {
+					return err
+				}
+				if bad != nil {
+					return bad
+				}
+				return c.Barrier(ctx)
+			})
+		})
+	}
+}

@@ -253,7 +253,11 @@ func (c *Context) inject(p *peer, in *inst) bool {
 
 func (c *Context) injectAM(p *peer, in *inst) bool {
 	ack := in.rdone != nil
-	size := wire.AMSize(len(in.hdr), len(in.data), ack)
+	dlen := len(in.data)
+	if in.vec != nil {
+		dlen = rmaSize(in) // SendV: gathered into the descriptor
+	}
+	size := wire.AMSize(len(in.hdr), dlen, ack)
 	b := p.reserve(size)
 	if b == nil {
 		return false
@@ -265,6 +269,12 @@ func (c *Context) injectAM(p *peer, in *inst) bool {
 		id = o.id()
 	}
 	wire.PutAM(b, in.disp, in.hdr, in.data, ack, id)
+	if in.vec != nil {
+		at := size - dlen
+		for _, v := range in.vec {
+			at += copy(b[at:], v)
+		}
+	}
 	// On a link whose descriptor buffer the consumer reads in place, the
 	// message is delivered once published. With no earlier callback of
 	// this FIFO pending, calling done at once keeps the FIFO's callbacks in
