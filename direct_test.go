@@ -22,11 +22,13 @@ func TestDirectInjectionKeepsOrder(t *testing.T) {
 			cl := openOver(t, 2, amigo.Config{}, over)
 			c0, c1 := cl[0].Context(0), cl[1].Context(0)
 			next, bad := uint64(0), 0
+			var received atomic.Uint64
 			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
 				if binary.LittleEndian.Uint64(m.Data) != next {
 					bad++
 				}
 				next++
+				received.Store(next)
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -63,7 +65,10 @@ func TestDirectInjectionKeepsOrder(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for done.Load() < n/3 && ctx.Err() == nil {
+			// The owner of c0 stops only once everything arrived: a Wait
+			// whose condition holds returns without draining what was
+			// posted since, and the last messages may still be queued.
+			for (done.Load() < n/3 || received.Load() < n) && ctx.Err() == nil {
 				time.Sleep(time.Millisecond)
 			}
 			stop.Store(true)
