@@ -96,10 +96,15 @@ func (m *Message) Receive(buf []byte, done func(error)) error {
 		c.mcPrepare(m.mc, buf, done)
 		return nil
 	}
-	o := c.ops.alloc(opRecvRV, c.peer(m.src))
-	o.srcOp, o.key, o.size, o.disp = m.op, transport.Key(m.key), m.size, m.Dispatch
-	c.startFetch(o, buf, done)
+	c.startFetch(m.recvOp(), buf, done)
 	return nil
+}
+
+// recvOp is the operation that receives an announced message.
+func (m *Message) recvOp() *op {
+	o := m.c.ops.alloc(opRecvRV, m.c.peer(m.src))
+	o.srcOp, o.key, o.size, o.disp = m.op, transport.Key(m.key), m.size, m.Dispatch
+	return o
 }
 
 // Deferred is a message announcement kept for later: its data stays at the
@@ -131,9 +136,7 @@ func (m *Message) Defer() (Deferred, error) {
 		}
 		return Deferred{id: o.id()}, nil
 	}
-	o := c.ops.alloc(opRecvRV, c.peer(m.src))
-	o.srcOp, o.key, o.size, o.disp = m.op, transport.Key(m.key), m.size, m.Dispatch
-	return Deferred{id: o.id()}, nil
+	return Deferred{id: m.recvOp().id()}, nil
 }
 
 // Accept names buf as the destination of a deferred message; done is called

@@ -21,6 +21,12 @@ func (c *Context) Fence(ep Endpoint, done func(error)) error {
 	if err != nil {
 		return err
 	}
+	return c.postFence(idx, done, 0)
+}
+
+// postFence posts a Fence on the peer at idx; status fenceNotify marks
+// PutNotify's.
+func (c *Context) postFence(idx int32, done func(error), status uint32) error {
 	in, pos, err := c.claim()
 	if err != nil {
 		return err
@@ -29,9 +35,7 @@ func (c *Context) Fence(ep Endpoint, done func(error)) error {
 	if in == nil {
 		in = &tmp
 	}
-	in.kind = instFence
-	in.dest = idx
-	in.done = done
+	in.kind, in.dest, in.done, in.status = instFence, idx, done, status
 	c.post(in, pos)
 	return nil
 }
@@ -113,17 +117,8 @@ func (c *Context) PutNotify(ep Endpoint, local []byte, remote Key, off uint64, d
 	if err := c.rma(transport.Put, ep, local, remote, off, done, nil); err != nil {
 		return err
 	}
-	in, pos, err := c.claim()
-	if err != nil {
+	if err := c.postFence(idx, nil, fenceNotify); err != nil {
 		return err
 	}
-	var tmp inst
-	if in == nil {
-		in = &tmp
-	}
-	in.kind = instFence
-	in.dest = idx
-	in.status = fenceNotify
-	c.post(in, pos)
 	return c.postImmediate(idx, d, header, nil)
 }

@@ -81,18 +81,7 @@ func (c *Context) rmaV(k transport.RDMAKind, ep Endpoint, local [][]byte, remote
 	if total == 0 {
 		return fmt.Errorf("amigo: %v of no bytes: %w", k, ErrNilBuffer)
 	}
-	in, pos, err := c.claim()
-	if err != nil {
-		return err
-	}
-	var tmp inst
-	if in == nil {
-		in = &tmp
-	}
-	in.kind, in.rdma, in.dest = instRDMA, k, idx
-	in.vec, in.key, in.off, in.done = local, remote, off, done
-	c.post(in, pos)
-	return nil
+	return c.postRMA(idx, k, nil, local, Strided{}, remote, off, done, nil)
 }
 
 func (c *Context) rmaStrided(k transport.RDMAKind, ep Endpoint, local []byte, s Strided, remote Key, off uint64, done func(error)) error {
@@ -103,18 +92,7 @@ func (c *Context) rmaStrided(k transport.RDMAKind, ep Endpoint, local []byte, s 
 	if err := s.check(local); err != nil {
 		return err
 	}
-	in, pos, err := c.claim()
-	if err != nil {
-		return err
-	}
-	var tmp inst
-	if in == nil {
-		in = &tmp
-	}
-	in.kind, in.rdma, in.dest = instRDMA, k, idx
-	in.data, in.lay, in.key, in.off, in.done = local, s, remote, off, done
-	c.post(in, pos)
-	return nil
+	return c.postRMA(idx, k, local, nil, s, remote, off, done, nil)
 }
 
 // rmaSize is the bytes an instruction of PutV, GetV, PutStrided or
@@ -242,8 +220,7 @@ func (m *Message) receiveScatter(s scatter, done func(error)) error {
 		})
 	}
 	m.claimed = true
-	o := c.ops.alloc(opRecvRV, c.peer(m.src))
-	o.srcOp, o.key, o.size, o.disp = m.op, transport.Key(m.key), m.size, m.Dispatch
+	o := m.recvOp()
 	o.vec, o.lay = s.vec, s.lay
 	c.startFetch(o, s.buf, done)
 	return nil

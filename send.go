@@ -232,6 +232,13 @@ func (c *Context) rma(k transport.RDMAKind, ep Endpoint, local []byte, remote Ke
 	if len(local) == 0 {
 		return fmt.Errorf("amigo: %v with no local buffer: %w", k, ErrNilBuffer)
 	}
+	return c.postRMA(idx, k, local, nil, Strided{}, remote, off, done, rdone)
+}
+
+// postRMA posts a one-sided operation on the peer at idx: from or into
+// local, or the buffers of vec (PutV, GetV), or the blocks of lay in local
+// (PutStrided, GetStrided, when lay.Block > 0).
+func (c *Context) postRMA(idx int32, k transport.RDMAKind, local []byte, vec [][]byte, lay Strided, remote Key, off uint64, done, rdone func(error)) error {
 	in, pos, err := c.claim()
 	if err != nil {
 		return err
@@ -240,14 +247,10 @@ func (c *Context) rma(k transport.RDMAKind, ep Endpoint, local []byte, remote Ke
 	if in == nil {
 		in = &tmp
 	}
-	in.kind = instRDMA
-	in.rdma = k
-	in.dest = idx
-	in.data = local
-	in.key = remote
-	in.off = off
-	in.done = done
-	in.rdone = rdone
+	in.kind, in.rdma, in.dest = instRDMA, k, idx
+	in.data, in.vec, in.lay = local, vec, lay
+	in.key, in.off = remote, off
+	in.done, in.rdone = done, rdone
 	c.post(in, pos)
 	return nil
 }
