@@ -235,8 +235,13 @@ func (c *conn) attach(nc *net.TCPConn) error {
 	c.a.stats.connected.Add(1)
 	processStats.connected.Add(1)
 	c.rearm()
-	// The context may have injected before the connection was up.
-	if c.kick() > 0 {
+	// The context may have injected before the connection was up: what
+	// the kick completes of it, the context learns of by a ring. An
+	// accepted connection carries none of its context's descriptors (its
+	// kick writes at most the ack of what the context read since the
+	// socket joined its epoll set), and ringing for that would wake a
+	// context for nothing.
+	if c.kick() > 0 && c.initiator {
 		c.p.bell.Ring()
 	}
 	return nil

@@ -62,9 +62,19 @@ func (s *sleeper) Wait(timeout time.Duration) bool {
 	if p != nil {
 		p.polls.Add(1)
 	}
-	ms := int((timeout + time.Millisecond - 1) / time.Millisecond)
 	var events [16]unix.EpollEvent
-	n, err := unix.EpollWait(s.epfd, events[:], max(ms, 1))
+	n, err := 0, error(nil)
+	for deadline := time.Now().Add(timeout); ; {
+		ms := int((time.Until(deadline) + time.Millisecond - 1) / time.Millisecond)
+		n, err = unix.EpollWait(s.epfd, events[:], max(ms, 1))
+		// A signal to the thread (the runtime preempts goroutines with
+		// one) ends epoll_wait early whatever SA_RESTART says: sleep out
+		// the rest, or the caller takes the early return for a bound
+		// that ran out with no wake-up.
+		if err != unix.EINTR || !time.Now().Before(deadline) {
+			break
+		}
+	}
 	if p != nil {
 		p.polls.Add(1)
 	}
@@ -80,6 +90,7 @@ func (s *sleeper) Wait(timeout time.Duration) bool {
 		if p != nil {
 			p.woke.Store(true)
 		}
+
 	}
 	return true
 }
