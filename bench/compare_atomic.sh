@@ -14,7 +14,7 @@
 #   with UCX_TLS=sm,self (its shared-memory transports perform atomics with
 #   the processor's instructions on the mapped segment) and UCX_TLS=tcp over
 #   loopback (UCX_NET_DEVICES=lo).
-# Target (issue 20): fetch-add latency over shared memory <= UCX's.
+# The aim: fetch-add latency over shared memory at or below UCX's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh

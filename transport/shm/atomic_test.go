@@ -83,3 +83,84 @@ func TestAtomicWays(t *testing.T) {
 		t.Fatalf("rank 0 %+v, rank 1 %+v: want 100 direct by rank 0 and 100 served by rank 1", s0, s1)
 	}
 }
+
+// An atomic performed in place (Link.Atomic) follows the owner's
+// registrations: a link keeps the region of its last key, and uses it only
+// while the owner's mirror still holds that key. Deregistered, the key is
+// refused in place; a new registration over other bytes of the same
+// allocation, or one without PermAtomic, or a word beyond its region, is
+// looked up afresh and never served from the region kept.
+func TestAtomicInPlaceFollowsRegistrations(t *testing.T) {
+	ads, regs := world(t, 2, shm.Options{})
+	defer ads[0].Close()
+	defer ads[1].Close()
+	p0, err := ads[0].Open(0, transport.NewDoorbell())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ads[1].Open(0, transport.NewDoorbell()); err != nil {
+		t.Fatal(err)
+	}
+	l, err := p0.Link(transport.Addr{Rank: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Atomic == nil {
+		t.Fatal("a link over shared memory performs no atomic in place")
+	}
+	shared, err := ads[1].Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	word := func(off int) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(&shared[off]))) }
+	add := func(key transport.Key, off uint64, v uint64) (uint64, bool, error) {
+		return l.Atomic(transport.AtomicArgs{Key: key, Off: off, Op: transport.AtomicAdd, Width: 8, Operand: v})
+	}
+	k1, err := regs[1].Register(shared[:32])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(0); i < 3; i++ {
+		old, ok, err := add(k1, 8, 2)
+		if !ok || err != nil || old != 2*i {
+			t.Fatalf("add %d on the first region: old %d ok %v err %v", i, old, ok, err)
+		}
+	}
+	if _, ok, _ := add(k1, 32, 1); ok {
+		t.Fatal("a word beyond the region kept was served in place")
+	}
+	if err := regs[1].Deregister(k1); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := add(k1, 8, 100); ok {
+		t.Fatal("a deregistered key was served in place from the region kept")
+	}
+	if w := word(8); w != 6 {
+		t.Fatalf("first word %d, want 6", w)
+	}
+	// The table slot is reused by the next registration: another key over
+	// other bytes.
+	k2, err := regs[1].Register(shared[32:48])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old, ok, err := add(k2, 8, 7); !ok || err != nil || old != 0 {
+		t.Fatalf("add on the second region: old %d ok %v err %v", old, ok, err)
+	}
+	if w, w1 := word(40), word(8); w != 7 || w1 != 6 {
+		t.Fatalf("words %d at 40 and %d at 8, want 7 and 6", w, w1)
+	}
+	if err := regs[1].Deregister(k2); err != nil {
+		t.Fatal(err)
+	}
+	k3, err := regs[1].RegisterPerm(shared[32:48], transport.PermGet|transport.PermPut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := add(k3, 8, 1); ok {
+		t.Fatal("a region registered without PermAtomic was served in place")
+	}
+	if w := word(40); w != 7 {
+		t.Fatalf("word at 40 is %d after a refused add, want 7", w)
+	}
+}

@@ -244,22 +244,33 @@ func (p *port) atomicInPlace(l *link, op transport.AtomicArgs) (uint64, bool, er
 		return 0, false, nil
 	}
 	slot := l.slot
-	reg, ok := a.lookupAtomic(pr, slot, op.Key)
-	if !ok {
+	c := &l.atom
+	if op.Key != c.key || op.Key == 0 {
+		reg, ok := a.lookupAtomic(pr, slot, op.Key)
+		if !ok {
+			return 0, false, nil
+		}
+		c.key, c.mem, c.perm = 0, nil, 0
+		if reg.seg != 0 {
+			mem, err := pr.allocMem(int(reg.seg - 1))
+			if err == nil && reg.segOff <= uint64(len(mem)) && reg.len <= uint64(len(mem))-reg.segOff {
+				c.key, c.mem, c.perm = op.Key, mem[reg.segOff:reg.segOff+reg.len:reg.segOff+reg.len], reg.perm
+			}
+		}
+		if c.key == 0 {
+			order.Store64(slot, 0)
+			return 0, false, nil
+		}
+	} else if !a.claimAtomic(pr, slot, op.Key) {
+		c.key, c.mem = 0, nil
 		return 0, false, nil
 	}
 	n := uint64(op.Width)
-	if reg.seg == 0 || op.Off > reg.len || n > reg.len-op.Off || reg.perm&transport.PermAtomic == 0 {
+	if op.Off > uint64(len(c.mem)) || n > uint64(len(c.mem))-op.Off || c.perm&transport.PermAtomic == 0 {
 		order.Store64(slot, 0)
 		return 0, false, nil
 	}
-	mem, err := pr.allocMem(int(reg.seg - 1))
-	at := reg.segOff + op.Off
-	if err != nil || at < reg.segOff || at > uint64(len(mem)) || n > uint64(len(mem))-at {
-		order.Store64(slot, 0)
-		return 0, false, nil
-	}
-	old, err := transport.ApplyChecked(mem[at:at+n], op.Op, int(op.Width), op.Operand, op.Compare)
+	old, err := transport.ApplyChecked(c.mem[op.Off:op.Off+n], op.Op, int(op.Width), op.Operand, op.Compare)
 	// A release store ends the claim: the owner needs to see the slot
 	// cleared only after our access, not at once.
 	order.Store64(slot, 0)
@@ -267,6 +278,15 @@ func (p *port) atomicInPlace(l *link, op transport.AtomicArgs) (uint64, bool, er
 		return 0, true, peerErr(l.tl.To, &transport.AccessError{Key: op.Key, Off: op.Off, Len: n, Err: err})
 	}
 	return old, true, nil
+}
+
+// atomRegion is a link's cache of the region of its last atomic performed
+// in place: its key, its bytes in this process's mapping of the owner's
+// shared allocation, and its permissions.
+type atomRegion struct {
+	key  transport.Key
+	mem  []byte
+	perm transport.Perm
 }
 
 // startAtomic performs an atomic at once on a word of the owner's shared
