@@ -63,8 +63,8 @@ type link struct {
 	// the mirror entry holds the key, the region it describes is this one:
 	// the next atomic on the key checks the entry and skips reading it out.
 	atom atomRegion
-	x    *xfer          // the RDMA descriptor in progress, or nil
-	xbuf xfer           // its storage, reused
+	x    *xfer // the RDMA descriptor in progress, or nil
+	xbuf xfer  // its storage, reused
 	// serialTo: descriptors below this FIFO position go one by one (a
 	// batch of them failed; see runBatch).
 	serialTo uint64
