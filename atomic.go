@@ -202,24 +202,35 @@ func (c *Context) atomicDirect(idx int32, op transport.AtomicOp, width int, p *A
 // atomicOf maps an operation on a type to the transport's operation and
 // the word's width.
 func atomicOf(op AtomicOp, t AtomicType) (transport.AtomicOp, int, error) {
-	w := t.Size()
-	if w == 0 {
-		return 0, 0, fmt.Errorf("amigo: atomic on %v: %w", t, ErrBadAtomic)
-	}
-	if t == Float64 {
-		switch op {
-		case AtomicAdd:
-			return transport.AtomicFAdd, 8, nil
-		case AtomicSwap, AtomicCAS:
-		default:
-			return 0, 0, fmt.Errorf("amigo: atomic %v on %v: %w", op, t, ErrBadAtomic)
+	if int(op) < len(atomicTable) && int(t) < len(atomicTable[0]) {
+		if w := atomicTable[op][t]; w != 0 {
+			if t == Float64 && op == AtomicAdd {
+				return transport.AtomicFAdd, 8, nil
+			}
+			return op, int(w), nil
 		}
 	}
-	if err := transport.CheckAtomic(op, w); err != nil || op == transport.AtomicFAdd {
-		return 0, 0, fmt.Errorf("amigo: atomic %v on %v: %w", op, t, ErrBadAtomic)
+	if t.Size() == 0 {
+		return 0, 0, fmt.Errorf("amigo: atomic on %v: %w", t, ErrBadAtomic)
 	}
-	return op, w, nil
+	return 0, 0, fmt.Errorf("amigo: atomic %v on %v: %w", op, t, ErrBadAtomic)
 }
+
+// atomicTable holds, by operation and type, the width of the word when the
+// type has the operation, or 0.
+var atomicTable = func() (tab [AtomicCAS + 1][Float64 + 1]uint8) {
+	for op := AtomicAdd; op <= AtomicCAS; op++ {
+		for t := Int32; t <= Float64; t++ {
+			if t == Float64 && op != AtomicAdd && op != AtomicSwap && op != AtomicCAS {
+				continue
+			}
+			if transport.CheckAtomic(op, t.Size()) == nil {
+				tab[op][t] = uint8(t.Size())
+			}
+		}
+	}
+	return tab
+}()
 
 // FetchAdd adds delta to the int64 word at (remote, off) of ep's memory and
 // stores the word's old value in *old (if old is not nil) before done.

@@ -156,23 +156,6 @@ func (a *Adapter) lookupAtomic(pr *peer, slot *atomic.Uint64, key transport.Key)
 	return r, true
 }
 
-// claimAtomic is lookupAtomic for a key whose region the caller knows
-// already (link.atom): it claims the key and checks that the mirror entry
-// still holds it, without reading the region out. On false the slot is
-// cleared.
-func (a *Adapter) claimAtomic(pr *peer, slot *atomic.Uint64, key transport.Key) bool {
-	idx := int(uint64(key) & keyIndexMask)
-	if idx >= pr.seg.l.mirror {
-		return false
-	}
-	order.Store64(slot, uint64(key))
-	if pr.seg.mirrorEntry(idx).state.Load() != uint64(key) {
-		order.Store64(slot, 0)
-		return false
-	}
-	return true
-}
-
 // keyIndexMask extracts the table index of a key (transport.Key's layout:
 // the low 24 bits index the owner's table).
 const keyIndexMask = 1<<24 - 1

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -250,27 +252,40 @@ func (p *port) atomicInPlace(l *link, op transport.AtomicArgs) (uint64, bool, er
 		if !ok {
 			return 0, false, nil
 		}
-		c.key, c.mem, c.perm = 0, nil, 0
+		*c = atomRegion{}
 		if reg.seg != 0 {
 			mem, err := pr.allocMem(int(reg.seg - 1))
 			if err == nil && reg.segOff <= uint64(len(mem)) && reg.len <= uint64(len(mem))-reg.segOff {
-				c.key, c.mem, c.perm = op.Key, mem[reg.segOff:reg.segOff+reg.len:reg.segOff+reg.len], reg.perm
+				*c = atomRegion{key: op.Key, entry: pr.seg.mirrorEntry(int(uint64(op.Key) & keyIndexMask)),
+					mem: mem[reg.segOff : reg.segOff+reg.len : reg.segOff+reg.len], perm: reg.perm}
 			}
 		}
 		if c.key == 0 {
 			order.Store64(slot, 0)
 			return 0, false, nil
 		}
-	} else if !a.claimAtomic(pr, slot, op.Key) {
-		c.key, c.mem = 0, nil
-		return 0, false, nil
+	} else {
+		// The claim of lookupAtomic, on the entry kept.
+		order.Store64(slot, uint64(op.Key))
+		if c.entry.state.Load() != uint64(op.Key) {
+			order.Store64(slot, 0)
+			*c = atomRegion{}
+			return 0, false, nil
+		}
 	}
 	n := uint64(op.Width)
 	if op.Off > uint64(len(c.mem)) || n > uint64(len(c.mem))-op.Off || c.perm&transport.PermAtomic == 0 {
 		order.Store64(slot, 0)
 		return 0, false, nil
 	}
-	old, err := transport.ApplyChecked(c.mem[op.Off:op.Off+n], op.Op, int(op.Width), op.Operand, op.Compare)
+	w := c.mem[op.Off : op.Off+n]
+	if op.Op == transport.AtomicAdd && n == 8 && uintptr(unsafe.Pointer(&w[0]))&7 == 0 {
+		// The common case, without ApplyChecked's dispatch.
+		old := atomic.AddUint64((*uint64)(unsafe.Pointer(&w[0])), op.Operand) - op.Operand
+		order.Store64(slot, 0)
+		return old, true, nil
+	}
+	old, err := transport.ApplyChecked(w, op.Op, int(op.Width), op.Operand, op.Compare)
 	// A release store ends the claim: the owner needs to see the slot
 	// cleared only after our access, not at once.
 	order.Store64(slot, 0)
@@ -282,11 +297,13 @@ func (p *port) atomicInPlace(l *link, op transport.AtomicArgs) (uint64, bool, er
 
 // atomRegion is a link's cache of the region of its last atomic performed
 // in place: its key, its bytes in this process's mapping of the owner's
-// shared allocation, and its permissions.
+// shared allocation, and its permissions. The entry and the bytes are in
+// mappings the peer keeps until it closes (Link.Err, checked first).
 type atomRegion struct {
-	key  transport.Key
-	mem  []byte
-	perm transport.Perm
+	key   transport.Key
+	entry *mirrorEntry // the key's entry in the owner's mirror
+	mem   []byte
+	perm  transport.Perm
 }
 
 // startAtomic performs an atomic at once on a word of the owner's shared
