@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/all.sh: every side-by-side figure of the small and mid-size message
-# work (issue 18) in one command, each script with ROUNDS interleaved rounds
+# work in one command, each script with ROUNDS interleaved rounds
 # (default 5) and medians. Not part of CI; it takes a quarter of an hour on a
 # 2-core machine.
 #

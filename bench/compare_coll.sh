@@ -6,7 +6,7 @@
 #   bash bench/compare_coll.sh                 # ROUNDS=5 rounds, medians
 #   ROUNDS=5 RANKS="2 4 8 16" bash bench/compare_coll.sh
 #   ROUNDS=5 RANKS="2 4 8 16" BENCHES="allreduce barrier" SIZES=64 ITERS=10000 \
-#       bash bench/compare_coll.sh             # issue 18's oversubscription figures
+#       bash bench/compare_coll.sh             # the oversubscription figures
 #   BENCHES="bcast barrier" SIZES=64 bash bench/compare_coll.sh   # a subset
 #   ITERS=100000 BENCHES=allreduce SIZES=64 bash bench/compare_coll.sh
 #

@@ -25,7 +25,7 @@
 # - bandwidth at 4 KiB to 256 KiB and at 1 and 4 MiB (osu_bw, windows of
 #   64; UCX tag_bw, ucp_am_bw and ucp_put_bw, converted from UCX's MiB/s
 #   to OSU's 10^6 bytes/s).
-# Targets (issue 18): latency <= the best of MPICH, Open MPI and UCX AM;
+# The aims: latency <= the best of MPICH, Open MPI and UCX AM;
 # message rate >= 1.5x the best of MPICH, Open MPI and UCX tag_bw; at every
 # size from 4 KiB to 256 KiB bandwidth >= the best of MPICH, Open MPI and
 # UCX (tag and AM), from 16 KiB on >= 1.5x it and >= 25 GB/s, and no size

@@ -14,7 +14,7 @@
 # most what each rank's transfers still hold at once: a chunk ring of an
 # owner's pool (Options.ChunkRings, 1 MiB each) per pipelined copy, and the
 # eager packets in descriptor buffers, which the descriptor buffers bound.
-# Target (issue 18): at 32 ranks and 1 MiB, at most 4 MiB a rank plus the
+# The aim: at 32 ranks and 1 MiB, at most 4 MiB a rank plus the
 # bytes in flight.
 set -euo pipefail
 cd "$(dirname "$0")/.."

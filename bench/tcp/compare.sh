@@ -22,8 +22,8 @@
 # on a shared machine do not overlap.
 #
 # Targets: 8 B latency at most 1.3x the baseline's and at most UCX's (the
-# lower of tag and AM; issue 18); bandwidth at 1 MiB and 4 MiB at least the
-# baseline's (issue 5).
+# lower of tag and AM); bandwidth at 1 MiB and 4 MiB at least the
+# baseline's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . bench/lib.sh
