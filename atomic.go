@@ -177,7 +177,7 @@ func (c *Context) atomicDirect(idx int32, op transport.AtomicOp, width int, p *A
 	if pr == nil {
 		return false, nil
 	}
-	if pr.link.Atomic != nil && pr.rdma.Outstanding() == 0 && pr.rdma.Pending() == 0 && pr.ops == 0 {
+	if pr.link.Atomic != nil && pr.rdma.Outstanding() == 0 && pr.rdma.Pending() == 0 && pr.issued == 0 {
 		var old uint64
 		old, ok, err = pr.link.Atomic(transport.AtomicArgs{Key: transport.Key(p.Remote), Off: p.Offset, Op: op, Width: uint8(width), Operand: p.Operand, Compare: p.Compare})
 		if ok {

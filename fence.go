@@ -75,12 +75,14 @@ func (c *Context) FenceAll(done func(error)) error {
 }
 
 // fenceReady reports whether nothing issued to p before a Fence at the
-// front of its queue is still in flight: no listed callback, no RDMA
-// descriptor the engine has not finished (a Put with no callback lists
-// none), no packet a socket still carries (over a Shared link a packet is
-// delivered once written).
+// front of its queue is still in flight: no operation this context started
+// (the receiving side of p's own messages does not count: a Deferred
+// announcement waits for this context's Accept, which may come after the
+// Fence), no listed callback, no RDMA descriptor the engine has not
+// finished (a Put with no callback lists none), no packet a socket still
+// carries (over a Shared link a packet is delivered once written).
 func (p *peer) fenceReady() bool {
-	return p.ops == 0 && p.msg.Pending() == 0 && p.rdma.Pending() == 0 && p.rdma.Outstanding() == 0 &&
+	return p.issued == 0 && p.msg.Pending() == 0 && p.rdma.Pending() == 0 && p.rdma.Outstanding() == 0 &&
 		(p.link.Shared || p.msg.Outstanding() == 0) && p.more.len() == 0
 }
 

@@ -195,3 +195,88 @@ func TestPutNotify(t *testing.T) {
 		}
 	}
 }
+
+// A Fence waits for the operations its context started, not for the
+// receiving side of the peer's messages: with an announcement from the
+// peer kept by Defer (its data still at the peer, waiting for this
+// context's Accept), a Put, a Fence and a FenceAll toward that peer
+// complete, and the Accept after them receives the message whole.
+func TestFenceBesideDeferred(t *testing.T) {
+	for _, over := range []string{"loop", "shm", "tcp"} {
+		t.Run(over, func(t *testing.T) {
+			const size = 1<<20 + 5
+			cl := openOver(t, 2, amigo.Config{SpinIterations: 50, YieldIterations: 50}, over)
+			everyRank(t, cl, func(ctx context.Context, c *amigo.Client) error {
+				x := c.Context(0)
+				region := make([]byte, 64)
+				g, err := c.RegisterAll(ctx, region)
+				if err != nil {
+					return err
+				}
+				var kept amigo.Deferred
+				var deferErr error
+				got := false
+				x.SetDispatch(9, func(_ *amigo.Context, m *amigo.Message) {
+					kept, deferErr = m.Defer()
+					got = true
+				})
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
+				if c.Rank() == 1 {
+					msg := bytes.Repeat([]byte{0xa5}, size)
+					sent := false
+					var sendErr error
+					if err := x.Send(amigo.EndpointOf(0), 9, nil, msg, func(err error) { sendErr, sent = err, true }); err != nil {
+						return err
+					}
+					if err := x.Wait(ctx, func() bool { return sent }); err != nil {
+						return err
+					}
+					if sendErr != nil {
+						return sendErr
+					}
+					if region[0] != 7 {
+						return fmt.Errorf("rank 0's Put is not in the region after its Fence: %d", region[0])
+					}
+					return c.Barrier(ctx)
+				}
+				if err := x.Wait(ctx, func() bool { return got }); err != nil {
+					return err
+				}
+				if deferErr != nil {
+					return deferErr
+				}
+				fenced, all := false, false
+				if err := x.Put(amigo.EndpointOf(1), []byte{7}, g.Key(1), 0, nil); err != nil {
+					return err
+				}
+				if err := x.Fence(amigo.EndpointOf(1), func(error) { fenced = true }); err != nil {
+					return err
+				}
+				if err := x.FenceAll(func(error) { all = true }); err != nil {
+					return err
+				}
+				if err := x.Wait(ctx, func() bool { return fenced && all }); err != nil {
+					return fmt.Errorf("Fence beside a deferred announcement: %w", err)
+				}
+				buf := make([]byte, size)
+				accepted := false
+				var accErr error
+				if err := x.Accept(kept, buf, func(err error) { accErr, accepted = err, true }); err != nil {
+					return err
+				}
+				if err := x.Wait(ctx, func() bool { return accepted }); err != nil {
+					return err
+				}
+				if accErr != nil {
+					return accErr
+				}
+				if !bytes.Equal(buf, bytes.Repeat([]byte{0xa5}, size)) {
+					return fmt.Errorf("the accepted message differs")
+				}
+				return c.Barrier(ctx)
+			})
+		})
+	}
+}

@@ -21,6 +21,13 @@ const (
 	opMcTarget                     // target of a multicast
 )
 
+// issued reports whether an operation of kind k is one its context started
+// (a send, a Put or Get, a multicast's origin), as opposed to the receiving
+// side of a peer's message.
+func (k opKind) issued() bool {
+	return k != opRecvRV && k != opRecvStream && k != opMcTarget
+}
+
 // op is the state of an operation that outlives one descriptor. Its id (a
 // generation and a table index) is what travels on the wire; a stale or
 // forged id finds no live op.
@@ -146,6 +153,9 @@ func (t *opTable) alloc(kind opKind, p *peer) *op {
 	o.kind = kind
 	o.peer = p
 	p.ops++
+	if kind.issued() {
+		p.issued++
+	}
 	t.live++
 	t.c.activate(p)
 	return o
@@ -153,6 +163,9 @@ func (t *opTable) alloc(kind opKind, p *peer) *op {
 
 func (t *opTable) release(o *op) {
 	o.peer.ops--
+	if o.kind.issued() {
+		o.peer.issued--
+	}
 	t.live--
 	gen, idx := o.gen, o.idx
 	*o = op{c: t.c, idx: idx, gen: gen, next: t.free}
