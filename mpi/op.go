@@ -83,6 +83,8 @@ func (o Op) check(k kind) error {
 	switch {
 	case !o.valid():
 		return fmt.Errorf("%w: the zero Op", ErrOp)
+	case o.code >= opReplace:
+		return fmt.Errorf("%w: %v is for one-sided accumulates only", ErrOp, o)
 	case k == kInvalid:
 		return fmt.Errorf("%w: unsupported element type", ErrOp)
 	case o.code == opUser && o.kind != k:

@@ -1,0 +1,501 @@
+package mpi_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/amigo-hpc/amigo"
+	"github.com/amigo-hpc/amigo/amigotest"
+	"github.com/amigo-hpc/amigo/mpi"
+)
+
+// rmaJobs are the adapters and rank counts the window tests run on.
+var rmaJobs = []struct {
+	over string
+	n    []int
+}{
+	{"loop", []int{1, 2, 4, 8}},
+	{"shm", []int{2, 4}},
+	{"tcp", []int{2, 4}},
+}
+
+func runRMA(t *testing.T, fn func(ctx context.Context, w *mpi.Comm) error) {
+	for _, j := range rmaJobs {
+		for _, n := range j.n {
+			t.Run(fmt.Sprintf("%s/%d", j.over, n), func(t *testing.T) {
+				cfg := amigo.Config{SpinIterations: 50, YieldIterations: 50}
+				amigotest.Run(t, n, amigotest.Options{Config: cfg, Timeout: time.Minute, Over: j.over}, func(r *amigotest.Rank) error {
+					w, err := mpi.World(r.Deadline, r.Ctx, nil)
+					if err != nil {
+						return err
+					}
+					defer w.Free()
+					return fn(r.Deadline, w)
+				})
+			})
+		}
+	}
+}
+
+// Fence epochs: every rank puts a pattern into its right neighbour's
+// window, between guard bytes nobody may touch, and gets its left
+// neighbour's pattern back; after the closing Fence every byte is where it
+// belongs. Both window kinds: memory of the caller's (WinCreate) and of
+// amigo's (WinAllocate).
+func TestWinFenceRing(t *testing.T) {
+	const guard, body = 16, 1000
+	runRMA(t, func(ctx context.Context, c *mpi.Comm) error {
+		me, n := c.Rank(), c.Size()
+		right, left := (me+1)%n, (me+n-1)%n
+		for _, alloc := range []bool{false, true} {
+			var w *mpi.Win
+			var err error
+			if alloc {
+				w, err = mpi.WinAllocate(ctx, c, (2*guard+body)*4, 4)
+			} else {
+				w, err = mpi.WinCreate(ctx, c, make([]byte, (2*guard+body)*4), 4)
+			}
+			if err != nil {
+				return err
+			}
+			mem := mpi.View[int32](w.Memory())
+			for i := range mem {
+				mem[i] = -7
+			}
+			if err := w.Fence(ctx, 0); err != nil {
+				return err
+			}
+			out := make([]int32, body)
+			for i := range out {
+				out[i] = int32(me*100000 + i)
+			}
+			if err := mpi.Put(w, out, right, guard); err != nil {
+				return err
+			}
+			if err := w.Fence(ctx, 0); err != nil {
+				return err
+			}
+			for i, v := range mem {
+				want := int32(-7)
+				if i >= guard && i < guard+body {
+					want = int32(left*100000 + i - guard)
+				}
+				if v != want {
+					return fmt.Errorf("alloc %v: element %d is %d after the Put, want %d", alloc, i, v, want)
+				}
+			}
+			in := make([]int32, body+2*guard)
+			if err := mpi.Get(w, in, left, 0); err != nil {
+				return err
+			}
+			if err := w.Fence(ctx, mpi.ModeNoSucceed); err != nil {
+				return err
+			}
+			for i, v := range in {
+				want := int32(-7)
+				if i >= guard && i < guard+body {
+					want = int32(((left+n-1)%n)*100000 + i - guard)
+				}
+				if v != want {
+					return fmt.Errorf("alloc %v: got element %d = %d, want %d", alloc, i, v, want)
+				}
+			}
+			if err := w.Free(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Passive target, exclusive: every rank increments a counter in rank 0's
+// window by Get, add, Put under an exclusive lock, many times; no
+// increment is lost. Rank 0 takes part too, and no rank's program serves
+// the others.
+func TestWinLockCounter(t *testing.T) {
+	const rounds = 50
+	runRMA(t, func(ctx context.Context, c *mpi.Comm) error {
+		w, err := mpi.WinCreate(ctx, c, make([]byte, 8), 8)
+		if err != nil {
+			return err
+		}
+		v := make([]int64, 1)
+		for i := 0; i < rounds; i++ {
+			if err := w.Lock(ctx, mpi.LockExclusive, 0); err != nil {
+				return err
+			}
+			if err := mpi.Get(w, v, 0, 0); err != nil {
+				return err
+			}
+			if err := w.FlushLocal(ctx, 0); err != nil {
+				return err
+			}
+			v[0]++
+			if err := mpi.Put(w, v, 0, 0); err != nil {
+				return err
+			}
+			if err := w.Unlock(ctx, 0); err != nil {
+				return err
+			}
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			if got := mpi.View[int64](w.Memory())[0]; got != int64(rounds*c.Size()) {
+				return fmt.Errorf("counter %d after %d locked increments", got, rounds*c.Size())
+			}
+		}
+		return w.Free(ctx)
+	})
+}
+
+// FetchAndOp under a shared LockAll: every rank adds 1 to rank 0's
+// counter many times; the values fetched are distinct across all ranks
+// and cover 0..total-1, and the counter ends at the total.
+func TestWinFetchAndOp(t *testing.T) {
+	const per = 500
+	runRMA(t, func(ctx context.Context, c *mpi.Comm) error {
+		w, err := mpi.WinAllocate(ctx, c, 8, 8)
+		if err != nil {
+			return err
+		}
+		if err := w.LockAll(ctx); err != nil {
+			return err
+		}
+		got := make([]int64, per)
+		for i := range got {
+			if err := mpi.FetchAndOp(w, int64(1), &got[i], 0, 0, mpi.Sum); err != nil {
+				return err
+			}
+			if err := w.Flush(ctx, 0); err != nil {
+				return err
+			}
+		}
+		if err := w.UnlockAll(ctx); err != nil {
+			return err
+		}
+		all := make([]int64, per*c.Size())
+		if err := mpi.Allgather(ctx, c, got, all); err != nil {
+			return err
+		}
+		seen := make([]bool, len(all))
+		for _, v := range all {
+			if v < 0 || v >= int64(len(all)) || seen[v] {
+				return fmt.Errorf("fetched %d twice or out of range [0, %d)", v, len(all))
+			}
+			seen[v] = true
+		}
+		if c.Rank() == 0 {
+			if v := mpi.View[int64](w.Memory())[0]; v != int64(len(all)) {
+				return fmt.Errorf("counter %d, want %d", v, len(all))
+			}
+		}
+		return w.Free(ctx)
+	})
+}
+
+// A mutex made of CompareAndSwap on a word of rank 0's window guards a
+// counter that is updated by plain Get and Put: no update is lost.
+func TestWinCompareAndSwapMutex(t *testing.T) {
+	const rounds = 30
+	runRMA(t, func(ctx context.Context, c *mpi.Comm) error {
+		w, err := mpi.WinAllocate(ctx, c, 16, 8) // word 0: the mutex, word 1: the counter
+		if err != nil {
+			return err
+		}
+		if err := w.LockAll(ctx); err != nil {
+			return err
+		}
+		me := uint64(c.Rank() + 1)
+		v := make([]uint64, 1)
+		for i := 0; i < rounds; i++ {
+			for {
+				var old uint64
+				if err := mpi.CompareAndSwap(w, me, 0, &old, 0, 0); err != nil {
+					return err
+				}
+				if err := w.Flush(ctx, 0); err != nil {
+					return err
+				}
+				if old == 0 {
+					break
+				}
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			if err := mpi.Get(w, v, 0, 1); err != nil {
+				return err
+			}
+			if err := w.Flush(ctx, 0); err != nil {
+				return err
+			}
+			v[0]++
+			if err := mpi.Put(w, v, 0, 1); err != nil {
+				return err
+			}
+			if err := w.Flush(ctx, 0); err != nil {
+				return err
+			}
+			var old uint64
+			if err := mpi.CompareAndSwap(w, 0, me, &old, 0, 0); err != nil {
+				return err
+			}
+			if err := w.Flush(ctx, 0); err != nil {
+				return err
+			}
+			if old != me {
+				return fmt.Errorf("released a mutex held by %d", old)
+			}
+		}
+		if err := w.UnlockAll(ctx); err != nil {
+			return err
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			if got := mpi.View[uint64](w.Memory())[1]; got != uint64(rounds*c.Size()) {
+				return fmt.Errorf("counter %d, want %d", got, rounds*c.Size())
+			}
+		}
+		return w.Free(ctx)
+	})
+}
+
+// Accumulate from every rank into every rank's window in one Fence epoch:
+// Sum on int32, float64 and int8 (an element narrower than any atomic,
+// updated by a compare-and-swap on its word, beside neighbours updated at
+// once), Max on float32, and Replace, whose result is one rank's
+// contribution whole.
+func TestWinAccumulate(t *testing.T) {
+	const m = 37
+	runRMA(t, func(ctx context.Context, c *mpi.Comm) error {
+		n, me := c.Size(), c.Rank()
+		wi, err := mpi.WinAllocate(ctx, c, m*4, 4)
+		if err != nil {
+			return err
+		}
+		wf, err := mpi.WinCreate(ctx, c, make([]byte, m*8), 8)
+		if err != nil {
+			return err
+		}
+		// A window of bytes whose length is a multiple of 4: an element
+		// in a trailing partial word has no aligned word inside the
+		// window to be updated by (TestWinErrors).
+		wb, err := mpi.WinCreate(ctx, c, make([]byte, m+3), 1)
+		if err != nil {
+			return err
+		}
+		wm, err := mpi.WinAllocate(ctx, c, m*4, 4)
+		if err != nil {
+			return err
+		}
+		wr, err := mpi.WinAllocate(ctx, c, m*8, 8)
+		if err != nil {
+			return err
+		}
+		wins := []*mpi.Win{wi, wf, wb, wm, wr}
+		for _, w := range wins {
+			if err := w.Fence(ctx, mpi.ModeNoPrecede); err != nil {
+				return err
+			}
+		}
+		ints, floats, bytes, f32, rep := make([]int32, m), make([]float64, m), make([]int8, m), make([]float32, m), make([]uint64, m)
+		for i := 0; i < m; i++ {
+			ints[i] = int32(me + i)
+			floats[i] = float64(me) + 0.5
+			bytes[i] = int8(me + 1)
+			f32[i] = float32(me*10 + i)
+			rep[i] = uint64(me)<<32 | uint64(me)
+		}
+		for t := 0; t < n; t++ {
+			if err := mpi.Accumulate(wi, ints, t, 0, mpi.Sum); err != nil {
+				return err
+			}
+			if err := mpi.Accumulate(wf, floats, t, 0, mpi.Sum); err != nil {
+				return err
+			}
+			if err := mpi.Accumulate(wb, bytes, t, 0, mpi.Sum); err != nil {
+				return err
+			}
+			if err := mpi.Accumulate(wm, f32, t, 0, mpi.Max); err != nil {
+				return err
+			}
+			if err := mpi.Accumulate(wr, rep, t, 0, mpi.Replace); err != nil {
+				return err
+			}
+		}
+		for _, w := range wins {
+			if err := w.Fence(ctx, mpi.ModeNoSucceed); err != nil {
+				return err
+			}
+		}
+		gi, gf, gb := mpi.View[int32](wi.Memory()), mpi.View[float64](wf.Memory()), mpi.View[int8](wb.Memory())
+		gm, gr := mpi.View[float32](wm.Memory()), mpi.View[uint64](wr.Memory())
+		sumRanks := n * (n - 1) / 2
+		for i := 0; i < m; i++ {
+			if want := int32(sumRanks + n*i); gi[i] != want {
+				return fmt.Errorf("int32 element %d: %d, want %d", i, gi[i], want)
+			}
+			if want := float64(sumRanks) + 0.5*float64(n); math.Abs(gf[i]-want) > 1e-9 {
+				return fmt.Errorf("float64 element %d: %v, want %v", i, gf[i], want)
+			}
+			if want := int8(sumRanks + n); gb[i] != want {
+				return fmt.Errorf("int8 element %d: %d, want %d", i, gb[i], want)
+			}
+			if want := float32((n-1)*10 + i); gm[i] != want {
+				return fmt.Errorf("float32 max element %d: %v, want %v", i, gm[i], want)
+			}
+			if hi, lo := gr[i]>>32, gr[i]&0xffffffff; hi != lo || hi >= uint64(n) {
+				return fmt.Errorf("replaced element %d: %#x is no rank's whole contribution", i, gr[i])
+			}
+		}
+		for _, w := range wins {
+			if err := w.Free(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// GetAccumulate fetches the old elements: with Sum from every rank on rank
+// 0's window, the fetched values of each element are distinct partial sums;
+// with NoOp it fetches without changing anything.
+func TestWinGetAccumulate(t *testing.T) {
+	runRMA(t, func(ctx context.Context, c *mpi.Comm) error {
+		w, err := mpi.WinAllocate(ctx, c, 4*8, 8)
+		if err != nil {
+			return err
+		}
+		if err := w.LockAll(ctx); err != nil {
+			return err
+		}
+		one := []int64{1, 1, 1, 1}
+		old := make([]int64, 4)
+		if err := mpi.GetAccumulate(w, one, old, 0, 0, mpi.Sum); err != nil {
+			return err
+		}
+		if err := w.Flush(ctx, 0); err != nil {
+			return err
+		}
+		if err := w.UnlockAll(ctx); err != nil {
+			return err
+		}
+		for _, v := range old[1:] {
+			if v != old[0] {
+				return fmt.Errorf("fetched %v: one rank's adds to the four elements should see the same count", old)
+			}
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if err := w.Lock(ctx, mpi.LockShared, 0); err != nil {
+			return err
+		}
+		now := make([]int64, 4)
+		if err := mpi.GetAccumulate(w, nil, now, 0, 0, mpi.NoOp); err != nil {
+			return err
+		}
+		if err := w.Unlock(ctx, 0); err != nil {
+			return err
+		}
+		for _, v := range now {
+			if v != int64(c.Size()) {
+				return fmt.Errorf("NoOp fetched %v, want every element %d", now, c.Size())
+			}
+		}
+		return w.Free(ctx)
+	})
+}
+
+// Errors touch nothing: an access outside an epoch, beyond the window, an
+// Unlock without a Lock, an op that does not apply to the type, Replace in
+// a collective, a misaligned accumulate.
+func TestWinErrors(t *testing.T) {
+	run(t, 2, func(ctx context.Context, c *mpi.Comm) error {
+		w, err := mpi.WinCreate(ctx, c, make([]byte, 64), 8)
+		if err != nil {
+			return err
+		}
+		other := 1 - c.Rank()
+		v := []float64{1}
+		if err := mpi.Put(w, v, other, 0); !errors.Is(err, mpi.ErrRMASync) {
+			return fmt.Errorf("Put outside an epoch: %v, want ErrRMASync", err)
+		}
+		if err := w.Unlock(ctx, other); !errors.Is(err, mpi.ErrRMASync) {
+			return fmt.Errorf("Unlock without Lock: %v, want ErrRMASync", err)
+		}
+		if err := w.Fence(ctx, 0); err != nil {
+			return err
+		}
+		if err := mpi.Put(w, v, other, 8); !errors.Is(err, mpi.ErrRMARange) {
+			return fmt.Errorf("Put beyond the window: %v, want ErrRMARange", err)
+		}
+		if err := mpi.Put(w, make([]float64, 9), other, 0); !errors.Is(err, mpi.ErrRMARange) {
+			return fmt.Errorf("Put longer than the window: %v, want ErrRMARange", err)
+		}
+		if err := mpi.Put(w, v, 2, 0); !errors.Is(err, mpi.ErrRank) {
+			return fmt.Errorf("Put to rank 2 of 2: %v, want ErrRank", err)
+		}
+		if err := mpi.Accumulate(w, v, other, 0, mpi.Bxor); !errors.Is(err, mpi.ErrOp) {
+			return fmt.Errorf("Bxor on float64: %v, want ErrOp", err)
+		}
+		if err := mpi.Accumulate(w, []int8{1}, other, 7, mpi.Sum); err != nil {
+			return fmt.Errorf("int8 accumulate on the last word of a 64-byte window: %v", err)
+		}
+		if err := mpi.Accumulate(w, []complex128{1}, other, 0, mpi.Sum); !errors.Is(err, mpi.ErrOp) {
+			return fmt.Errorf("accumulate of complex128: %v, want ErrOp", err)
+		}
+		if err := mpi.Allreduce(ctx, c, []int32{1}, make([]int32, 1), mpi.Replace); !errors.Is(err, mpi.ErrOp) {
+			return fmt.Errorf("Allreduce with Replace: %v, want ErrOp", err)
+		}
+		if err := w.Lock(ctx, mpi.LockShared, other); !errors.Is(err, mpi.ErrRMASync) {
+			return fmt.Errorf("Lock inside a Fence epoch: %v, want ErrRMASync", err)
+		}
+		if err := w.Fence(ctx, mpi.ModeNoSucceed); err != nil {
+			return err
+		}
+		if got := w.Memory(); got[56] != 1 || !allZero(got[:56]) || !allZero(got[57:]) {
+			return fmt.Errorf("refused operations wrote %v", got)
+		}
+		odd, err := mpi.WinCreate(ctx, c, make([]byte, 37), 1)
+		if err != nil {
+			return err
+		}
+		if err := odd.Fence(ctx, 0); err != nil {
+			return err
+		}
+		if err := mpi.Accumulate(odd, []int8{1}, other, 36, mpi.Sum); !errors.Is(err, mpi.ErrRMARange) {
+			return fmt.Errorf("accumulate on a byte of a trailing partial word: %v, want ErrRMARange", err)
+		}
+		if err := odd.Fence(ctx, mpi.ModeNoSucceed); err != nil {
+			return err
+		}
+		if err := odd.Free(ctx); err != nil {
+			return err
+		}
+		if err := w.Free(ctx); err != nil {
+			return err
+		}
+		if err := mpi.Put(w, v, other, 0); !errors.Is(err, mpi.ErrWin) {
+			return fmt.Errorf("Put on a freed window: %v, want ErrWin", err)
+		}
+		return nil
+	})
+}
+
+func allZero(b []byte) bool {
+	for _, v := range b {
+		if v != 0 {
+			return false
+		}
+	}
+	return true
+}
