@@ -51,14 +51,14 @@ type peer struct {
 	// that the receiver sees a window's announcements early and fetches
 	// them together (stopWorth), rather than after the first message
 	// streamed whole.
-	more     instRing
-	streams  []*op // messages this peer is streaming to us
-	ops      int   // live operations bound to this peer
+	more    instRing
+	streams []*op // messages this peer is streaming to us
+	ops     int   // live operations bound to this peer
 	// issued counts those of ops this context started toward the peer
 	// (opKind.issued): a Fence waits for them, and not for the receiving
 	// side of the peer's messages, which may wait for this context's own
 	// later Accept or receive.
-	issued int
+	issued   int
 	isActive bool
 	failed   error
 
