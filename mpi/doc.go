@@ -96,4 +96,14 @@
 // Bcast; Bruck and rings for Allgather; and so on. Reductions
 // with the predefined ops give every rank the same result; user ops made
 // by NewOp may be non-commutative, and are then applied in rank order.
+//
+// # One-sided communication
+//
+// A window (WinCreate, WinAllocate) is memory every rank of a communicator
+// exposes to the others' Put, Get and accumulates, which travel as the
+// AMI's GET, PUT and remote atomics: the target's program takes no part.
+// Access epochs are opened by Fence (active target) or Lock and LockAll
+// (passive target, a lock word the initiators take with remote atomics);
+// Flush, FlushAll and Unlock complete operations at their targets. See
+// win.go.
 package mpi
