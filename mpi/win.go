@@ -110,7 +110,12 @@ type Win struct {
 	eps           []amigo.Endpoint
 
 	fenceOpen bool
-	locks     []LockType
+	// put[r]: a Put to rank r was issued since its last flush. A Put
+	// completes at the origin when its buffer may be reused; only an AMI
+	// flush completes it at the target. Gets and atomics complete where
+	// they act, so a flush after them alone needs no AMI round trip.
+	put   []bool
+	locks []LockType
 	lockAll   bool
 	freed     bool
 
@@ -153,7 +158,7 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc bool) 
 	}
 	ac := c.e.ac
 	cl := ac.Client()
-	w := &Win{ac: ac, mem: mem, locks: make([]LockType, c.size)}
+	w := &Win{ac: ac, mem: mem, locks: make([]LockType, c.size), put: make([]bool, c.size)}
 	w.done = w.opDone
 	var err error
 	if alloc {
@@ -302,6 +307,7 @@ func (w *Win) Put(origin []byte, target, disp int) error {
 		return err
 	}
 	w.pending++
+	w.put[target] = true
 	if err := w.ac.Put(w.eps[target], origin, w.keys[target], off, w.done); err != nil {
 		w.pending--
 		return fmt.Errorf("mpi: Put to rank %d: %w", target, err)
@@ -367,8 +373,11 @@ func (w *Win) Flush(ctx context.Context, target int) error {
 		return fmt.Errorf("%w: target %d", ErrRank, target)
 	}
 	err := w.waitPending(ctx)
-	if ferr := w.flushAMI(ctx, w.eps[target]); err == nil {
-		err = ferr
+	if w.put[target] {
+		w.put[target] = false
+		if ferr := w.flushAMI(ctx, w.eps[target]); err == nil {
+			err = ferr
+		}
 	}
 	return err
 }
@@ -379,6 +388,7 @@ func (w *Win) FlushAll(ctx context.Context) error {
 		return err
 	}
 	err := w.waitPending(ctx)
+	clear(w.put)
 	var ferr error
 	fenced := false
 	if e := w.ac.FenceAll(func(e error) { ferr, fenced = e, true }); e != nil {
