@@ -114,10 +114,10 @@ type Win struct {
 	// completes at the origin when its buffer may be reused; only an AMI
 	// flush completes it at the target. Gets and atomics complete where
 	// they act, so a flush after them alone needs no AMI round trip.
-	put   []bool
-	locks []LockType
-	lockAll   bool
-	freed     bool
+	put     []bool
+	locks   []LockType
+	lockAll bool
+	freed   bool
 
 	// pending counts operations issued and not yet complete at the
 	// origin; err keeps the first failure among them, reported by the
