@@ -67,7 +67,8 @@ func compare(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // ratioTable prints, for every benchmark and value of the first run that
 // has it, one line per size: each run's figure, then each other run's
 // figure divided by the first's. For latencies a ratio above 1 means the
-// other run is slower; for bandwidths and rates, faster.
+// other run is slower; for bandwidths and rates, faster. Allocation counts
+// get no ratios: a count near zero makes them noise.
 func ratioTable(w io.Writer, runs []series) {
 	type bk struct{ bench, key string }
 	var order []bk
@@ -83,7 +84,10 @@ func ratioTable(w io.Writer, runs []series) {
 		}
 	}
 	base := runs[0].name
-	const col = 14
+	col := 10
+	for _, s := range runs {
+		col = max(col, len(s.name)+len(base)+1)
+	}
 	for _, x := range order {
 		// Every size any run measured, in order.
 		var sizes []int
@@ -97,14 +101,17 @@ func ratioTable(w io.Writer, runs []series) {
 			}
 		}
 		slices.Sort(sizes)
+		ratios := x.key != "allocs_per_msg"
 		fmt.Fprintf(w, "# %s %s\n", x.bench, x.key)
 		var b strings.Builder
 		fmt.Fprintf(&b, "%-10s", "# size")
 		for _, s := range runs {
-			fmt.Fprintf(&b, " %*s", col, clip(s.name, col))
+			fmt.Fprintf(&b, " %*s", col, s.name)
 		}
 		for _, s := range runs[1:] {
-			fmt.Fprintf(&b, " %*s", col, clip(s.name+"/"+base, col))
+			if ratios {
+				fmt.Fprintf(&b, " %*s", col, s.name+"/"+base)
+			}
 		}
 		fmt.Fprintln(w, b.String())
 		for _, size := range sizes {
@@ -120,7 +127,7 @@ func ratioTable(w io.Writer, runs []series) {
 					fmt.Fprintf(&b, " %*s", col, "-")
 				}
 			}
-			for i := 1; i < len(runs); i++ {
+			for i := 1; i < len(runs) && ratios; i++ {
 				if ok[0] && ok[i] && vals[0] != 0 {
 					fmt.Fprintf(&b, " %*.2fx", col-1, vals[i]/vals[0])
 				} else {
@@ -147,12 +154,4 @@ func fmtValue(v float64) string {
 		return fmt.Sprintf("%.0f", v)
 	}
 	return fmt.Sprintf("%.3f", v)
-}
-
-// clip shortens s to n bytes, keeping its end (where run names differ).
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return "…" + s[len(s)-n+3:]
 }

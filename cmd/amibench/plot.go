@@ -185,9 +185,10 @@ func newPanel(title string, p panel, cs []curve) (*plot.Plot, error) {
 	pl.X.Tick.Marker = sizeTicks{}
 	pl.Y.Tick.Marker = valueTicks{}
 	pl.Add(plotter.NewGrid())
-	// Latency and bandwidth both rise with size: the top left corner is
-	// where the lines are not.
-	pl.Legend.Top, pl.Legend.Left = true, true
+	// Latency and bandwidth both rise with size: the bottom right corner
+	// is where the lines are not.
+	pl.Legend.Top, pl.Legend.Left = false, false
+	pl.Legend.XOffs, pl.Legend.YOffs = -vg.Points(4), vg.Points(4)
 	for _, c := range cs {
 		l, pts, err := plotter.NewLinePoints(c.pts)
 		if err != nil {
