@@ -107,6 +107,9 @@ type Options struct {
 	CPUProfile   string
 	Trace        string
 	MemProfile   string
+	// BindTo is "core" (each rank started bare pinned to a core of its
+	// own, as OSU runs under mpirun are) or "none".
+	BindTo string
 }
 
 func main() {
@@ -136,6 +139,7 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.BoolVar(&o.Stats, "stats", false, "print each rank's amigo counters to standard error at the end")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write rank R's CPU profile to this file with .R appended")
 	fs.StringVar(&o.Trace, "trace", "", "write rank R's execution trace (go tool trace) to this file with .R appended")
+	fs.StringVar(&o.BindTo, "bind-to", "core", "ranks started bare: core pins rank r to the r-th core (when there are as many cores as ranks), none leaves them free")
 	fs.StringVar(&o.MemProfile, "memprofile", "", "record every allocation of rank R and write the profile to this file with .R appended")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -155,6 +159,8 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 		return nil, fmt.Errorf("--buffers %q: want heap or shared", o.Buffers)
 	case o.AtomicTarget != "heap" && o.AtomicTarget != "shared":
 		return nil, fmt.Errorf("--atomic-target %q: want heap or shared", o.AtomicTarget)
+	case o.BindTo != "core" && o.BindTo != "none":
+		return nil, fmt.Errorf("--bind-to %q: want core or none", o.BindTo)
 	case o.JSON && o.CSV:
 		return nil, errors.New("--json and --csv: choose one")
 	case o.Plot != "" && plotFormat(o.Plot) == "":
@@ -234,10 +240,11 @@ func runLauncher(args []string, o *Options, stdout, stderr io.Writer) error {
 	// write at a time.
 	stdout, stderr = serialize(stdout), serialize(stderr)
 	job, err := launch.Start(launch.Options{
-		N:     o.N,
-		Argv:  append([]string{self}, args...),
-		Env:   []string{"AMIGO_TRANSPORT=" + o.Transport, floorEnv + "=4"},
-		Files: []*os.File{floor},
+		N:         o.N,
+		Argv:      append([]string{self}, args...),
+		Env:       []string{"AMIGO_TRANSPORT=" + o.Transport, floorEnv + "=4"},
+		Files:     []*os.File{floor},
+		BindCores: o.BindTo == "core",
 		Output: func(r int) (io.Writer, io.Writer) {
 			if r == 0 {
 				return stdout, stderr

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/amigo-hpc/amigo/internal/launch"
 )
 
 func TestHostfileForms(t *testing.T) {
@@ -142,7 +144,7 @@ func parseCPUList(t *testing.T, s string) []int {
 // as --report-bindings says, no two ranks sharing one; without it, a rank
 // may run anywhere amirun may.
 func TestBindCore(t *testing.T) {
-	cs, err := cores()
+	cs, err := launch.Cores()
 	if err != nil {
 		t.Fatal(err)
 	}

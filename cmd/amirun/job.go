@@ -18,6 +18,7 @@ import (
 
 	"github.com/amigo-hpc/amigo/bootstrap"
 	"github.com/amigo-hpc/amigo/bootstrap/pmiserver"
+	"github.com/amigo-hpc/amigo/internal/launch"
 )
 
 // job is one run of amirun: the ranks, the PMI server, and the event loop
@@ -287,7 +288,7 @@ func (j *job) bindings(hostOf []int) ([][]int, error) {
 		}
 		return out, nil
 	}
-	cs, err := cores()
+	cs, err := launch.Cores()
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +300,7 @@ func (j *job) bindings(hostOf []int) ([][]int, error) {
 		over = over || k >= len(cs)
 		out[r] = cs[k%len(cs)]
 		if j.o.report {
-			j.logf("rank %d on %s bound to core %d: processors %s", r, j.hostName(h), k%len(cs), cpuList(out[r]))
+			j.logf("rank %d on %s bound to core %d: processors %s", r, j.hostName(h), k%len(cs), launch.CPUList(out[r]))
 		}
 	}
 	if over {
@@ -377,7 +378,7 @@ func (j *job) start(r, h int, cpus []int, secret, portEnv string) (*rank, error)
 		j.copies.Add(1)
 		go j.copyLines(pr, dst, prefix)
 	}
-	err := startBound(cmd, cpus)
+	err := launch.StartBound(cmd, cpus)
 	for _, f := range closeAfterStart {
 		f.Close()
 	}

@@ -1,4 +1,4 @@
-package main
+package launch
 
 import (
 	"fmt"
@@ -12,10 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// cores returns the cores amirun may run on, each as the processors
-// (hardware threads) of that core that amirun's affinity allows, in order
-// of their first processor.
-func cores() ([][]int, error) {
+// Cores returns the cores this process may run on, each as the processors
+// (hardware threads) of that core that its affinity allows, in order of
+// their first processor.
+func Cores() ([][]int, error) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
 		return nil, fmt.Errorf("sched_getaffinity: %w", err)
@@ -46,13 +46,13 @@ func cores() ([][]int, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no processor in amirun's affinity")
+		return nil, fmt.Errorf("no processor in this process's affinity")
 	}
 	return out, nil
 }
 
-// cpuList formats processors as /proc's lists do ("0-3,6").
-func cpuList(cpus []int) string {
+// CPUList formats processors as /proc's lists do ("0-3,6").
+func CPUList(cpus []int) string {
 	var b strings.Builder
 	for i := 0; i < len(cpus); {
 		j := i
@@ -71,14 +71,14 @@ func cpuList(cpus []int) string {
 	return b.String()
 }
 
-// startBound starts cmd with its affinity set to cpus (none: unchanged).
+// StartBound starts cmd with its affinity set to cpus (none: unchanged).
 // The child inherits the affinity of the thread that forks it, so the
 // calling goroutine locks its thread, narrows that thread's affinity, starts
 // the child and widens it again: the rank is bound before it runs its first
 // instruction, and so is every thread it makes. Should the widening fail,
 // the calling goroutine keeps the thread locked to itself, so that no other
-// goroutine of amirun runs narrowed.
-func startBound(cmd *exec.Cmd, cpus []int) error {
+// goroutine of the caller runs narrowed.
+func StartBound(cmd *exec.Cmd, cpus []int) error {
 	if len(cpus) == 0 {
 		return cmd.Start()
 	}
@@ -93,7 +93,7 @@ func startBound(cmd *exec.Cmd, cpus []int) error {
 	}
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
 		runtime.UnlockOSThread()
-		return fmt.Errorf("sched_setaffinity to processors %s: %w", cpuList(cpus), err)
+		return fmt.Errorf("sched_setaffinity to processors %s: %w", CPUList(cpus), err)
 	}
 	err := cmd.Start()
 	if unix.SchedSetaffinity(0, &old) == nil {
