@@ -3,6 +3,7 @@ module github.com/amigo-hpc/amigo
 go 1.26.0
 
 require (
+	golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4
 	golang.org/x/sys v0.49.0
 	gonum.org/v1/plot v0.17.0
 )
