@@ -356,7 +356,11 @@ func (c *Context) deliver(src int32, pk *wire.Packet) {
 		m.key = 0
 		c.stats.ReceivedInline++
 	}
-	c.callHandler(h.fn, m)
+	if traceOn {
+		c.tracedHandler(h.fn, m)
+	} else {
+		h.fn(c, m)
+	}
 	m.Header, m.Data = nil, nil
 	switch {
 	case rts && !m.claimed:

@@ -86,8 +86,12 @@ func (c *Context) send(ep Endpoint, d Dispatch, header, data []byte, done, rdone
 // Their total is limited to ImmediateMax bytes.
 func (c *Context) SendImmediate(ep Endpoint, d Dispatch, header, data []byte) error {
 	if traceOn {
-		defer traceRegion("amigo.SendImmediate").End()
+		return c.tracedImmediate(ep, d, header, data)
 	}
+	return c.sendImmediate(ep, d, header, data)
+}
+
+func (c *Context) sendImmediate(ep Endpoint, d Dispatch, header, data []byte) error {
 	idx, err := c.immediateTo(ep, d, header, data)
 	if err != nil {
 		return err

@@ -127,19 +127,17 @@ func (c *Context) tracedRMA(k transport.RDMAKind, ep Endpoint, local []byte, rem
 	return c.rma(k, ep, local, remote, off, done, rdone)
 }
 
-// traceRegion starts a region of name (SendImmediate, Barrier).
-func traceRegion(name string) *trace.Region { return trace.StartRegion(traceCtx, name) }
-
-// callHandler runs an active message's handler: under AMIGO_TRACE, inside
-// a region that logs the message.
-func (c *Context) callHandler(fn Handler, m *Message) {
-	if traceOn {
-		c.tracedHandler(fn, m)
-		return
-	}
-	fn(c, m)
+// tracedImmediate is SendImmediate under AMIGO_TRACE.
+func (c *Context) tracedImmediate(ep Endpoint, d Dispatch, header, data []byte) error {
+	defer trace.StartRegion(traceCtx, "amigo.SendImmediate").End()
+	return c.sendImmediate(ep, d, header, data)
 }
 
+// traceRegion starts a region of name (Barrier).
+func traceRegion(name string) *trace.Region { return trace.StartRegion(traceCtx, name) }
+
+// tracedHandler runs an active message's handler under AMIGO_TRACE, inside
+// a region that logs the message.
 func (c *Context) tracedHandler(fn Handler, m *Message) {
 	r := trace.StartRegion(traceCtx, "amigo.Handler")
 	trace.Logf(traceCtx, "amigo", "from %d.%d dispatch %d, %d bytes, inline %v", m.Source.Rank, m.Source.Context, m.Dispatch, m.size, m.inline)
