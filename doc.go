@@ -112,4 +112,16 @@
 //
 // Messages from one context to another arrive in the order they were posted.
 // Nothing is lost or duplicated; a failure is reported, never silent.
+//
+// # Seeing inside a job
+//
+// Three environment variables, read when a process opens its first client,
+// show what the library does; unset, they cost nothing on the message
+// paths. AMIGO_METRICS_ADDR (MetricsAddrEnv) serves every context's Stats
+// over HTTP in the Prometheus text format, and they are published through
+// expvar as "amigo" in any case. AMIGO_TRACE (TraceEnv) makes sends,
+// handlers, receives, Put, Get and Barrier regions and tasks of the Go
+// execution tracer, for go tool trace. AMIGO_LOG (LogEnv) logs set-up,
+// connections and peer failures through log/slog, with rank and peer as
+// attributes.
 package amigo
