@@ -87,6 +87,7 @@ func newClient(rank, size int, cfg Config, regions *transport.Regions, adapters 
 		}
 		c.contexts = append(c.contexts, ctx)
 	}
+	registerClient(c)
 	return c, nil
 }
 
@@ -121,6 +122,7 @@ func (c *Client) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	unregisterClient(c)
 	var errs []error
 	for _, ctx := range c.contexts {
 		if err := ctx.close(); err != nil {

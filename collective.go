@@ -74,6 +74,9 @@ func (c *Context) sendSys(rank int, d Dispatch, header, data []byte) error {
 // waits, running the context's callbacks): ceil(log2 p) rounds of empty
 // messages (dissemination). Every rank calls it the same number of times.
 func (cl *Client) Barrier(ctx context.Context) error {
+	if traceOn {
+		defer traceRegion("amigo.Barrier").End()
+	}
 	c := cl.contexts[0]
 	p, r := cl.size, cl.rank
 	if p == 1 {

@@ -570,7 +570,7 @@ func (c *Context) idle(idle int, done <-chan struct{}) int {
 			c.bell.Disarm()
 			return 0
 		}
-		if c.bell.Sleep(done, c.timer, c.cfg.SleepMax) {
+		if c.sleep(done) {
 			c.stats.SleepTimeouts++
 		}
 		c.stats.Sleeps++

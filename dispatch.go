@@ -83,6 +83,9 @@ func (m *Message) Receive(buf []byte, done func(error)) error {
 	}
 	m.claimed = true
 	c := m.c
+	if traceOn {
+		done = tracedReceive(m, done)
+	}
 	if m.inline {
 		copy(buf, m.Data)
 		c.doLater(done, nil)
@@ -353,7 +356,11 @@ func (c *Context) deliver(src int32, pk *wire.Packet) {
 		m.key = 0
 		c.stats.ReceivedInline++
 	}
-	h.fn(c, m)
+	if traceOn {
+		c.tracedHandler(h.fn, m)
+	} else {
+		h.fn(c, m)
+	}
 	m.Header, m.Data = nil, nil
 	switch {
 	case rts && !m.claimed:

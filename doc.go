@@ -112,4 +112,82 @@
 //
 // Messages from one context to another arrive in the order they were posted.
 // Nothing is lost or duplicated; a failure is reported, never silent.
+//
+// # Eager SEND with receiver-driven STOP (stop.go)
+//
+// A Send too large to travel inline is announced by a SEND packet (message
+// id, total size, key of the registered send buffer) and its data streamed
+// at once as EAGER packets of increasing size, from the top (offset 0) of the
+// send buffer down. The sender keeps no eager limit and no credits; a full
+// injection FIFO only pauses the stream until there is room.
+//
+// The receiver decides from data-flow conditions. If its handler named a
+// buffer and the data still to come is small (Config.StopAbove), the eager
+// packets land in it and the receiver acknowledges once the byte counter
+// reaches zero. If no buffer is named yet (the handler deferred the message),
+// eager packets are kept in the context's unexpected-data budget
+// (Config.UnexpectedBudget) as long as it has room. Otherwise, or when a
+// buffer is named for a large remainder, the receiver answers STOP, in one of
+// three variants (Config.StopVariant):
+//
+//   - discard: the receiver drops the eager data and, once it has a buffer,
+//     GETs the whole send buffer; ACK.
+//   - keep: the receiver keeps the eager data (from the top) and at once GETs
+//     from the bottom; the sender answers STOP with a CTS giving the bytes it
+//     streamed; the receiver GETs the untransferred middle; ACK.
+//   - put: the STOP carries the key of the registered receive buffer (a
+//     second STOP does, if the first went out before there was a buffer); the
+//     sender PUTs what it did not stream and sends FIN.
+//
+// Every packet about the message carries the sender's message id; the
+// receiver finds its own state by (peer, id). EAGER, CTS and FIN travel on the
+// same FIFO as the SEND, so they arrive in order: when a CTS or FIN arrives,
+// every eager packet sent before it has arrived. An eager packet that finds the
+// receiver unable to keep it in order (it dropped one before) is dropped; the
+// receiver's contiguous count then says where RDMA must start.
+//
+// # RDMA multicast (mcast.go)
+//
+// The origin announces the data (length, storage reference) to the targets
+// with a request to send, in one of two ways:
+//
+//   - MulticastForward: the request travels along the targets unprocessed:
+//     each target forwards it to the next before its handler runs, then, once
+//     the handler named a buffer, checks in with the origin (CTS, carrying the
+//     key of the registered buffer). The origin's check-in counter starts at
+//     the number of targets and goes down with each CTS.
+//   - MulticastStoreForward: each target's handler names a buffer first; the
+//     target adds the buffer's key to the request and forwards it; the last
+//     target returns the request, with every target's key, to the origin,
+//     which serves as the acknowledgement of all.
+//
+// A target's "received" callback (the done of its Receive) runs once all the
+// data is in its buffer and it has passed every piece on to the next target:
+// after it, the target may stop advancing or close without holding up the
+// chain.
+//
+// At zero, the origin sends the data once: it PUTs it, piece by piece, into
+// the first target's buffer, and after each piece tells the first target it
+// was deposited (MCDATA); each target forwards each piece the same way to the
+// next, pipelined, so the origin's outbound bytes are about the data's size
+// whatever the number of targets. The first MCDATA carries the chain of
+// targets and keys. The last target tells the origin when it has everything;
+// then the origin's "sent" callback runs.
+//
+// A target that declines (its handler names no buffer), or that dies, or
+// whose forwarding fails, fails the multicast: the origin calls it off at
+// every other target (MCABORT) and completes "sent" with an error naming the
+// target; the other targets complete "received" with that error.
+//
+// # Seeing inside a job
+//
+// Three environment variables, read when a process opens its first client,
+// show what the library does; unset, they cost nothing on the message
+// paths. AMIGO_METRICS_ADDR (MetricsAddrEnv) serves every context's Stats
+// over HTTP in the Prometheus text format, and they are published through
+// expvar as "amigo" in any case. AMIGO_TRACE (TraceEnv) makes sends,
+// handlers, receives, Put, Get and Barrier regions and tasks of the Go
+// execution tracer, for go tool trace. AMIGO_LOG (LogEnv) logs set-up,
+// connections and peer failures through log/slog, with rank and peer as
+// attributes.
 package amigo

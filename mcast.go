@@ -9,39 +9,6 @@ import (
 	"github.com/amigo-hpc/amigo/transport"
 )
 
-// RDMA multicast.
-//
-// The origin announces the data (length, storage reference) to the targets
-// with a request to send, in one of two ways:
-//
-//   - MulticastForward: the request travels along the targets unprocessed:
-//     each target forwards it to the next before its handler runs, then, once
-//     the handler named a buffer, checks in with the origin (CTS, carrying the
-//     key of the registered buffer). The origin's check-in counter starts at
-//     the number of targets and goes down with each CTS.
-//   - MulticastStoreForward: each target's handler names a buffer first; the
-//     target adds the buffer's key to the request and forwards it; the last
-//     target returns the request, with every target's key, to the origin,
-//     which serves as the acknowledgement of all.
-//
-// A target's "received" callback (the done of its Receive) runs once all the
-// data is in its buffer and it has passed every piece on to the next target:
-// after it, the target may stop advancing or close without holding up the
-// chain.
-//
-// At zero, the origin sends the data once: it PUTs it, piece by piece, into
-// the first target's buffer, and after each piece tells the first target it
-// was deposited (MCDATA); each target forwards each piece the same way to the
-// next, pipelined, so the origin's outbound bytes are about the data's size
-// whatever the number of targets. The first MCDATA carries the chain of
-// targets and keys. The last target tells the origin when it has everything;
-// then the origin's "sent" callback runs.
-//
-// A target that declines (its handler names no buffer), or that dies, or
-// whose forwarding fails, fails the multicast: the origin calls it off at
-// every other target (MCABORT) and completes "sent" with an error naming the
-// target; the other targets complete "received" with that error.
-
 // MulticastWay selects how the request to send reaches the targets.
 type MulticastWay int
 

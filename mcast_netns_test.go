@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 }
 
 func runRank(spec string) error {
+	if prog := rankPrograms[spec]; prog != nil {
+		return prog()
+	}
 	f := strings.Split(spec, ":")
 	if len(f) == 2 && f[0] == "mcastkill" {
 		return mcastKillRank(f[1])

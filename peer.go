@@ -115,6 +115,7 @@ func (c *Context) connect(idx int32) *peer {
 		p.failed = err
 	}
 	c.peers[idx] = p
+	c.logConnect(p)
 	return p
 }
 
@@ -472,6 +473,7 @@ func (c *Context) failInst(in *inst, err error) {
 // failPeer completes everything outstanding with p with err: listed
 // callbacks, queued instructions and operations.
 func (c *Context) failPeer(p *peer, err error) int {
+	c.peerFailed(p, err)
 	p.failed = err
 	n := p.msg.Fail(err)
 	n += p.rdma.Fail(err)

@@ -32,11 +32,17 @@ type SendParams struct {
 // goroutine. Errors it returns concern the arguments; everything after comes
 // through done.
 func (c *Context) Send(ep Endpoint, d Dispatch, header, data []byte, done func(error)) error {
+	if traceOn {
+		return c.tracedSend(ep, d, header, data, done, nil)
+	}
 	return c.send(ep, d, header, data, done, nil)
 }
 
 // SendWith posts a Send described by p.
 func (c *Context) SendWith(p *SendParams) error {
+	if traceOn {
+		return c.tracedSend(p.Dest, p.Dispatch, p.Header, p.Data, p.Done, p.RemoteDone)
+	}
 	return c.send(p.Dest, p.Dispatch, p.Header, p.Data, p.Done, p.RemoteDone)
 }
 
@@ -79,6 +85,13 @@ func (c *Context) send(ep Endpoint, d Dispatch, header, data []byte, done, rdone
 // data are copied before it returns, so the caller may reuse them at once.
 // Their total is limited to ImmediateMax bytes.
 func (c *Context) SendImmediate(ep Endpoint, d Dispatch, header, data []byte) error {
+	if traceOn {
+		return c.tracedImmediate(ep, d, header, data)
+	}
+	return c.sendImmediate(ep, d, header, data)
+}
+
+func (c *Context) sendImmediate(ep Endpoint, d Dispatch, header, data []byte) error {
 	idx, err := c.immediateTo(ep, d, header, data)
 	if err != nil {
 		return err
@@ -174,12 +187,18 @@ type RMAParams struct {
 // may be reused. The owner of the region checks the key and the bounds; a
 // refused access comes to done as an *AccessError inside a *PeerError.
 func (c *Context) Put(ep Endpoint, local []byte, remote Key, off uint64, done func(error)) error {
+	if traceOn {
+		return c.tracedRMA(transport.Put, ep, local, remote, off, done, nil)
+	}
 	return c.rma(transport.Put, ep, local, remote, off, done, nil)
 }
 
 // Get copies len(local) bytes from the peer's registered region remote at
 // offset off into local, one-sided; done is called once they have landed.
 func (c *Context) Get(ep Endpoint, local []byte, remote Key, off uint64, done func(error)) error {
+	if traceOn {
+		return c.tracedRMA(transport.Get, ep, local, remote, off, done, nil)
+	}
 	return c.rma(transport.Get, ep, local, remote, off, done, nil)
 }
 

@@ -1,5 +1,7 @@
 package amigo
 
+import "time"
+
 // Stats counts what a context did. Read it with Context.Stats from the
 // goroutine that owns the context.
 type Stats struct {
@@ -15,13 +17,15 @@ type Stats struct {
 	Atomics            uint64 // remote atomic operations started
 	AcksSent           uint64
 	AcksReceived       uint64
-	Queued             uint64 // instructions that waited for room in a FIFO
-	NoDispatch         uint64 // messages for an unregistered dispatch id
-	Malformed          uint64 // packets that did not decode
-	StaleAcks          uint64 // acknowledgements of no live operation
-	Errors             uint64 // errors reported to Config.OnError
-	Sleeps             uint64 // times a waiting goroutine slept
-	SleepTimeouts      uint64 // sleeps that ran to their bound (Config.SleepMax; 1 ms on a shared doorbell) without a ring
+	Queued             uint64        // instructions that waited for room in a FIFO
+	NoDispatch         uint64        // messages for an unregistered dispatch id
+	Malformed          uint64        // packets that did not decode
+	StaleAcks          uint64        // acknowledgements of no live operation
+	Errors             uint64        // errors reported to Config.OnError
+	Sleeps             uint64        // times a waiting goroutine slept
+	SleepTimeouts      uint64        // sleeps that ran to their bound (Config.SleepMax; 1 ms on a shared doorbell) without a ring
+	SleepTime          time.Duration // time waiting goroutines slept
+	PeerFailures       uint64        // peers whose link failed (closed, died, unreachable)
 
 	// Eager SEND with receiver-driven STOP.
 	SentEager         uint64 // sends announced by SEND and streamed

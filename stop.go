@@ -8,39 +8,6 @@ import (
 	"github.com/amigo-hpc/amigo/transport"
 )
 
-// Eager SEND with receiver-driven STOP.
-//
-// A Send too large to travel inline is announced by a SEND packet (message
-// id, total size, key of the registered send buffer) and its data streamed
-// at once as EAGER packets of increasing size, from the top (offset 0) of the
-// send buffer down. The sender keeps no eager limit and no credits; a full
-// injection FIFO only pauses the stream until there is room.
-//
-// The receiver decides from data-flow conditions. If its handler named a
-// buffer and the data still to come is small (Config.StopAbove), the eager
-// packets land in it and the receiver acknowledges once the byte counter
-// reaches zero. If no buffer is named yet (the handler deferred the message),
-// eager packets are kept in the context's unexpected-data budget
-// (Config.UnexpectedBudget) as long as it has room. Otherwise, or when a
-// buffer is named for a large remainder, the receiver answers STOP, in one of
-// three variants (Config.StopVariant):
-//
-//   - discard: the receiver drops the eager data and, once it has a buffer,
-//     GETs the whole send buffer; ACK.
-//   - keep: the receiver keeps the eager data (from the top) and at once GETs
-//     from the bottom; the sender answers STOP with a CTS giving the bytes it
-//     streamed; the receiver GETs the untransferred middle; ACK.
-//   - put: the STOP carries the key of the registered receive buffer (a
-//     second STOP does, if the first went out before there was a buffer); the
-//     sender PUTs what it did not stream and sends FIN.
-//
-// Every packet about the message carries the sender's message id; the
-// receiver finds its own state by (peer, id). EAGER, CTS and FIN travel on the
-// same FIFO as the SEND, so they arrive in order: when a CTS or FIN arrives,
-// every eager packet sent before it has arrived. An eager packet that finds the
-// receiver unable to keep it in order (it dropped one before) is dropped; the
-// receiver's contiguous count then says where RDMA must start.
-
 // autoKeepAbove is where the "auto" STOP variant switches from discard to
 // keep: from bench/stop.sh over shared memory, keep's two-ended fetch beat
 // plain rendezvous from 2 MiB, and lost to discard below.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -38,6 +37,9 @@ type Env struct {
 	bar      barrier
 	gat      gather
 	err      error // first error reported by a callback
+
+	records  []record // rank 0's rows, kept for --plot
+	progress progress // the progress line on a terminal (rank 0)
 }
 
 // Field is one column of a benchmark's output: OSU's column title and the
@@ -71,6 +73,7 @@ func newEnv(ctx context.Context, c *amigo.Client, o *Options, out io.Writer, sha
 	e := &Env{Client: c, Ctx: c.Context(0), Rank: c.Rank(), Size: c.Size(), Opts: o, Deadline: ctx, shared: shared}
 	if e.Rank == 0 {
 		e.out = out
+		e.progress = progress{on: isTerminal(os.Stderr), w: os.Stderr}
 	}
 	e.bar.init(e)
 	e.gat.init(e)
@@ -81,8 +84,13 @@ func (e *Env) runAll() error {
 	if err := e.settle(); err != nil {
 		return err
 	}
-	for _, name := range e.Opts.Benchmarks {
+	defer e.progress.end()
+	if e.out != nil && e.Opts.CSV {
+		fmt.Fprintln(e.out, csvHeader)
+	}
+	for i, name := range e.Opts.Benchmarks {
 		b := benchmarks[name]
+		e.progress.begin(name, len(e.Opts.Benchmarks)-1-i)
 		if e.Size < b.MinRanks {
 			return fmt.Errorf("%s needs at least %d ranks, the job has %d", name, b.MinRanks, e.Size)
 		}
@@ -177,6 +185,7 @@ func (e *Env) Sizes(from0 bool) []int {
 	if len(out) == 0 || out[len(out)-1] != e.Opts.MaxSize && e.Opts.MaxSize == e.Opts.MinSize {
 		out = append(out[:0], e.Opts.MinSize)
 	}
+	e.progress.sizesLeft = len(out)
 	return out
 }
 
@@ -233,7 +242,7 @@ func (e *Env) Buffer(n int) ([]byte, error) {
 // --json) and sets the fields of its rows.
 func (e *Env) Header(title string, fields ...Field) {
 	e.fields = fields
-	if e.out == nil || e.Opts.JSON {
+	if e.out == nil || e.Opts.JSON || e.Opts.CSV {
 		return
 	}
 	tr := e.Opts.Transport
@@ -271,32 +280,34 @@ func (e *Env) AllocsPer(msgs int) {
 	}
 }
 
-// Row prints one size's results (rank 0 only).
+// Row prints one size's results (rank 0 only): OSU's columns, or with
+// --json one object per line, with --csv one line per value; with --plot
+// it also keeps them for the plot drawn at the end.
 func (e *Env) Row(size int, vals ...float64) {
 	if e.out == nil {
 		e.extra = e.extra[:0]
 		return
 	}
-	if e.Opts.JSON {
-		var b strings.Builder
-		fmt.Fprintf(&b, `{"benchmark":%q,"size":%d`, e.bench, size)
+	e.progressRow(size)
+	rec := record{Benchmark: e.bench, Size: size, Transport: e.Opts.Transport, Ranks: e.Size}
+	if e.Opts.JSON || e.Opts.CSV || e.Opts.Plot != "" {
 		for i, f := range e.fields {
-			v, _ := json.Marshal(round(vals[i]))
-			fmt.Fprintf(&b, ",%q:%s", f.Key, v)
+			rec.add(f.Key, round(vals[i]))
 		}
 		for _, x := range e.extra {
-			v, _ := json.Marshal(round(x.v))
-			fmt.Fprintf(&b, ",%q:%s", x.key, v)
+			rec.add(x.key, round(x.v))
 		}
-		e.extra = e.extra[:0]
-		if e.Opts.Transport != "shm" {
-			fmt.Fprintf(&b, `,"transport":%q`, e.Opts.Transport)
-		}
-		if e.Size != 2 {
-			fmt.Fprintf(&b, `,"ranks":%d`, e.Size)
-		}
-		b.WriteString("}")
-		fmt.Fprintln(e.out, b.String())
+	}
+	e.extra = e.extra[:0]
+	if e.Opts.Plot != "" {
+		e.records = append(e.records, rec)
+	}
+	switch {
+	case e.Opts.JSON:
+		fmt.Fprintln(e.out, rec.json())
+		return
+	case e.Opts.CSV:
+		rec.csv(e.out)
 		return
 	}
 	var b strings.Builder

@@ -16,9 +16,24 @@
 //	amibench -n 16 -b a2a --min-size 1024 --max-size 1024
 //	amirun -n 4 amibench -b mbw_mr
 //
+// --csv prints a header and one line per value instead; --plot FILE draws
+// latency and bandwidth against message size on log axes (SVG or PNG, by
+// the file's extension). On a terminal, a progress line on standard error
+// says which benchmark measured which size last and what is left.
+//
+// The compare subcommand overlays runs kept as JSON lines (amibench's, and
+// the C benchmark's under MPICH and Open MPI that bench/ writes in the same
+// shape), prints each figure with its ratio to the first run's, and with -o
+// draws them in one plot:
+//
+//	amibench -b latency,bw --json > shm.json
+//	amibench compare -o shm-vs-mpich.png shm.json mpich.json
+//
 // Benchmarks are registered by the files of this command (register), one
-// table for all: pt2pt.go, rma.go, atomic.go, a2a.go, floor.go; a file that adds more
-// needs no other edit. -b list prints them.
+// table for all: pt2pt.go, rma.go, atomic.go, a2a.go, coll.go, stop.go,
+// floor.go, idle.go; a file that adds more needs no other edit. -b list
+// prints them. output.go, plot.go and compare.go hold the output formats,
+// the plots and the compare subcommand.
 package main
 
 import (
@@ -79,8 +94,12 @@ type Options struct {
 	Idle       time.Duration
 	Window     int
 	JSON       bool
-	Transport  string
-	Buffers    string
+	CSV        bool
+	// Plot is the file (.svg or .png) rank 0 draws latency and bandwidth
+	// against size in at the end.
+	Plot      string
+	Transport string
+	Buffers   string
 	// AtomicTarget is the memory of the word of the atomic benchmarks.
 	AtomicTarget string
 	Timeout      time.Duration
@@ -88,6 +107,9 @@ type Options struct {
 	CPUProfile   string
 	Trace        string
 	MemProfile   string
+	// BindTo is "core" (each rank started bare pinned to a core of its
+	// own, as OSU runs under mpirun are) or "none".
+	BindTo string
 }
 
 func main() {
@@ -108,6 +130,8 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.IntVar(&o.Window, "window", 64, "messages per window of the bandwidth tests")
 	fs.DurationVar(&o.Idle, "idle", 10*time.Second, "how long the ranks of -b idle wait")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per line")
+	fs.BoolVar(&o.CSV, "csv", false, "print comma-separated values: a header, then one line per value (benchmark,transport,ranks,size,metric,value)")
+	fs.StringVar(&o.Plot, "plot", "", "draw latency and bandwidth against message size in this file at the end (SVG or PNG, by its extension)")
 	fs.StringVar(&o.Transport, "transport", "shm", "adapter between the ranks: shm, tcp (ranks as processes) or loop (ranks as goroutines of this process)")
 	fs.StringVar(&o.Buffers, "buffers", "heap", "message buffers: heap (Go memory, as OSU's malloc) or shared (AllocMemory, shared segments)")
 	fs.StringVar(&o.AtomicTarget, "atomic-target", "shared", "the word of atomic_lat and atomic_rate: shared (AllocMemory) or heap (registered Go memory)")
@@ -115,6 +139,7 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.BoolVar(&o.Stats, "stats", false, "print each rank's amigo counters to standard error at the end")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write rank R's CPU profile to this file with .R appended")
 	fs.StringVar(&o.Trace, "trace", "", "write rank R's execution trace (go tool trace) to this file with .R appended")
+	fs.StringVar(&o.BindTo, "bind-to", "core", "ranks started bare: core pins rank r to the r-th core (when there are as many cores as ranks), none leaves them free")
 	fs.StringVar(&o.MemProfile, "memprofile", "", "record every allocation of rank R and write the profile to this file with .R appended")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -134,6 +159,12 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 		return nil, fmt.Errorf("--buffers %q: want heap or shared", o.Buffers)
 	case o.AtomicTarget != "heap" && o.AtomicTarget != "shared":
 		return nil, fmt.Errorf("--atomic-target %q: want heap or shared", o.AtomicTarget)
+	case o.BindTo != "core" && o.BindTo != "none":
+		return nil, fmt.Errorf("--bind-to %q: want core or none", o.BindTo)
+	case o.JSON && o.CSV:
+		return nil, errors.New("--json and --csv: choose one")
+	case o.Plot != "" && plotFormat(o.Plot) == "":
+		return nil, fmt.Errorf("--plot %q: want a file ending in .svg or .png", o.Plot)
 	case o.MinSize < 0 || o.MaxSize < o.MinSize || o.MaxSize > 1<<30:
 		return nil, fmt.Errorf("sizes %d to %d", o.MinSize, o.MaxSize)
 	case o.Window < 1 || o.Iterations < 0 || o.N < 1:
@@ -143,6 +174,9 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "compare" {
+		return compare(args[1:], os.Stdin, stdout, stderr)
+	}
 	o, err := parse(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -206,10 +240,11 @@ func runLauncher(args []string, o *Options, stdout, stderr io.Writer) error {
 	// write at a time.
 	stdout, stderr = serialize(stdout), serialize(stderr)
 	job, err := launch.Start(launch.Options{
-		N:     o.N,
-		Argv:  append([]string{self}, args...),
-		Env:   []string{"AMIGO_TRANSPORT=" + o.Transport, floorEnv + "=4"},
-		Files: []*os.File{floor},
+		N:         o.N,
+		Argv:      append([]string{self}, args...),
+		Env:       []string{"AMIGO_TRANSPORT=" + o.Transport, floorEnv + "=4"},
+		Files:     []*os.File{floor},
+		BindCores: o.BindTo == "core",
 		Output: func(r int) (io.Writer, io.Writer) {
 			if r == 0 {
 				return stdout, stderr
@@ -287,6 +322,9 @@ func runRank(o *Options, stdout io.Writer) error {
 	if berr := e.Barrier(); err == nil {
 		err = berr
 	}
+	if err == nil {
+		err = e.drawPlot()
+	}
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", c.Rank(), err)
 	}
@@ -317,6 +355,9 @@ func runLocal(o *Options, stdout io.Writer) error {
 			err := e.runAll()
 			if berr := e.Barrier(); err == nil {
 				err = berr
+			}
+			if err == nil {
+				err = e.drawPlot()
 			}
 			if err != nil {
 				errs[r] = fmt.Errorf("rank %d: %w", r, err)

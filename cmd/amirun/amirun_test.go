@@ -43,6 +43,8 @@ func TestMain(m *testing.M) {
 //	nofinalize:R        rank R exits 0 without closing; others fence
 //	hang                every rank sleeps
 //	print               every rank prints two lines to stdout, one to stderr
+//	cpus                every rank prints its Cpus_allowed_list (/proc/self/status)
+//	env:A,B             every rank prints the values of variables A and B
 //
 // In every mode but exchange and print, each rank first starts two sleeping
 // grandchildren, one in its process group and one in a new session, to
@@ -55,6 +57,25 @@ func rankMain(mode string) int {
 		r := os.Getenv("PMI_RANK")
 		fmt.Printf("line one of %s\nline two of %s\n", r, r)
 		fmt.Fprintf(os.Stderr, "err of %s", r) // no newline: amirun adds one
+		return 0
+	case "cpus":
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 96
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+				fmt.Printf("rank %s cpus %s\n", os.Getenv("PMI_RANK"), strings.TrimSpace(v))
+			}
+		}
+		return 0
+	}
+	if names, ok := strings.CutPrefix(mode, "env:"); ok {
+		for _, n := range strings.Split(names, ",") {
+			v, set := os.LookupEnv(n)
+			fmt.Printf("rank %s env %s=%q %v\n", os.Getenv("PMI_RANK"), n, v, set)
+		}
 		return 0
 	}
 	for _, setsid := range []bool{false, true} {
@@ -235,6 +256,10 @@ func TestTagOutput(t *testing.T) {
 // bounded time, stopping the other ranks (blocked in a fence) and every
 // process they started.
 func TestFailures(t *testing.T) {
+	me, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		mode   string
 		args   []string
@@ -242,10 +267,10 @@ func TestFailures(t *testing.T) {
 		code   int
 		says   string
 	}{
-		{"exit:1:3", nil, 0, 3, "rank 1 exited with status 3"},
-		{"kill:2", nil, 0, 128 + 9, "rank 2 was killed by killed"},
-		{"abort:0:5", nil, 0, 5, "rank 0 aborted the job (code 5)"},
-		{"nofinalize:3", nil, 0, 1, "rank 3 exited without PMI finalize"},
+		{"exit:1:3", nil, 0, 3, "rank 1 on " + me + " exited with status 3"},
+		{"kill:2", nil, 0, 128 + 9, "rank 2 on " + me + " was killed by killed"},
+		{"abort:0:5", nil, 0, 5, "rank 0 on " + me + " aborted the job (code 5)"},
+		{"nofinalize:3", nil, 0, 1, "rank 3 on " + me + " exited without PMI finalize"},
 		{"hang", []string{"--timeout", "1s"}, 0, 124, "timeout after 1s"},
 		{"hang", nil, syscall.SIGTERM, 128 + 15, "received terminated"},
 		{"hang", nil, syscall.SIGINT, 128 + 2, "received interrupt"},
@@ -276,6 +301,20 @@ func TestUsage(t *testing.T) {
 	}
 	if got := nodes(5, 2); fmt.Sprint(got) != "[0 0 1 1 1]" {
 		t.Errorf("nodes(5,2) = %v", got)
+	}
+	for _, args := range [][]string{
+		{"--bind-to", "socket", "true"},
+		{"-ppn", "-1", "true"},
+		{"-x", "AMIRUN_TEST_SURELY_UNSET", "true"},
+		{"-genv", "=x", "true"},
+		{"-f", "/nonexistent/hostfile", "true"},
+		{"-f", "x", "--hosts", "a", "true"},
+		{"--hosts", "a:0", "true"},
+	} {
+		errb.Reset()
+		if code := run(args, &out, &errb); code != 2 || errb.Len() == 0 {
+			t.Errorf("amirun %q: exit %d, stderr %q", args, code, errb.String())
+		}
 	}
 	got := launchArgv("ssh -T {host} {shcmd}", "h1", []string{"A=1"}, []string{"prog", "it's"})
 	if want := []string{"ssh", "-T", "h1", `env A=1 prog 'it'\''s'`}; fmt.Sprint(got) != fmt.Sprint(want) {

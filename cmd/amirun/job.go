@@ -18,6 +18,7 @@ import (
 
 	"github.com/amigo-hpc/amigo/bootstrap"
 	"github.com/amigo-hpc/amigo/bootstrap/pmiserver"
+	"github.com/amigo-hpc/amigo/internal/launch"
 )
 
 // job is one run of amirun: the ranks, the PMI server, and the event loop
@@ -35,6 +36,7 @@ type job struct {
 
 type rank struct {
 	r      int
+	host   string // where it runs, for messages
 	cmd    *exec.Cmd
 	exited bool
 	toSrv  net.Conn // launcher end of PMI_FD (local ranks)
@@ -66,21 +68,6 @@ func (j *job) logf(format string, args ...any) {
 	fmt.Fprintf(j.stderr, "amirun: "+format+"\n", args...)
 }
 
-// nodes spreads n ranks over h hosts in blocks: host i gets ranks
-// [i*n/h, (i+1)*n/h).
-func nodes(n, h int) []int {
-	out := make([]int, n)
-	if h <= 1 {
-		return out
-	}
-	for i := range h {
-		for r := i * n / h; r < (i+1)*n/h; r++ {
-			out[r] = i
-		}
-	}
-	return out
-}
-
 // prSetChildSubreaper makes orphaned descendants of amirun become its
 // children instead of init's, so that the final sweep can find them.
 const prSetChildSubreaper = 36
@@ -95,7 +82,15 @@ func (j *job) run() int {
 	defer signal.Stop(sigc)
 
 	secret := hex.EncodeToString(bootstrap.NewSecret())
-	hostOf := nodes(o.n, len(o.hosts))
+	hostOf := place(o.n, o.hosts, o.ppn)
+	if o.local {
+		hostOf = make([]int, o.n) // names of this machine: one node
+	}
+	binds, err := j.bindings(hostOf)
+	if err != nil {
+		j.logf("--bind-to %s: %v", o.bindTo, err)
+		return 2
+	}
 	srv, err := pmiserver.New(pmiserver.Config{
 		Size:           o.n,
 		ProcessMapping: pmiserver.ProcessMapping(hostOf),
@@ -115,7 +110,7 @@ func (j *job) run() int {
 	defer srv.Close()
 
 	var portEnv string
-	if len(o.hosts) > 0 {
+	if !o.local {
 		l, adv, err := listen(o.bind)
 		if err != nil {
 			j.logf("PMI server: %v", err)
@@ -144,13 +139,13 @@ func (j *job) run() int {
 
 	live := 0
 	for r := range o.n {
-		rk, err := j.start(r, hostOf[r], secret, portEnv)
+		rk, err := j.start(r, hostOf[r], binds[r], secret, portEnv)
 		if err != nil {
 			st := 126
 			if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 				st = 127
 			}
-			failed(st, "rank %d: %v", r, err)
+			failed(st, "rank %d on %s: %v", r, j.hostName(hostOf[r]), err)
 			beginStop()
 			break
 		}
@@ -175,14 +170,14 @@ func (j *job) run() int {
 				st, how := status(ev.state, ev.err)
 				switch {
 				case st != 0:
-					failed(st, "rank %d %s; stopping the job", ev.rank, how)
+					failed(st, "rank %d on %s %s; stopping the job", ev.rank, j.ranks[ev.rank].host, how)
 					beginStop()
 				case live > 0 && srv.Connected(ev.rank) && !srv.Finalized(ev.rank):
-					failed(1, "rank %d exited without PMI finalize while other ranks run; stopping the job", ev.rank)
+					failed(1, "rank %d on %s exited without PMI finalize while other ranks run; stopping the job", ev.rank, j.ranks[ev.rank].host)
 					beginStop()
 				}
 			case evAbort:
-				failed(max(ev.code, 1), "rank %d aborted the job (code %d) %s", ev.rank, ev.code, ev.msg)
+				failed(max(ev.code, 1), "rank %d on %s aborted the job (code %d) %s", ev.rank, j.ranks[ev.rank].host, ev.code, ev.msg)
 				beginStop()
 			}
 		case sig := <-sigc:
@@ -264,18 +259,70 @@ func listen(bind string) (net.Listener, string, error) {
 	return l, net.JoinHostPort(host, strconv.Itoa(port)), nil
 }
 
-// start launches rank r.
-func (j *job) start(r, host int, secret, portEnv string) (*rank, error) {
+// hostName names host h of the job for messages: its name, or this
+// machine's for a job on this host.
+func (j *job) hostName(h int) string {
+	if len(j.o.hosts) > 0 && !j.o.local {
+		return j.o.hosts[h].name
+	}
+	me, err := os.Hostname()
+	if err != nil {
+		return "localhost"
+	}
+	return me
+}
+
+// bindings returns the processors of every rank with --bind-to core:
+// the ranks of one host take amirun's cores in turn, the k-th rank of a
+// host the k-th core (modulo their number). The cores are this host's,
+// so a rank started elsewhere (ssh) is bound only if its launch command
+// starts it in place (ip netns exec, env) on this host. With
+// --report-bindings each rank's binding is printed.
+func (j *job) bindings(hostOf []int) ([][]int, error) {
+	out := make([][]int, len(hostOf))
+	if j.o.bindTo != "core" {
+		if j.o.report {
+			for r := range hostOf {
+				j.logf("rank %d on %s: not bound", r, j.hostName(hostOf[r]))
+			}
+		}
+		return out, nil
+	}
+	cs, err := launch.Cores()
+	if err != nil {
+		return nil, err
+	}
+	next := map[int]int{}
+	over := false
+	for r, h := range hostOf {
+		k := next[h]
+		next[h]++
+		over = over || k >= len(cs)
+		out[r] = cs[k%len(cs)]
+		if j.o.report {
+			j.logf("rank %d on %s bound to core %d: processors %s", r, j.hostName(h), k%len(cs), launch.CPUList(out[r]))
+		}
+	}
+	if over {
+		j.logf("warning: more ranks on a host than the %d cores amirun may use; cores are shared", len(cs))
+	}
+	return out, nil
+}
+
+// start launches rank r on host h, bound to cpus if any.
+func (j *job) start(r, h int, cpus []int, secret, portEnv string) (*rank, error) {
 	o := j.o
-	rk := &rank{r: r}
+	rk := &rank{r: r, host: j.hostName(h)}
 	pmiEnv := []string{
 		"PMI_RANK=" + strconv.Itoa(r),
 		"PMI_SIZE=" + strconv.Itoa(o.n),
 		bootstrap.SecretEnv + "=" + secret,
 	}
+	// -x and -genv first: the PMI variables are amirun's to set.
+	pmiEnv = append(append([]string{}, o.env...), pmiEnv...)
 	var extra []*os.File
 	var argv []string
-	if len(o.hosts) == 0 {
+	if o.local {
 		// The rank inherits one end of a socket pair as descriptor 3.
 		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 		if err != nil {
@@ -296,7 +343,7 @@ func (j *job) start(r, host int, secret, portEnv string) (*rank, error) {
 		argv = o.prog
 	} else {
 		pmiEnv = append(pmiEnv, "PMI_PORT="+portEnv, "PMI_ID="+strconv.Itoa(r))
-		argv = launchArgv(o.launch, o.hosts[host], pmiEnv, o.prog)
+		argv = launchArgv(o.launch, o.hosts[h].name, pmiEnv, o.prog)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), pmiEnv...)
@@ -331,7 +378,7 @@ func (j *job) start(r, host int, secret, portEnv string) (*rank, error) {
 		j.copies.Add(1)
 		go j.copyLines(pr, dst, prefix)
 	}
-	err := cmd.Start()
+	err := launch.StartBound(cmd, cpus)
 	for _, f := range closeAfterStart {
 		f.Close()
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -102,4 +103,25 @@ func TestHostsFailure(t *testing.T) {
 	if res.code != 7 {
 		t.Fatalf("exit %d, want 7\nstderr:\n%s", res.code, res.stderr)
 	}
+}
+
+// TestHostfile: a hostfile in MPICH's form for one namespace host and Open
+// MPI's for the other places the ranks as its slots say (one on the first
+// host, three on the second, -n from the slots); -ppn 1 over --hosts
+// alternates them.
+func TestHostfile(t *testing.T) {
+	n := newTestNet(t, 2)
+	h0, h1 := netPrefix+"2", netPrefix+"3"
+	hf := filepath.Join(t.TempDir(), "hosts")
+	text := fmt.Sprintf("# two hosts\n%s:1\n%s slots=3\n", n.hosts[0], n.hosts[1])
+	if err := os.WriteFile(hf, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wrap := []string{"ip", "netns", "exec", n.head}
+	common := []string{"--launch", "ip netns exec {host} {cmd}", "--bind", netPrefix + "1"}
+	res := amirun(t, wrap, append([]string{"-f", hf}, common...), "exchange", 0)
+	checkExchanged(t, res, 4, []int{0, 1, 1, 1}, []string{h0, h1, h1, h1})
+
+	res = amirun(t, wrap, append([]string{"-n", "4", "-ppn", "1", "--hosts", strings.Join(n.hosts, ",")}, common...), "exchange", 0)
+	checkExchanged(t, res, 4, []int{0, 1, 0, 1}, []string{h0, h1, h0, h1})
 }

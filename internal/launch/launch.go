@@ -45,6 +45,11 @@ type Options struct {
 	// KeepGoing lets the other ranks run on when one fails; Wait then
 	// reports every failed rank. Tests of rank failures use it.
 	KeepGoing bool
+	// BindCores pins rank r to the r-th core this process may use
+	// (sched_setaffinity before the rank starts, as amirun --bind-to core
+	// does), if there are at least N cores; with fewer it leaves the
+	// ranks free, as Open MPI does for more ranks than cores.
+	BindCores bool
 }
 
 // ExitErrors reports the ranks that failed.
@@ -93,8 +98,18 @@ func Start(opts Options) (*Job, error) {
 	}
 	j := &Job{opts: opts, srv: srv, exits: make(chan exit, opts.N)}
 	secret := hex.EncodeToString(bootstrap.NewSecret())
+	var cores [][]int
+	if opts.BindCores {
+		if cs, err := Cores(); err == nil && len(cs) >= opts.N {
+			cores = cs
+		}
+	}
 	for r := 0; r < opts.N; r++ {
-		if err := j.start(r, secret); err != nil {
+		var cpus []int
+		if cores != nil {
+			cpus = cores[r]
+		}
+		if err := j.start(r, secret, cpus); err != nil {
 			j.Kill()
 			return nil, fmt.Errorf("launch: rank %d: %w", r, err)
 		}
@@ -102,7 +117,7 @@ func Start(opts Options) (*Job, error) {
 	return j, nil
 }
 
-func (j *Job) start(r int, secret string) error {
+func (j *Job) start(r int, secret string, cpus []int) error {
 	o := j.opts
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -130,7 +145,7 @@ func (j *Job) start(r int, secret string) error {
 	if o.Output != nil {
 		cmd.Stdout, cmd.Stderr = o.Output(r)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := StartBound(cmd, cpus); err != nil {
 		conn.Close()
 		return err
 	}
