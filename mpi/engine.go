@@ -38,6 +38,7 @@ func putHdr(b *[hdrLen]byte, ctx uint32, src, tag int32) {
 // It belongs to the goroutine that owns the context; the handler runs on it
 // inside Advance.
 type engine struct {
+	engineLock
 	ac   *amigo.Context
 	opts Options
 	disp amigo.Dispatch
@@ -83,12 +84,14 @@ type engine struct {
 	exp     expected
 	expCond func() bool
 
-	anyReqs []Request
-	anyCond func() bool
+	// idOwned is set while an agreement on a context id (agreeID) offers
+	// this rank's free ids; idNext is the lowest id of a communicator whose
+	// agreement found them offered and goes next, or -1.
+	idOwned bool
+	idNext  int
 
-	probeCtx           uint32
-	probeSrc, probeTag int32
-	probeCond          func() bool
+	nop       func(*amigo.Context) // posted to ring a driver's doorbell
+	driveCond func() bool          // driveCondition, made once
 }
 
 // Stats counts what the mpi layer of a context did.
@@ -164,9 +167,10 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 	e.unexp.init(o.MatchBuckets)
 	e.bufs.limit = o.UnexpectedRetain
 	e.scratch.limit = o.ScratchRetain
-	e.anyCond = e.anyDone
+	e.idNext = -1
 	e.expCond = func() bool { return e.exp.done }
-	e.probeCond = e.probed
+	e.nop = func(*amigo.Context) {}
+	e.driveCond = e.driveCondition
 	for i := range e.ids {
 		e.ids[i] = ^uint64(0)
 	}
@@ -287,6 +291,7 @@ func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 		e.stats.Malformed++
 		return
 	}
+	e.events++
 	if e.closed {
 		e.stats.Dropped++
 		return
@@ -502,21 +507,4 @@ func (e *engine) flush() {
 			e.ac.Advance()
 		}
 	}
-}
-
-// wait advances the context until cond holds or ctx ends. Messages posted
-// before it are injected by its first Advance.
-func (e *engine) wait(ctx context.Context, cond func() bool) error {
-	if cond() {
-		return nil
-	}
-	e.unflushed = false
-	if e.held != nil {
-		return e.held.Wait(ctx, cond)
-	}
-	return e.ac.Wait(ctx, cond)
-}
-
-func (e *engine) probed() bool {
-	return e.unexp.find(e.probeCtx, e.probeSrc, e.probeTag) != nil
 }

@@ -11,6 +11,7 @@ const (
 	reqSend reqKind = iota + 1
 	reqRecv
 	reqColl
+	reqWaiter // carries the condition of a Waitany or Probe: never a handle
 )
 
 // request is the state of one send, receive or nonblocking collective. The
@@ -18,7 +19,17 @@ const (
 // allocates nothing; a handle (Request) names one by pointer and generation,
 // and the generation changes when the request is released.
 type request struct {
-	e      *engine
+	// Set when the request is made and never changed: a handle's engine
+	// can be read before the engine is locked.
+	e        *engine
+	onAMI    func(error) // the AMI's done callback
+	cond     func() bool // reports done
+	waitCond func() bool // reports a reqWaiter's condition
+	reqState
+}
+
+// reqState is the part of a request that freeReq clears.
+type reqState struct {
 	gen    uint32
 	kind   reqKind
 	done   bool
@@ -45,8 +56,10 @@ type request struct {
 
 	sched *sched // reqColl: the schedule the handle waits on
 
-	onAMI    func(error) // made once: the AMI's done callback
-	cond     func() bool // made once: reports done
+	// reqWaiter: the requests a Waitany waits for, or none for a Probe,
+	// whose match data are ctx, src and tag.
+	reqs []Request
+
 	nextFree *request
 }
 
@@ -59,6 +72,7 @@ func (e *engine) allocReq(k reqKind) *request {
 			r.e.complete(r, err)
 		}
 		r.cond = func() bool { return r.done }
+		r.waitCond = r.waiterDone
 	} else {
 		e.reqFree = r.nextFree
 		r.nextFree = nil
@@ -68,9 +82,7 @@ func (e *engine) allocReq(k reqKind) *request {
 }
 
 func (e *engine) freeReq(r *request) {
-	gen := r.gen + 1
-	onAMI, cond := r.onAMI, r.cond
-	*r = request{e: e, gen: gen, onAMI: onAMI, cond: cond, nextFree: e.reqFree}
+	r.reqState = reqState{gen: r.gen + 1, nextFree: e.reqFree}
 	e.reqFree = r
 }
 
@@ -78,6 +90,7 @@ func (e *engine) freeReq(r *request) {
 // schedule and is released; a request no one waits for any more is
 // released; a user's request waits for Wait or Test.
 func (e *engine) complete(r *request, err error) {
+	e.events++
 	r.done = true
 	r.err = err
 	switch {
@@ -130,6 +143,17 @@ func (q *Request) Wait(ctx context.Context) (Status, error) {
 	if q.r == nil {
 		return Status{}, nil
 	}
+	e := q.r.e
+	e.lock()
+	defer e.unlock()
+	return q.wait(ctx)
+}
+
+// wait is Wait with the engine locked.
+func (q *Request) wait(ctx context.Context) (Status, error) {
+	if q.r == nil {
+		return Status{}, nil
+	}
 	r, err := q.live()
 	if err != nil {
 		return Status{}, err
@@ -152,14 +176,27 @@ func (q *Request) Test() (bool, Status, error) {
 	if q.r == nil {
 		return true, Status{}, nil
 	}
+	e := q.r.e
+	e.lock()
+	defer e.unlock()
+	return q.test(true)
+}
+
+// test is Test with the engine locked; it advances the context only if
+// advance is set or messages wait to be pushed out.
+func (q *Request) test(advance bool) (bool, Status, error) {
+	if q.r == nil {
+		return true, Status{}, nil
+	}
 	r, err := q.live()
 	if err != nil {
 		return true, Status{}, err
 	}
 	e := r.e
 	if !r.done || e.unflushed {
-		e.unflushed = false
-		e.ac.Advance()
+		if advance || e.unflushed {
+			e.advanceOnce()
+		}
 		if !r.done {
 			return false, Status{}, nil
 		}
@@ -170,6 +207,16 @@ func (q *Request) Test() (bool, Status, error) {
 	return true, st, err
 }
 
+// advanceOnce advances the context once, with the engine locked.
+func (e *engine) advanceOnce() {
+	e.unflushed = false
+	if e.held != nil {
+		e.held.Advance()
+	} else {
+		e.ac.Advance()
+	}
+}
+
 // Cancel cancels a receive that has not matched a message yet: it leaves the
 // posted queue and completes with ErrCanceled. A send, a collective, or a
 // receive that already matched completes as usual; Cancel reports whether
@@ -178,12 +225,15 @@ func (q *Request) Cancel() bool {
 	if q.r == nil {
 		return false
 	}
+	e := q.r.e
+	e.lock()
+	defer e.unlock()
 	r, err := q.live()
 	if err != nil || !r.posted {
 		return false
 	}
-	r.e.posted.remove(r)
-	r.e.complete(r, ErrCanceled)
+	e.posted.remove(r)
+	e.complete(r, ErrCanceled)
 	return true
 }
 
@@ -195,6 +245,17 @@ func (e *engine) release(r *request) {
 	e.freeReq(r)
 }
 
+// engineOf returns the engine of the first non-null request of reqs, or
+// nil. The requests of one call must belong to one context.
+func engineOf(reqs []Request) *engine {
+	for i := range reqs {
+		if reqs[i].r != nil {
+			return reqs[i].r.e
+		}
+	}
+	return nil
+}
+
 // Waitall waits for every request in reqs and sets each to null. If
 // statuses is not nil it receives each request's status. It returns the
 // first error of a request, naming its index, or ctx's error as soon as ctx
@@ -203,6 +264,13 @@ func Waitall(ctx context.Context, reqs []Request, statuses []Status) error {
 	if statuses != nil && len(statuses) < len(reqs) {
 		return fmt.Errorf("%w: %d statuses for %d requests", ErrCount, len(statuses), len(reqs))
 	}
+	e := engineOf(reqs)
+	if e == nil {
+		clear(statuses)
+		return nil
+	}
+	e.lock()
+	defer e.unlock()
 	var first error
 	for i := range reqs {
 		if reqs[i].r != nil && reqs[i].r.gen == reqs[i].gen {
@@ -210,7 +278,7 @@ func Waitall(ctx context.Context, reqs []Request, statuses []Status) error {
 				return err
 			}
 		}
-		st, err := reqs[i].Wait(ctx)
+		st, err := reqs[i].wait(ctx)
 		if statuses != nil {
 			statuses[i] = st
 		}
@@ -225,45 +293,52 @@ func Waitall(ctx context.Context, reqs []Request, statuses []Status) error {
 // its index, status and error. If every request is null it returns
 // Undefined at once.
 func Waitany(ctx context.Context, reqs []Request) (int, Status, error) {
-	var e *engine
-	for i := range reqs {
-		if reqs[i].r == nil {
-			continue
-		}
-		if e == nil {
-			e = reqs[i].r.e
-		}
-		if ready(reqs[i]) {
-			st, err := reqs[i].Wait(ctx)
-			return i, st, err
-		}
-	}
+	e := engineOf(reqs)
 	if e == nil {
 		return Undefined, Status{}, nil
 	}
-	e.anyReqs = reqs
-	err := e.wait(ctx, e.anyCond)
-	e.anyReqs = nil
-	if err != nil {
+	e.lock()
+	defer e.unlock()
+	if i := firstReady(reqs); i >= 0 {
+		st, err := reqs[i].wait(ctx)
+		return i, st, err
+	}
+	if err := e.waitAny(ctx, reqs); err != nil {
 		return Undefined, Status{}, err
 	}
+	i := firstReady(reqs)
+	st, err := reqs[i].wait(ctx)
+	return i, st, err
+}
+
+// waitAny waits until one of reqs is ready, with the engine locked.
+func (e *engine) waitAny(ctx context.Context, reqs []Request) error {
+	w := e.allocReq(reqWaiter)
+	w.reqs = reqs
+	err := e.wait(ctx, w.waitCond)
+	e.freeReq(w)
+	return err
+}
+
+// firstReady returns the index of the first non-null request of reqs that
+// Wait would return at once, or -1.
+func firstReady(reqs []Request) int {
 	for i := range reqs {
 		if reqs[i].r != nil && ready(reqs[i]) {
-			st, err := reqs[i].Wait(ctx)
-			return i, st, err
+			return i
 		}
 	}
-	return Undefined, Status{}, nil
+	return -1
 }
 
 // ready reports whether Wait on a non-null q would return at once.
 func ready(q Request) bool { return q.r.gen != q.gen || q.r.done }
 
-func (e *engine) anyDone() bool {
-	for _, q := range e.anyReqs {
-		if q.r != nil && ready(q) {
-			return true
-		}
+// waiterDone is the condition of a reqWaiter: one of its requests ready
+// (Waitany), or a message that fits its match data arrived (Probe).
+func (r *request) waiterDone() bool {
+	if r.reqs != nil {
+		return firstReady(r.reqs) >= 0
 	}
-	return false
+	return r.e.unexp.find(r.ctx, r.src, r.tag) != nil
 }
