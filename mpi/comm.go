@@ -22,7 +22,15 @@ const (
 	Undefined = -1
 	// TagUB is the largest tag.
 	TagUB = math.MaxInt32
+	// ProcNull, as the destination of a send or the source of a receive or
+	// probe, is no rank (MPI_PROC_NULL): the operation completes at once
+	// and moves nothing; a receive's status has Source ProcNull, Tag
+	// AnyTag and Count 0.
+	ProcNull = -2
 )
+
+// procNullStatus is the status of a receive from ProcNull.
+var procNullStatus = Status{Source: ProcNull, Tag: AnyTag}
 
 // idWords sizes the set of communicator context ids: 64 per word.
 const idWords = 32

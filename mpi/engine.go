@@ -16,14 +16,19 @@ import (
 //	bytes 0-3   context id of the communicator (little endian)
 //	bytes 4-7   source rank in the communicator
 //	bytes 8-11  tag
-//	byte  12    kind: kindMsg, or kindHello for the World handshake
-//	byte  13    handshake round
-//	bytes 14-15 zero
+//	byte  12    kind: kindMsg; kindSync, a message whose receiver
+//	            acknowledges its match (Ssend); kindAck, that
+//	            acknowledgement; kindHello for the World handshake
+//	byte  13    handshake round; of kindSync and kindAck, the generation
+//	            of the sender's slot
+//	bytes 14-15 zero; of kindSync and kindAck, the sender's slot
 const hdrLen = 16
 
 const (
 	kindMsg   = 0
 	kindHello = 1
+	kindSync  = 2
+	kindAck   = 3
 )
 
 func putHdr(b *[hdrLen]byte, ctx uint32, src, tag int32) {
@@ -89,6 +94,12 @@ type engine struct {
 	// agreement found them offered and goes next, or -1.
 	idOwned bool
 	idNext  int
+
+	// Synchronous sends waiting for their acknowledgement, by slot, with
+	// each slot's generation and the free slots (ssend.go).
+	syncReqs []*request
+	syncGen  []uint8
+	syncFree []uint16
 
 	nop       func(*amigo.Context) // posted to ring a driver's doorbell
 	driveCond func() bool          // driveCondition, made once
@@ -276,8 +287,14 @@ func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 	ctx := binary.LittleEndian.Uint32(h[0:])
 	src := int32(binary.LittleEndian.Uint32(h[4:]))
 	tag := int32(binary.LittleEndian.Uint32(h[8:]))
+	sync := false
 	switch h[12] {
 	case kindMsg:
+	case kindSync:
+		sync = true
+	case kindAck:
+		e.onAck(h)
+		return
 	case kindHello:
 		if r := int(h[13]); r < len(e.hello) {
 			e.hello[r]++
@@ -301,11 +318,18 @@ func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 		return
 	}
 	if r := e.posted.match(ctx, src, tag); r != nil {
+		if sync {
+			e.sendAck(m.Source, h)
+		}
 		e.deliver(r, m, src, tag)
 		return
 	}
 	u := e.unexp.alloc()
 	u.ctx, u.src, u.tag = ctx, src, tag
+	if sync {
+		u.sync, u.from = true, m.Source
+		copy(u.ack[:], h[13:16])
+	}
 	u.size = m.Size()
 	if m.Inline() {
 		u.inline = true
@@ -429,6 +453,18 @@ func (e *engine) postRecv(r *request) {
 		return
 	}
 	e.unexp.remove(u)
+	e.recvUnexpected(r, u)
+}
+
+// recvUnexpected hands the message u, taken from the unexpected queue, to
+// receive r.
+func (e *engine) recvUnexpected(r *request, u *unexpected) {
+	if u.sync {
+		var h [hdrLen]byte
+		copy(h[13:16], u.ack[:])
+		e.sendAck(u.from, h[:])
+		e.unflushed = true
+	}
 	r.status = Status{Source: int(u.src), Tag: int(u.tag), Count: u.size}
 	switch {
 	case u.size > len(r.buf):

@@ -6,7 +6,7 @@ import (
 )
 
 func (c *Comm) checkPeer(rank int, any bool) error {
-	if rank >= 0 && rank < c.size || any && rank == AnySource {
+	if rank >= 0 && rank < c.size || any && rank == AnySource || rank == ProcNull {
 		return nil
 	}
 	return fmt.Errorf("%w: rank %d of a communicator of %d", ErrRank, rank, c.size)
@@ -50,7 +50,7 @@ func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
 	e := c.e
 	e.lock()
 	defer e.unlock()
-	if err := c.checkSend(dest, tag); err != nil {
+	if err := c.checkSend(dest, tag); err != nil || dest == ProcNull {
 		return err
 	}
 	r, err := e.sendMsg(c.eps[dest], c.p2p, int32(c.rank), int32(tag), buf, false)
@@ -87,6 +87,9 @@ func (c *Comm) isend(buf []byte, dest, tag int) (Request, error) {
 		return Request{}, err
 	}
 	e := c.e
+	if dest == ProcNull {
+		return e.doneReq(reqSend, Status{}), nil
+	}
 	r, err := e.sendMsg(c.eps[dest], c.p2p, int32(c.rank), int32(tag), buf, false)
 	if err != nil {
 		return Request{}, err
@@ -113,6 +116,9 @@ func (c *Comm) Recv(ctx context.Context, buf []byte, src, tag int) (Status, erro
 	if err := c.checkRecv(src, tag); err != nil {
 		return Status{}, err
 	}
+	if src == ProcNull {
+		return procNullStatus, nil
+	}
 	r := c.newRecv(c.p2p, buf, src, tag)
 	e.postRecv(r)
 	if err := e.wait(ctx, r.cond); err != nil {
@@ -138,6 +144,9 @@ func (c *Comm) Irecv(buf []byte, src, tag int) (Request, error) {
 func (c *Comm) irecv(buf []byte, src, tag int) (Request, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return Request{}, err
+	}
+	if src == ProcNull {
+		return c.e.doneReq(reqRecv, procNullStatus), nil
 	}
 	r := c.newRecv(c.p2p, buf, src, tag)
 	c.e.postRecv(r)
@@ -220,6 +229,9 @@ func (c *Comm) Iprobe(src, tag int) (bool, Status, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return false, Status{}, err
 	}
+	if src == ProcNull {
+		return true, procNullStatus, nil
+	}
 	u := e.unexp.find(c.p2p, int32(src), int32(tag))
 	if u == nil {
 		e.advanceOnce()
@@ -242,6 +254,9 @@ func (c *Comm) Probe(ctx context.Context, src, tag int) (Status, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return Status{}, err
 	}
+	if src == ProcNull {
+		return procNullStatus, nil
+	}
 	if err := e.waitProbe(ctx, c.p2p, int32(src), int32(tag)); err != nil {
 		return Status{}, err
 	}
@@ -260,4 +275,32 @@ func (e *engine) waitProbe(ctx context.Context, cid uint32, src, tag int32) erro
 	err := e.wait(ctx, w.waitCond)
 	e.freeReq(w)
 	return err
+}
+
+// SendrecvReplace sends buf to dest with sendtag and receives into the same
+// buf from src with recvtag (MPI_Sendrecv_replace): what is sent is buf's
+// content before the call, and the message received may be at most
+// len(buf) bytes.
+func (c *Comm) SendrecvReplace(ctx context.Context, buf []byte, dest, sendtag, src, recvtag int) (Status, error) {
+	if c == nil {
+		return Status{}, c.check()
+	}
+	e := c.e
+	e.lock()
+	defer e.unlock()
+	if err := c.checkSend(dest, sendtag); err != nil {
+		return Status{}, err
+	}
+	if err := c.checkRecv(src, recvtag); err != nil {
+		return Status{}, err
+	}
+	out := e.scratch.get(len(buf))
+	copy(out, buf)
+	st, err := c.sendrecv(ctx, out, dest, sendtag, buf, src, recvtag)
+	if ctx == nil || ctx.Err() == nil {
+		// Both operations ended: out is free. (When ctx ended, the send
+		// may still read it.)
+		e.scratch.put(out)
+	}
+	return st, err
 }

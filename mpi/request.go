@@ -60,6 +60,23 @@ type reqState struct {
 	// whose match data are ctx, src and tag.
 	reqs []Request
 
+	// A synchronous send waits for the acknowledgement of its match:
+	// syncSlot is its slot plus one while it waits; sentDone is set when
+	// the AMI completed it first.
+	syncSlot int32
+	sentDone bool
+
+	// A persistent request (persistent.go) stays allocated between its
+	// starts; active while started and not yet waited for. A persistent
+	// send's message in flight is an inner request whose completion
+	// completes its parent.
+	persistent bool
+	active     bool
+	comm       *Comm
+	peer       int
+	parent     *request
+	parentGen  uint32
+
 	nextFree *request
 }
 
@@ -91,9 +108,22 @@ func (e *engine) freeReq(r *request) {
 // released; a user's request waits for Wait or Test.
 func (e *engine) complete(r *request, err error) {
 	e.events++
+	if r.syncSlot != 0 {
+		if err == nil {
+			r.sentDone = true // the acknowledgement completes it
+			return
+		}
+		e.dropSync(r)
+	}
 	r.done = true
 	r.err = err
 	switch {
+	case r.parent != nil:
+		p, gen := r.parent, r.parentGen
+		e.freeReq(r)
+		if p.gen == gen {
+			e.complete(p, err)
+		}
 	case r.owner != nil:
 		s, gen := r.owner, r.ownerGen
 		e.freeReq(r)
@@ -158,15 +188,28 @@ func (q *Request) wait(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
+	if r.persistent && !r.active {
+		return Status{}, nil
+	}
 	e := r.e
 	if err := e.wait(ctx, r.cond); err != nil {
 		return Status{}, err
 	}
 	e.flush()
 	st, err := r.status, r.err
+	e.finish(q, r)
+	return st, err
+}
+
+// finish ends a completed request whose result was read: a persistent one
+// becomes inactive, any other is released and its handle becomes null.
+func (e *engine) finish(q *Request, r *request) {
+	if r.persistent {
+		r.active = false
+		return
+	}
 	e.release(r)
 	*q = Request{}
-	return st, err
 }
 
 // Test advances the context once and reports whether the operation
@@ -192,6 +235,9 @@ func (q *Request) test(advance bool) (bool, Status, error) {
 	if err != nil {
 		return true, Status{}, err
 	}
+	if r.persistent && !r.active {
+		return true, Status{}, nil
+	}
 	e := r.e
 	if !r.done || e.unflushed {
 		if advance || e.unflushed {
@@ -202,8 +248,7 @@ func (q *Request) test(advance bool) (bool, Status, error) {
 		}
 	}
 	st, err := r.status, r.err
-	r.e.release(r)
-	*q = Request{}
+	e.finish(q, r)
 	return true, st, err
 }
 
@@ -246,7 +291,8 @@ func (e *engine) release(r *request) {
 }
 
 // engineOf returns the engine of the first non-null request of reqs, or
-// nil. The requests of one call must belong to one context.
+// nil; it reads only what never changes, before the engine is locked. The
+// requests of one call must belong to one context.
 func engineOf(reqs []Request) *engine {
 	for i := range reqs {
 		if reqs[i].r != nil {
@@ -299,6 +345,9 @@ func Waitany(ctx context.Context, reqs []Request) (int, Status, error) {
 	}
 	e.lock()
 	defer e.unlock()
+	if allInactive(reqs) {
+		return Undefined, Status{}, nil
+	}
 	if i := firstReady(reqs); i >= 0 {
 		st, err := reqs[i].wait(ctx)
 		return i, st, err
@@ -309,6 +358,132 @@ func Waitany(ctx context.Context, reqs []Request) (int, Status, error) {
 	i := firstReady(reqs)
 	st, err := reqs[i].wait(ctx)
 	return i, st, err
+}
+
+// Waitsome waits until at least one of reqs completes, then, for every
+// request of reqs that has completed, sets it to null and appends its
+// index to indices, its status to statuses (if not nil) and its error to
+// errs (if not nil); it returns the three slices. If every request is
+// null it returns indices nil. The first error of a request is also
+// returned as the error, naming its index.
+func Waitsome(ctx context.Context, reqs []Request, indices []int, statuses []Status, errs []error) ([]int, []Status, []error, error) {
+	e := engineOf(reqs)
+	if e == nil {
+		return nil, statuses, errs, nil
+	}
+	e.lock()
+	defer e.unlock()
+	if allInactive(reqs) {
+		return nil, statuses, errs, nil
+	}
+	if firstReady(reqs) < 0 {
+		if err := e.waitAny(ctx, reqs); err != nil {
+			return indices, statuses, errs, err
+		}
+	}
+	return e.collect(reqs, indices, statuses, errs)
+}
+
+// Testsome advances the context once and, for every request of reqs that
+// has completed, does what Waitsome does; it returns indices empty (not
+// nil) if none has, and nil if every request is null.
+func Testsome(reqs []Request, indices []int, statuses []Status, errs []error) ([]int, []Status, []error, error) {
+	e := engineOf(reqs)
+	if e == nil {
+		return nil, statuses, errs, nil
+	}
+	e.lock()
+	defer e.unlock()
+	if allInactive(reqs) {
+		return nil, statuses, errs, nil
+	}
+	e.advanceOnce()
+	if indices == nil {
+		indices = []int{}
+	}
+	return e.collect(reqs, indices, statuses, errs)
+}
+
+// collect releases every completed request of reqs, for Waitsome and
+// Testsome.
+func (e *engine) collect(reqs []Request, indices []int, statuses []Status, errs []error) ([]int, []Status, []error, error) {
+	var first error
+	for i := range reqs {
+		if reqs[i].r == nil || !ready(reqs[i]) {
+			continue
+		}
+		st, err := reqs[i].wait(nil)
+		indices = append(indices, i)
+		if statuses != nil {
+			statuses = append(statuses, st)
+		}
+		if errs != nil {
+			errs = append(errs, err)
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("request %d: %w", i, err)
+		}
+	}
+	return indices, statuses, errs, first
+}
+
+// Testany advances the context once and, if one of reqs has completed,
+// sets it to null and returns its index, true, its status and error. If
+// none has it returns Undefined and false; if every request is null,
+// Undefined and true.
+func Testany(reqs []Request) (int, bool, Status, error) {
+	e := engineOf(reqs)
+	if e == nil {
+		return Undefined, true, Status{}, nil
+	}
+	e.lock()
+	defer e.unlock()
+	if allInactive(reqs) {
+		return Undefined, true, Status{}, nil
+	}
+	i := firstReady(reqs)
+	if i < 0 {
+		e.advanceOnce()
+		if i = firstReady(reqs); i < 0 {
+			return Undefined, false, Status{}, nil
+		}
+	}
+	st, err := reqs[i].wait(nil)
+	return i, true, st, err
+}
+
+// Testall advances the context once and reports whether every request of
+// reqs has completed; if so it sets each to null, fills statuses (if not
+// nil) and returns the first error, naming its index. If not, it leaves
+// every request as it was.
+func Testall(reqs []Request, statuses []Status) (bool, error) {
+	if statuses != nil && len(statuses) < len(reqs) {
+		return false, fmt.Errorf("%w: %d statuses for %d requests", ErrCount, len(statuses), len(reqs))
+	}
+	e := engineOf(reqs)
+	if e == nil {
+		clear(statuses)
+		return true, nil
+	}
+	e.lock()
+	defer e.unlock()
+	e.advanceOnce()
+	for i := range reqs {
+		if !inactive(reqs[i]) && !ready(reqs[i]) {
+			return false, nil
+		}
+	}
+	var first error
+	for i := range reqs {
+		st, err := reqs[i].wait(nil)
+		if statuses != nil {
+			statuses[i] = st
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("request %d: %w", i, err)
+		}
+	}
+	return true, first
 }
 
 // waitAny waits until one of reqs is ready, with the engine locked.
@@ -331,8 +506,27 @@ func firstReady(reqs []Request) int {
 	return -1
 }
 
-// ready reports whether Wait on a non-null q would return at once.
-func ready(q Request) bool { return q.r.gen != q.gen || q.r.done }
+// inactive reports whether q is null or a persistent request not started:
+// the calls on several requests pass over it.
+func inactive(q Request) bool {
+	return q.r == nil || q.r.gen == q.gen && q.r.persistent && !q.r.active
+}
+
+// allInactive reports whether every request of reqs is inactive.
+func allInactive(reqs []Request) bool {
+	for i := range reqs {
+		if !inactive(reqs[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// ready reports whether Wait on a non-null q would return at once with an
+// operation's result: an inactive persistent request is as null.
+func ready(q Request) bool {
+	return q.r.gen != q.gen || q.r.done && (!q.r.persistent || q.r.active)
+}
 
 // waiterDone is the condition of a reqWaiter: one of its requests ready
 // (Waitany), or a message that fits its match data arrived (Probe).
