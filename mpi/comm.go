@@ -48,6 +48,7 @@ type Comm struct {
 	eps        []amigo.Endpoint // endpoint of each rank
 	seq        uint32           // collectives started, which tags their messages
 	freed      bool
+	cart       *cart // the Cartesian topology, if any (topo.go)
 }
 
 func (c *Comm) setID(id int) {
@@ -115,7 +116,7 @@ func (c *Comm) Dup(ctx context.Context) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Comm{e: c.e, rank: c.rank, size: c.size, eps: slices.Clone(c.eps)}
+	d := &Comm{e: c.e, rank: c.rank, size: c.size, eps: slices.Clone(c.eps), cart: c.cart}
 	d.setID(id)
 	return d, nil
 }
