@@ -38,8 +38,8 @@ const idWords = 32
 // Comm is a communicator: an ordered group of ranks and a context that
 // isolates its messages from every other communicator's. Messages match on
 // (communicator, source, tag); collectives run in a context of their own, so
-// they never match point-to-point messages. A Comm belongs to the goroutine
-// that owns its amigo context.
+// they never match point-to-point messages. Any goroutine may use a Comm
+// (see the package doc, Goroutines).
 type Comm struct {
 	e          *engine
 	id         int

@@ -40,8 +40,9 @@ func putHdr(b *[hdrLen]byte, ctx uint32, src, tag int32) {
 
 // engine is the mpi layer of one amigo context: the dispatch handler, the
 // posted and unexpected queues, the free lists, and the context ids in use.
-// It belongs to the goroutine that owns the context; the handler runs on it
-// inside Advance.
+// It is guarded by its lock (engineLock, threads.go): the goroutine that
+// holds it is the only one that advances the context, so the handler runs
+// under it inside Advance.
 type engine struct {
 	engineLock
 	ac   *amigo.Context
@@ -138,9 +139,8 @@ var (
 // again on the same context returns the same communicator, and opts is
 // ignored.
 //
-// The goroutine that calls World owns ac for the layer: every operation on
-// the communicator and the ones derived from it must be made from the
-// goroutine that owns ac, which the operations advance while they wait.
+// The layer owns ac from then on: its operations, from any goroutine,
+// advance ac while they wait, and the program must not advance it itself.
 func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error) {
 	if ac == nil {
 		return nil, fmt.Errorf("%w: nil amigo context", ErrComm)

@@ -148,8 +148,9 @@ type Status struct {
 // ...). The zero Request is the null request: waiting on it returns at once.
 // Wait and a successful Test release the operation and set the handle to
 // null; a copy of the handle made before then reports ErrRequest if used
-// afterwards. Requests belong to the goroutine that owns their
-// communicator's context.
+// afterwards. Any goroutine may wait on or test a request, one at a time.
+// A persistent request (SendInit, RecvInit) is not set to null: it becomes
+// inactive, to be started again.
 type Request struct {
 	r   *request
 	gen uint32
