@@ -153,3 +153,67 @@ func BenchmarkAllreduceLockstep(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMessageRate: windows of 64 small messages (8 bytes, Isend and
+// Irecv, then Waitall) from rank 0 to rank 1, sent by one goroutine per
+// rank or by 4, each pair of goroutines on its own tag, with an empty
+// acknowledgement per window. msgs/s counts the messages of all
+// goroutines.
+func BenchmarkMessageRate(b *testing.B) {
+	const window = 64
+	for _, gs := range []int{1, 4} {
+		b.Run(fmt.Sprintf("goroutines=%d", gs), func(b *testing.B) {
+			b.ReportAllocs()
+			spmd(b, 2, func(w *mpi.Comm, iters int) error {
+				ctx := context.Background()
+				errs := make(chan error, gs)
+				for g := 0; g < gs; g++ {
+					go func() {
+						errs <- rateWindows(ctx, w, g, window, iters)
+					}()
+				}
+				var first error
+				for g := 0; g < gs; g++ {
+					if err := <-errs; err != nil && first == nil {
+						first = err
+					}
+				}
+				return first
+			})
+			b.ReportMetric(float64(gs*window)*float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
+
+// rateWindows is one goroutine of BenchmarkMessageRate.
+func rateWindows(ctx context.Context, w *mpi.Comm, tag, window, iters int) error {
+	bufs := make([][]byte, window)
+	for i := range bufs {
+		bufs[i] = make([]byte, 8)
+	}
+	reqs := make([]mpi.Request, window)
+	for i := 0; i < iters; i++ {
+		for j := range reqs {
+			var err error
+			if w.Rank() == 0 {
+				reqs[j], err = w.Isend(bufs[j], 1, tag)
+			} else {
+				reqs[j], err = w.Irecv(bufs[j], 0, tag)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if err := mpi.Waitall(ctx, reqs, nil); err != nil {
+			return err
+		}
+		if w.Rank() == 0 {
+			if _, err := w.Recv(ctx, nil, 1, tag); err != nil {
+				return err
+			}
+		} else if err := w.Send(ctx, nil, 0, tag); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -29,8 +29,18 @@ import (
 // Barrier runs without a schedule (its messages are empty, and each round
 // waits for one of them); Ibarrier sends the same messages from one.
 func (c *Comm) Barrier(ctx context.Context) error {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	if err := c.check(); err != nil {
 		return err
+	}
+	if c.e.inDirect {
+		// Another goroutine's collective uses the engine's scratch.
+		s, _ := c.barrierSched()
+		return c.run(ctx, s)
 	}
 	tag := c.holdDirect()
 	defer c.releaseDirect()
@@ -79,14 +89,14 @@ func (c *Comm) holdDirect() int32 {
 	c.seq++
 	e.stats.Collectives++
 	e.held = e.ac.Hold()
+	e.inDirect = true
 	return tag
 }
 
 // releaseDirect gives back the context holdDirect held.
 func (c *Comm) releaseDirect() {
-	h := c.e.held
-	c.e.held = nil
-	h.Release()
+	c.e.inDirect = false
+	c.e.dropHold()
 }
 
 // sendDirect sends buf, at most immMax bytes, to rank peer with the
@@ -108,6 +118,11 @@ func (c *Comm) recvDirect(ctx context.Context, peer int, tag int32, buf []byte) 
 // Ibarrier starts a barrier; the request completes once every rank of c
 // has started it.
 func (c *Comm) Ibarrier() (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	s, err := c.barrierSched()
 	if err != nil {
 		return Request{}, err
@@ -143,8 +158,13 @@ func (c *Comm) barrierSched() (*sched, error) {
 // flat or binomial algorithm without a schedule (as Barrier does); Ibcast
 // sends the same messages from one.
 func Bcast[T Numeric](ctx context.Context, c *Comm, buf []T, root int) error {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	b := Bytes(buf)
-	if c != nil && c.size > 1 && len(b) > 0 && len(b) <= c.e.immMax {
+	if !c.e.inDirect && c.size > 1 && len(b) > 0 && len(b) <= c.e.immMax {
 		// The algorithms bcastSched would choose, without a schedule.
 		n, p, o := len(b), c.size, &c.e.opts
 		if !(n >= o.BcastMulticastMin && p > 2) && (n <= o.BcastFlatMax && p <= o.BcastFlatRanks || n <= o.BcastShortMax || p <= 2) {
@@ -205,6 +225,11 @@ func (c *Comm) bcastSmall(ctx context.Context, buf []byte, root int) error {
 
 // Ibcast starts a Bcast.
 func Ibcast[T Numeric](c *Comm, buf []T, root int) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	s, err := bcastSched(c, Bytes(buf), root)
 	if err != nil {
 		return Request{}, err
@@ -267,7 +292,12 @@ func (c *Comm) bcastMulticast(s *sched, buf []byte, root int) bool {
 // of data that fits a descriptor with its header climbs the tree without a
 // schedule.
 func Reduce[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op, root int) error {
-	if n := len(send) * sizeOf[T](); c != nil && c.size > 1 && n > 0 && n <= c.e.immMax &&
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	if n := len(send) * sizeOf[T](); !c.e.inDirect && c.size > 1 && n > 0 && n <= c.e.immMax &&
 		!(op.commute && n > c.e.opts.ReduceShortMax && len(send) >= pof2(c.size)) {
 		return reduceSmall(ctx, c, send, recv, op, root)
 	}
@@ -350,6 +380,11 @@ func reduceSmall[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op,
 
 // Ireduce starts a Reduce.
 func Ireduce[T Numeric](c *Comm, send, recv []T, op Op, root int) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	s, err := reduceSched(c, send, recv, op, root)
 	if err != nil {
 		return Request{}, err
@@ -421,10 +456,15 @@ func reduceSched[T Numeric](c *Comm, send, recv []T, op Op, root int) (*sched, e
 // Options.AllreduceShortMax). Ranks beyond a power of two hand their data to
 // a neighbour first and get the result back last.
 func Allreduce[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) error {
-	if n := len(recv) * sizeOf[T](); c != nil && c.flatAllreduce(n) {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	if n := len(recv) * sizeOf[T](); !c.e.inDirect && c.flatAllreduce(n) {
 		return allreduceFlat(ctx, c, send, recv, op)
 	}
-	if n := len(recv) * sizeOf[T](); c != nil && c.size > 1 && c.size&(c.size-1) == 0 && n > 0 && n <= c.e.immMax &&
+	if n := len(recv) * sizeOf[T](); !c.e.inDirect && c.size > 1 && c.size&(c.size-1) == 0 && n > 0 && n <= c.e.immMax &&
 		!(op.commute && n > c.e.opts.AllreduceShortMax && len(recv) >= c.size) {
 		return allreduceSmall(ctx, c, send, recv, op)
 	}
@@ -558,6 +598,11 @@ func allreduceFlat[T Numeric](ctx context.Context, c *Comm, send, recv []T, op O
 
 // Iallreduce starts an Allreduce.
 func Iallreduce[T Numeric](c *Comm, send, recv []T, op Op) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	s, err := allreduceSched(c, send, recv, op)
 	if err != nil {
 		return Request{}, err
@@ -600,6 +645,11 @@ func allreduceSched[T Numeric](c *Comm, send, recv []T, op Op) (*sched, error) {
 // recv holds Size blocks of len(send) elements. recv is used at root only;
 // send nil at root means in place (the root's block is already in recv).
 func Gather[T Numeric](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	if err := c.checkRoot(root); err != nil {
 		return err
 	}
@@ -644,6 +694,11 @@ func Gather[T Numeric](ctx context.Context, c *Comm, send, recv []T, root int) e
 // block of counts[i] elements at displs[i]. counts and displs are used at
 // root only.
 func Gatherv[T Numeric](ctx context.Context, c *Comm, send, recv []T, counts, displs []int, root int) error {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	if err := c.checkRoot(root); err != nil {
 		return err
 	}
@@ -687,6 +742,11 @@ func (s *sched) gatherLinear(send, recv []byte, root int, off func(int) (int, in
 // to rank i of c, which receives it into recv. send is used at root only;
 // recv nil at root means in place (the root's block stays in send).
 func Scatter[T Numeric](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	if err := c.checkRoot(root); err != nil {
 		return err
 	}
@@ -728,6 +788,11 @@ func Scatter[T Numeric](ctx context.Context, c *Comm, send, recv []T, root int) 
 // Scatterv sends rank i of c the block of counts[i] elements at displs[i]
 // of send at root. send, counts and displs are used at root only.
 func Scatterv[T Numeric](ctx context.Context, c *Comm, send []T, counts, displs []int, recv []T, root int) error {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	if err := c.checkRoot(root); err != nil {
 		return err
 	}
@@ -776,7 +841,12 @@ func (s *sched) scatterLinear(send, recv []byte, root int, off func(int) (int, i
 // whole result fits a descriptor with its header runs Bruck's algorithm
 // without a schedule.
 func Allgather[T Numeric](ctx context.Context, c *Comm, send, recv []T) error {
-	if c != nil && c.size > 1 {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	if !c.e.inDirect && c.size > 1 {
 		bs := len(send) * sizeOf[T]()
 		if send == nil {
 			bs = len(recv) / c.size * sizeOf[T]()
@@ -794,6 +864,11 @@ func Allgather[T Numeric](ctx context.Context, c *Comm, send, recv []T) error {
 
 // Iallgather starts an Allgather.
 func Iallgather[T Numeric](c *Comm, send, recv []T) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	s, err := allgatherSched(c, send, recv)
 	if err != nil {
 		return Request{}, err
@@ -883,6 +958,11 @@ func allgatherSched[T Numeric](c *Comm, send, recv []T) (*sched, error) {
 // Allgatherv collects send of every rank of c into recv on every rank: rank
 // i's block of counts[i] elements at displs[i]. send nil means in place.
 func Allgatherv[T Numeric](ctx context.Context, c *Comm, send, recv []T, counts, displs []int) error {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	if err := c.check(); err != nil {
 		return err
 	}
@@ -912,7 +992,12 @@ func Allgatherv[T Numeric](ctx context.Context, c *Comm, send, recv []T, counts,
 // (Options.AlltoallShortMax). A blocking Alltoall of small blocks that
 // each fit a descriptor with its header runs without a schedule.
 func Alltoall[T Numeric](ctx context.Context, c *Comm, send, recv []T) error {
-	if c != nil && c.size > 1 && len(send)%c.size == 0 {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	if !c.e.inDirect && c.size > 1 && len(send)%c.size == 0 {
 		if bs := len(send) / c.size * sizeOf[T](); bs > 0 && bs <= c.e.immMax && bs <= c.e.opts.AlltoallShortMax {
 			return alltoallSmall(ctx, c, send, recv)
 		}
@@ -961,6 +1046,11 @@ func alltoallSmall[T Numeric](ctx context.Context, c *Comm, send, recv []T) erro
 
 // Ialltoall starts an Alltoall.
 func Ialltoall[T Numeric](c *Comm, send, recv []T) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	s, err := alltoallSched(c, send, recv)
 	if err != nil {
 		return Request{}, err
@@ -990,6 +1080,11 @@ func alltoallSched[T Numeric](c *Comm, send, recv []T) (*sched, error) {
 // sdispls[i] of send, and receives rank i's block into the rcounts[i]
 // elements at rdispls[i] of recv.
 func Alltoallv[T Numeric](ctx context.Context, c *Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	if err := c.check(); err != nil {
 		return err
 	}
@@ -1021,6 +1116,11 @@ func Alltoallv[T Numeric](ctx context.Context, c *Comm, send []T, scounts, sdisp
 // per round; otherwise the result is reduced at rank 0, in rank order, and
 // scattered from there.
 func ReduceScatter[T Numeric](ctx context.Context, c *Comm, send, recv []T, counts []int, op Op) error {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	if err := c.check(); err != nil {
 		return err
 	}
@@ -1073,6 +1173,11 @@ func ReduceScatter[T Numeric](ctx context.Context, c *Comm, send, recv []T, coun
 // Scan gives rank i the combination with op of send of ranks 0 to i, in
 // rank order, in recv; send nil means in place.
 func Scan[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	return scan(ctx, c, send, recv, op, false)
 }
 
@@ -1080,6 +1185,11 @@ func Scan[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) error 
 // rank order, in recv; recv of rank 0 is left as it was. send nil means in
 // place.
 func Exscan[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
 	return scan(ctx, c, send, recv, op, true)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"runtime"
 	"slices"
 
 	"github.com/amigo-hpc/amigo"
@@ -21,7 +22,15 @@ const (
 	Undefined = -1
 	// TagUB is the largest tag.
 	TagUB = math.MaxInt32
+	// ProcNull, as the destination of a send or the source of a receive or
+	// probe, is no rank (MPI_PROC_NULL): the operation completes at once
+	// and moves nothing; a receive's status has Source ProcNull, Tag
+	// AnyTag and Count 0.
+	ProcNull = -2
 )
+
+// procNullStatus is the status of a receive from ProcNull.
+var procNullStatus = Status{Source: ProcNull, Tag: AnyTag}
 
 // idWords sizes the set of communicator context ids: 64 per word.
 const idWords = 32
@@ -29,8 +38,8 @@ const idWords = 32
 // Comm is a communicator: an ordered group of ranks and a context that
 // isolates its messages from every other communicator's. Messages match on
 // (communicator, source, tag); collectives run in a context of their own, so
-// they never match point-to-point messages. A Comm belongs to the goroutine
-// that owns its amigo context.
+// they never match point-to-point messages. Any goroutine may use a Comm
+// (see the package doc, Goroutines).
 type Comm struct {
 	e          *engine
 	id         int
@@ -39,6 +48,7 @@ type Comm struct {
 	eps        []amigo.Endpoint // endpoint of each rank
 	seq        uint32           // collectives started, which tags their messages
 	freed      bool
+	cart       *cart // the Cartesian topology, if any (topo.go)
 }
 
 func (c *Comm) setID(id int) {
@@ -67,7 +77,22 @@ func (c *Comm) Context() *amigo.Context { return c.e.ac }
 
 // Stats returns the counters of the mpi layer of c's context, shared by all
 // communicators on it.
-func (c *Comm) Stats() Stats { return c.e.stats }
+func (c *Comm) Stats() Stats {
+	c.e.lock()
+	defer c.e.unlock()
+	return c.e.stats
+}
+
+// checkLocked is check with the engine locked, for calls that lock it only
+// around their own steps.
+func (c *Comm) checkLocked() error {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	return c.check()
+}
 
 func (c *Comm) check() error {
 	switch {
@@ -84,14 +109,14 @@ func (c *Comm) check() error {
 // Dup returns a communicator with the same group as c and a new context:
 // collective over c.
 func (c *Comm) Dup(ctx context.Context) (*Comm, error) {
-	if err := c.check(); err != nil {
+	if err := c.checkLocked(); err != nil {
 		return nil, err
 	}
 	id, err := c.agreeID(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	d := &Comm{e: c.e, rank: c.rank, size: c.size, eps: slices.Clone(c.eps)}
+	d := &Comm{e: c.e, rank: c.rank, size: c.size, eps: slices.Clone(c.eps), cart: c.cart}
 	d.setID(id)
 	return d, nil
 }
@@ -100,7 +125,7 @@ func (c *Comm) Dup(ctx context.Context) (*Comm, error) {
 // the same color form one, ranked by key and then by their rank in c. A rank
 // that passes Undefined gets nil. Collective over c.
 func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
-	if err := c.check(); err != nil {
+	if err := c.checkLocked(); err != nil {
 		return nil, err
 	}
 	if color < 0 && color != Undefined {
@@ -147,21 +172,60 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 
 // agreeID finds a context id free on every rank of c, by a bitwise-and
 // Allreduce of the sets of free ids, and takes it if take is set.
+//
+// Goroutines may create communicators from different communicators at
+// once; the ids a rank offers must not be taken by another agreement
+// before its own ends. So one agreement at a time offers the rank's free
+// ids, and the others offer none, which makes their result empty on every
+// rank: they all try again (an extra word, set only by ranks that offered,
+// tells "none free" from "not offered"). Among the agreements that had to
+// wait, the one on the communicator of the lowest id goes next, so two
+// ranks cannot keep handing the offer to different agreements.
 func (c *Comm) agreeID(ctx context.Context, take bool) (int, error) {
-	mask := c.e.ids
-	if err := Allreduce(ctx, c, nil, mask[:], Band); err != nil {
-		return 0, fmt.Errorf("mpi: agreeing on a context id: %w", err)
-	}
-	for w, bitsFree := range mask {
-		if bitsFree != 0 {
-			b := bits.TrailingZeros64(bitsFree)
-			if take {
-				c.e.ids[w] &^= 1 << b
+	e := c.e
+	for {
+		var mask [idWords + 1]uint64
+		e.lock()
+		owner := !e.idOwned && (e.idNext < 0 || e.idNext >= c.id)
+		if owner {
+			e.idOwned = true
+			if e.idNext == c.id {
+				e.idNext = -1
 			}
-			return w*64 + b, nil
+			copy(mask[:], e.ids[:])
+			mask[idWords] = 1
+		} else if e.idNext < 0 || c.id < e.idNext {
+			e.idNext = c.id
 		}
+		e.unlock()
+		err := Allreduce(ctx, c, nil, mask[:], Band)
+		e.lock()
+		if owner {
+			e.idOwned = false
+		}
+		if err != nil {
+			if e.idNext == c.id {
+				e.idNext = -1
+			}
+			e.unlock()
+			return 0, fmt.Errorf("mpi: agreeing on a context id: %w", err)
+		}
+		for w, bitsFree := range mask[:idWords] {
+			if bitsFree != 0 {
+				b := bits.TrailingZeros64(bitsFree)
+				if take {
+					e.ids[w] &^= 1 << b
+				}
+				e.unlock()
+				return w*64 + b, nil
+			}
+		}
+		e.unlock()
+		if mask[idWords] != 0 {
+			return 0, ErrContextIDs
+		}
+		runtime.Gosched()
 	}
-	return 0, ErrContextIDs
 }
 
 // Finalize ends the mpi layer of a rank: collective over the world w, it
@@ -169,6 +233,11 @@ func (c *Comm) agreeID(ctx context.Context, take bool) (int, error) {
 // been taken by its receiver, so that the process may close its amigo client
 // and exit at once. Then it frees w (see Free).
 func Finalize(ctx context.Context, w *Comm) error {
+	if w == nil {
+		return w.check()
+	}
+	w.e.lock()
+	defer w.e.unlock()
 	if err := w.check(); err != nil {
 		return err
 	}
@@ -181,7 +250,7 @@ func Finalize(ctx context.Context, w *Comm) error {
 	if err := w.run(ctx, s); err != nil {
 		return fmt.Errorf("mpi: Finalize: %w", err)
 	}
-	return w.Free()
+	return w.free()
 }
 
 // Free releases a communicator made by Dup or Split, and its context id.
@@ -189,6 +258,15 @@ func Finalize(ctx context.Context, w *Comm) error {
 // detaches the mpi layer from its amigo context: every later message for the
 // layer is dropped, and World may be called again.
 func (c *Comm) Free() error {
+	if c == nil {
+		return c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	return c.free()
+}
+
+func (c *Comm) free() error {
 	if err := c.check(); err != nil {
 		return err
 	}

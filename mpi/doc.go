@@ -1,7 +1,7 @@
 // Package mpi is an MPI-style message-passing layer over amigo: communicators,
 // point-to-point messages matched by source and tag, and collectives. It is
-// the application messaging module of seed 002: it talks to the AMI only
-// through amigo's public API — one dispatch id, active messages whose header
+// amigo's application messaging module: it talks to the AMI only through
+// amigo's public API — one dispatch id, active messages whose header
 // carries the match data, and the AMI's rendezvous for large data.
 //
 //	w, err := mpi.World(ctx, client.Context(0), nil)
@@ -44,6 +44,21 @@
 //     *TruncateError (ErrTruncate) and writes nothing beyond the buffer; if
 //     it travelled inline the buffer holds its first bytes, if it was
 //     announced it is declined, which fails the sender's send as well.
+//  6. Goroutines of one rank that send in an order (one after the other,
+//     or ordered by a channel or a lock) have their messages matched in
+//     that order, as if one goroutine had sent them: every send is posted
+//     to the AMI under the engine's lock (see Goroutines).
+//
+// Matched probes (Mprobe, Improbe) take the message they find out of the
+// unexpected queue and hand it to the caller as a Message, which only
+// Message.Recv or Irecv receives: goroutines that probe at once get
+// distinct messages, where Probe leaves the message to any receive. A
+// synchronous send (Ssend, Issend) carries a flag and a slot of its
+// sender's; the receiver, when the message matches a receive, answers with
+// an acknowledgement, and the send completes on it. ProcNull as a peer
+// makes any point-to-point call complete at once, moving nothing.
+// Persistent requests (SendInit, RecvInit, Start, Startall) name an
+// operation once and are restarted without allocating.
 //
 // The posted queue holds receives that found no message; the pending
 // (unexpected) queue holds messages that found no receive: a copy of their
@@ -64,38 +79,88 @@
 // and the target administers the transfer, as seed 002 describes: when the
 // announcement and a receive meet — in the handler if the receive was
 // posted, in Irecv if the announcement was pending — the layer names the
-// receive buffer (Message.Receive or Context.Accept), the AMI fetches the
-// data by remote GET with a byte counter, acknowledges to the origin, and
-// both sides' callbacks complete the two requests.
+// receive buffer (amigo's Message.Receive or Context.Accept), the AMI
+// fetches the data by remote GET with a byte counter, acknowledges to the
+// origin, and both sides' callbacks complete the two requests.
 //
 // # Progress
 //
-// The layer has no goroutine of its own. It runs on the goroutine that owns
-// its amigo context (World's caller): every call must come from that
-// goroutine, and the calls that wait (Send, Recv, Wait, Probe, the blocking
-// collectives) advance the context while they wait, so every message,
-// completion and collective schedule moves forward. Iprobe and Test advance
-// it once. Nonblocking operations make progress only while some call
-// advances the context — as in an MPI library without an asynchronous
-// progress thread. Every waiting call takes a context.Context that bounds
-// it: a peer that dies fails the AMI operations with it (a *amigo.PeerError
-// comes back), and one that merely never sends ends the wait when ctx ends.
+// The layer has no goroutine of its own: the calls that wait (Send, Recv,
+// Wait, Probe, the blocking collectives) advance the amigo context while
+// they wait, so every message, completion and collective schedule moves
+// forward; Iprobe and Test advance it once. Nonblocking operations make
+// progress only while some call advances the context — as in an MPI
+// library without an asynchronous progress thread. Every waiting call
+// takes a context.Context that bounds it: a peer that dies fails the AMI
+// operations with it (a *amigo.PeerError comes back), and one that merely
+// never sends ends the wait when ctx ends. The layer owns the amigo
+// context World was called on: the program must not advance it itself.
+//
+// # Goroutines
+//
+// Any goroutine may call any function of the package at any time, on the
+// same communicator or on different ones (MPI_THREAD_MULTIPLE). The model:
+//
+//  1. The layer of a context (its engine: queues, requests, schedules) is
+//     guarded by one lock. Every call takes it for as long as it works on
+//     the engine, and only the goroutine that holds it advances the amigo
+//     context, so the handler and every completion run under it.
+//  2. A call that waits takes the progress role if no goroutine has it: it
+//     advances the context, holding the lock, until its own operation
+//     completes. It gives way after its next Advance when another
+//     goroutine wants the lock (that goroutine rings the context's
+//     doorbell, so a driver asleep in amigo's Wait wakes at once), and
+//     wakes the goroutines asleep on their own operations when an
+//     operation completed or when it leaves the role.
+//  3. A call that waits while another goroutine has the role sleeps on a
+//     channel, without the lock, until the driver wakes it; it then finds
+//     its operation complete, or takes the role itself. So blocking calls
+//     from many goroutines all make progress, one at a time advancing the
+//     context.
+//  4. MPI's rules stay the caller's: the collectives of one communicator
+//     are called in the same order on every rank (goroutines that run
+//     collectives at once use a communicator each); a request is waited on
+//     or tested by one goroutine at a time.
+//
+// What it costs a single goroutine: one uncontended lock and unlock per
+// call, and one atomic load per poll while it waits (BenchmarkAllreduceLockstep,
+// which counts a small collective's instructions, measures it). Goroutines
+// that contend pay for the hand-offs: BenchmarkMessageRate compares four
+// goroutines per rank with one. A collective that runs without a schedule
+// uses the engine's own scratch; while one runs, a collective started by
+// another goroutine takes the schedule, whose messages are the same.
 //
 // # Collectives
 //
-// Every collective is a schedule: rounds of sends and receives in the
+// A collective is a schedule — rounds of sends and receives in the
 // communicator's collective context, tagged with the collective's sequence
 // number, with local copies and reductions between rounds, driven by
-// completion callbacks. Blocking collectives wait for their schedule;
-// nonblocking ones (Ibarrier, Ibcast, Iallreduce, Ireduce, Iallgather,
-// Ialltoall) return a Request. Algorithms are chosen by message size and
-// rank count (see Options): recursive doubling for small Allreduce,
+// completion callbacks — or, for the blocking collectives whose messages
+// fit a descriptor (Barrier; Bcast, Reduce and Allreduce of small data;
+// Allgather and Alltoall of small blocks), the same messages sent and
+// received in a plain loop with the context held, without a schedule,
+// request or buffer (coll.go, holdDirect). Blocking collectives of other
+// sizes wait for their schedule; nonblocking ones (Ibarrier, Ibcast,
+// Iallreduce, Ireduce, Iallgather, Ialltoall, IneighborAllgather,
+// IneighborAlltoall) return a Request. Algorithms are chosen by message
+// size and rank count (see Options): recursive doubling for small Allreduce,
 // reduce-scatter and allgather for large; a flat check-in and release for
 // Barrier on up to 16 ranks, dissemination beyond; the root sending to
 // each rank, binomial trees, pipelined chains and the AMI's multicast for
 // Bcast; Bruck and rings for Allgather; and so on. Reductions
 // with the predefined ops give every rank the same result; user ops made
 // by NewOp may be non-commutative, and are then applied in rank order.
+//
+// # Groups, communicators and topologies
+//
+// A Group is an ordered set of the job's ranks, made and combined locally
+// (Incl, Excl, Union, Intersection, Difference, TranslateRanks, Compare).
+// Communicators are made by Dup, Idup, Split, SplitType (SplitShared: the
+// ranks of one host), Create (collective over the parent) and CreateGroup
+// (collective over the group only); each takes a context id that every
+// member agrees is free. CartCreate lays a communicator out on a grid;
+// Coords, CartRank, Shift and CartSub work on it, and NeighborAllgather and
+// NeighborAlltoall exchange with the grid's neighbours.
 //
 // # One-sided communication
 //

@@ -16,14 +16,19 @@ import (
 //	bytes 0-3   context id of the communicator (little endian)
 //	bytes 4-7   source rank in the communicator
 //	bytes 8-11  tag
-//	byte  12    kind: kindMsg, or kindHello for the World handshake
-//	byte  13    handshake round
-//	bytes 14-15 zero
+//	byte  12    kind: kindMsg; kindSync, a message whose receiver
+//	            acknowledges its match (Ssend); kindAck, that
+//	            acknowledgement; kindHello for the World handshake
+//	byte  13    handshake round; of kindSync and kindAck, the generation
+//	            of the sender's slot
+//	bytes 14-15 zero; of kindSync and kindAck, the sender's slot
 const hdrLen = 16
 
 const (
 	kindMsg   = 0
 	kindHello = 1
+	kindSync  = 2
+	kindAck   = 3
 )
 
 func putHdr(b *[hdrLen]byte, ctx uint32, src, tag int32) {
@@ -35,9 +40,11 @@ func putHdr(b *[hdrLen]byte, ctx uint32, src, tag int32) {
 
 // engine is the mpi layer of one amigo context: the dispatch handler, the
 // posted and unexpected queues, the free lists, and the context ids in use.
-// It belongs to the goroutine that owns the context; the handler runs on it
-// inside Advance.
+// It is guarded by its lock (engineLock, threads.go): the goroutine that
+// holds it is the only one that advances the context, so the handler runs
+// under it inside Advance.
 type engine struct {
+	engineLock
 	ac   *amigo.Context
 	opts Options
 	disp amigo.Dispatch
@@ -83,12 +90,20 @@ type engine struct {
 	exp     expected
 	expCond func() bool
 
-	anyReqs []Request
-	anyCond func() bool
+	// idOwned is set while an agreement on a context id (agreeID) offers
+	// this rank's free ids; idNext is the lowest id of a communicator whose
+	// agreement found them offered and goes next, or -1.
+	idOwned bool
+	idNext  int
 
-	probeCtx           uint32
-	probeSrc, probeTag int32
-	probeCond          func() bool
+	// Synchronous sends waiting for their acknowledgement, by slot, with
+	// each slot's generation and the free slots (ssend.go).
+	syncReqs []*request
+	syncGen  []uint8
+	syncFree []uint16
+
+	nop       func(*amigo.Context) // posted to ring a driver's doorbell
+	driveCond func() bool          // driveCondition, made once
 }
 
 // Stats counts what the mpi layer of a context did.
@@ -124,9 +139,8 @@ var (
 // again on the same context returns the same communicator, and opts is
 // ignored.
 //
-// The goroutine that calls World owns ac for the layer: every operation on
-// the communicator and the ones derived from it must be made from the
-// goroutine that owns ac, which the operations advance while they wait.
+// The layer owns ac from then on: its operations, from any goroutine,
+// advance ac while they wait, and the program must not advance it itself.
 func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error) {
 	if ac == nil {
 		return nil, fmt.Errorf("%w: nil amigo context", ErrComm)
@@ -164,9 +178,10 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 	e.unexp.init(o.MatchBuckets)
 	e.bufs.limit = o.UnexpectedRetain
 	e.scratch.limit = o.ScratchRetain
-	e.anyCond = e.anyDone
+	e.idNext = -1
 	e.expCond = func() bool { return e.exp.done }
-	e.probeCond = e.probed
+	e.nop = func(*amigo.Context) {}
+	e.driveCond = e.driveCondition
 	for i := range e.ids {
 		e.ids[i] = ^uint64(0)
 	}
@@ -272,8 +287,14 @@ func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 	ctx := binary.LittleEndian.Uint32(h[0:])
 	src := int32(binary.LittleEndian.Uint32(h[4:]))
 	tag := int32(binary.LittleEndian.Uint32(h[8:]))
+	sync := false
 	switch h[12] {
 	case kindMsg:
+	case kindSync:
+		sync = true
+	case kindAck:
+		e.onAck(h)
+		return
 	case kindHello:
 		if r := int(h[13]); r < len(e.hello) {
 			e.hello[r]++
@@ -287,6 +308,7 @@ func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 		e.stats.Malformed++
 		return
 	}
+	e.events++
 	if e.closed {
 		e.stats.Dropped++
 		return
@@ -296,11 +318,18 @@ func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 		return
 	}
 	if r := e.posted.match(ctx, src, tag); r != nil {
+		if sync {
+			e.sendAck(m.Source, h)
+		}
 		e.deliver(r, m, src, tag)
 		return
 	}
 	u := e.unexp.alloc()
 	u.ctx, u.src, u.tag = ctx, src, tag
+	if sync {
+		u.sync, u.from = true, m.Source
+		copy(u.ack[:], h[13:16])
+	}
 	u.size = m.Size()
 	if m.Inline() {
 		u.inline = true
@@ -424,6 +453,18 @@ func (e *engine) postRecv(r *request) {
 		return
 	}
 	e.unexp.remove(u)
+	e.recvUnexpected(r, u)
+}
+
+// recvUnexpected hands the message u, taken from the unexpected queue, to
+// receive r.
+func (e *engine) recvUnexpected(r *request, u *unexpected) {
+	if u.sync {
+		var h [hdrLen]byte
+		copy(h[13:16], u.ack[:])
+		e.sendAck(u.from, h[:])
+		e.unflushed = true
+	}
 	r.status = Status{Source: int(u.src), Tag: int(u.tag), Count: u.size}
 	switch {
 	case u.size > len(r.buf):
@@ -502,21 +543,4 @@ func (e *engine) flush() {
 			e.ac.Advance()
 		}
 	}
-}
-
-// wait advances the context until cond holds or ctx ends. Messages posted
-// before it are injected by its first Advance.
-func (e *engine) wait(ctx context.Context, cond func() bool) error {
-	if cond() {
-		return nil
-	}
-	e.unflushed = false
-	if e.held != nil {
-		return e.held.Wait(ctx, cond)
-	}
-	return e.ac.Wait(ctx, cond)
-}
-
-func (e *engine) probed() bool {
-	return e.unexp.find(e.probeCtx, e.probeSrc, e.probeTag) != nil
 }

@@ -128,6 +128,14 @@ type unexpected struct {
 	inline   bool
 	data     []byte // the inline data, in a buffer of the pool
 	deferred amigo.Deferred
+	// sync: the sender waits for an acknowledgement of the match (Ssend),
+	// to be sent to from with ack, the header bytes 13-15 it named.
+	sync bool
+	from amigo.Endpoint
+	ack  [3]byte
+	// gen changes when the entry is released: a Message (Mprobe) names
+	// it by pointer and generation.
+	gen uint32
 
 	bprev, bnext *unexpected // bucket list
 	aprev, anext *unexpected // arrival list
@@ -158,7 +166,7 @@ func (q *unexpQueue) alloc() *unexpected {
 }
 
 func (q *unexpQueue) release(u *unexpected) {
-	*u = unexpected{}
+	*u = unexpected{gen: u.gen + 1}
 	q.free = append(q.free, u)
 }
 

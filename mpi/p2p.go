@@ -6,7 +6,7 @@ import (
 )
 
 func (c *Comm) checkPeer(rank int, any bool) error {
-	if rank >= 0 && rank < c.size || any && rank == AnySource {
+	if rank >= 0 && rank < c.size || any && rank == AnySource || rank == ProcNull {
 		return nil
 	}
 	return fmt.Errorf("%w: rank %d of a communicator of %d", ErrRank, rank, c.size)
@@ -44,18 +44,22 @@ func (c *Comm) checkRecv(src, tag int) error {
 // fetched the data for a large one, which is announced to the receiver and
 // fetched by it (rendezvous). ctx bounds the wait.
 func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
-	if err := c.checkSend(dest, tag); err != nil {
-		return err
+	if c == nil {
+		return c.check()
 	}
 	e := c.e
+	e.lock()
+	defer e.unlock()
+	if err := c.checkSend(dest, tag); err != nil || dest == ProcNull {
+		return err
+	}
 	r, err := e.sendMsg(c.eps[dest], c.p2p, int32(c.rank), int32(tag), buf, false)
 	if err != nil {
 		return err
 	}
 	if r == nil {
 		// Copied: push it out now rather than at the next call.
-		e.unflushed = false
-		e.ac.Advance()
+		e.advanceOnce()
 		return nil
 	}
 	if err := e.wait(ctx, r.cond); err != nil {
@@ -70,10 +74,22 @@ func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
 // Isend starts sending buf to rank dest of c with tag. buf must not be
 // modified until the request completes.
 func (c *Comm) Isend(buf []byte, dest, tag int) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	return c.isend(buf, dest, tag)
+}
+
+func (c *Comm) isend(buf []byte, dest, tag int) (Request, error) {
 	if err := c.checkSend(dest, tag); err != nil {
 		return Request{}, err
 	}
 	e := c.e
+	if dest == ProcNull {
+		return e.doneReq(reqSend, Status{}), nil
+	}
 	r, err := e.sendMsg(c.eps[dest], c.p2p, int32(c.rank), int32(tag), buf, false)
 	if err != nil {
 		return Request{}, err
@@ -91,10 +107,18 @@ func (c *Comm) Isend(buf []byte, dest, tag int) (Request, error) {
 // error (ErrTruncate) that writes nothing beyond buf. If ctx ends first, the
 // receive is canceled, unless its data was already being fetched.
 func (c *Comm) Recv(ctx context.Context, buf []byte, src, tag int) (Status, error) {
+	if c == nil {
+		return Status{}, c.check()
+	}
+	e := c.e
+	e.lock()
+	defer e.unlock()
 	if err := c.checkRecv(src, tag); err != nil {
 		return Status{}, err
 	}
-	e := c.e
+	if src == ProcNull {
+		return procNullStatus, nil
+	}
 	r := c.newRecv(c.p2p, buf, src, tag)
 	e.postRecv(r)
 	if err := e.wait(ctx, r.cond); err != nil {
@@ -109,8 +133,20 @@ func (c *Comm) Recv(ctx context.Context, buf []byte, src, tag int) (Status, erro
 // Irecv starts receiving into buf a message from rank src (or AnySource) of
 // c with tag (or AnyTag). buf must not be used until the request completes.
 func (c *Comm) Irecv(buf []byte, src, tag int) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	return c.irecv(buf, src, tag)
+}
+
+func (c *Comm) irecv(buf []byte, src, tag int) (Request, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return Request{}, err
+	}
+	if src == ProcNull {
+		return c.e.doneReq(reqRecv, procNullStatus), nil
 	}
 	r := c.newRecv(c.p2p, buf, src, tag)
 	c.e.postRecv(r)
@@ -140,26 +176,35 @@ func (e *engine) abandon(r *request) {
 // Sendrecv sends sendbuf to dest with sendtag and receives into recvbuf from
 // src with recvtag, both at once, and returns the receive's status.
 func (c *Comm) Sendrecv(ctx context.Context, sendbuf []byte, dest, sendtag int, recvbuf []byte, src, recvtag int) (Status, error) {
+	if c == nil {
+		return Status{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	return c.sendrecv(ctx, sendbuf, dest, sendtag, recvbuf, src, recvtag)
+}
+
+func (c *Comm) sendrecv(ctx context.Context, sendbuf []byte, dest, sendtag int, recvbuf []byte, src, recvtag int) (Status, error) {
 	if err := c.checkSend(dest, sendtag); err != nil {
 		return Status{}, err
 	}
-	rq, err := c.Irecv(recvbuf, src, recvtag)
+	rq, err := c.irecv(recvbuf, src, recvtag)
 	if err != nil {
 		return Status{}, err
 	}
-	sq, err := c.Isend(sendbuf, dest, sendtag)
+	sq, err := c.isend(sendbuf, dest, sendtag)
 	if err != nil {
 		c.e.abandon(rq.r)
 		return Status{}, err
 	}
-	st, rerr := rq.Wait(ctx)
+	st, rerr := rq.wait(ctx)
 	if !rq.Null() {
 		// ctx ended: give up both.
 		c.e.abandon(rq.r)
 		c.e.abandon(sq.r)
 		return Status{}, rerr
 	}
-	_, serr := sq.Wait(ctx)
+	_, serr := sq.wait(ctx)
 	if !sq.Null() {
 		c.e.abandon(sq.r)
 	}
@@ -172,16 +217,24 @@ func (c *Comm) Sendrecv(ctx context.Context, sendbuf []byte, dest, sendtag int, 
 // Iprobe advances the context once and reports whether a message from src
 // (or AnySource) with tag (or AnyTag) has arrived and waits for a receive;
 // if so it returns the message's status, and a receive with the status's
-// source and tag will take that message.
+// source and tag will take that message (unless another goroutine receives
+// it first: Improbe hands the message to one caller).
 func (c *Comm) Iprobe(src, tag int) (bool, Status, error) {
+	if c == nil {
+		return false, Status{}, c.check()
+	}
+	e := c.e
+	e.lock()
+	defer e.unlock()
 	if err := c.checkRecv(src, tag); err != nil {
 		return false, Status{}, err
 	}
-	e := c.e
+	if src == ProcNull {
+		return true, procNullStatus, nil
+	}
 	u := e.unexp.find(c.p2p, int32(src), int32(tag))
 	if u == nil {
-		e.unflushed = false
-		e.ac.Advance()
+		e.advanceOnce()
 		if u = e.unexp.find(c.p2p, int32(src), int32(tag)); u == nil {
 			return false, Status{}, nil
 		}
@@ -192,14 +245,62 @@ func (c *Comm) Iprobe(src, tag int) (bool, Status, error) {
 // Probe waits until a message from src (or AnySource) with tag (or AnyTag)
 // has arrived, and returns its status without receiving it.
 func (c *Comm) Probe(ctx context.Context, src, tag int) (Status, error) {
+	if c == nil {
+		return Status{}, c.check()
+	}
+	e := c.e
+	e.lock()
+	defer e.unlock()
 	if err := c.checkRecv(src, tag); err != nil {
 		return Status{}, err
 	}
-	e := c.e
-	e.probeCtx, e.probeSrc, e.probeTag = c.p2p, int32(src), int32(tag)
-	if err := e.wait(ctx, e.probeCond); err != nil {
+	if src == ProcNull {
+		return procNullStatus, nil
+	}
+	if err := e.waitProbe(ctx, c.p2p, int32(src), int32(tag)); err != nil {
 		return Status{}, err
 	}
 	u := e.unexp.find(c.p2p, int32(src), int32(tag))
 	return Status{Source: int(u.src), Tag: int(u.tag), Count: u.size}, nil
+}
+
+// waitProbe waits, with the engine locked, until a message that fits (ctx,
+// src, tag) waits in the unexpected queue.
+func (e *engine) waitProbe(ctx context.Context, cid uint32, src, tag int32) error {
+	if e.unexp.find(cid, src, tag) != nil {
+		return nil
+	}
+	w := e.allocReq(reqWaiter)
+	w.ctx, w.src, w.tag = cid, src, tag
+	err := e.wait(ctx, w.waitCond)
+	e.freeReq(w)
+	return err
+}
+
+// SendrecvReplace sends buf to dest with sendtag and receives into the same
+// buf from src with recvtag (MPI_Sendrecv_replace): what is sent is buf's
+// content before the call, and the message received may be at most
+// len(buf) bytes.
+func (c *Comm) SendrecvReplace(ctx context.Context, buf []byte, dest, sendtag, src, recvtag int) (Status, error) {
+	if c == nil {
+		return Status{}, c.check()
+	}
+	e := c.e
+	e.lock()
+	defer e.unlock()
+	if err := c.checkSend(dest, sendtag); err != nil {
+		return Status{}, err
+	}
+	if err := c.checkRecv(src, recvtag); err != nil {
+		return Status{}, err
+	}
+	out := e.scratch.get(len(buf))
+	copy(out, buf)
+	st, err := c.sendrecv(ctx, out, dest, sendtag, buf, src, recvtag)
+	if ctx == nil || ctx.Err() == nil {
+		// Both operations ended: out is free. (When ctx ended, the send
+		// may still read it.)
+		e.scratch.put(out)
+	}
+	return st, err
 }

@@ -8,8 +8,8 @@ import (
 // pool keeps byte buffers for reuse in power-of-two size classes from 64
 // bytes up, each 8-byte aligned so that any element type can be viewed in
 // it. It retains at most limit bytes; buffers beyond that, and requests
-// beyond the largest class, are left to the garbage collector. It belongs
-// to the goroutine that owns the engine.
+// beyond the largest class, are left to the garbage collector. The
+// engine's lock guards it.
 type pool struct {
 	classes  [poolClasses][][]byte
 	retained int

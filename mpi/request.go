@@ -11,6 +11,7 @@ const (
 	reqSend reqKind = iota + 1
 	reqRecv
 	reqColl
+	reqWaiter // carries the condition of a Waitany or Probe: never a handle
 )
 
 // request is the state of one send, receive or nonblocking collective. The
@@ -18,7 +19,17 @@ const (
 // allocates nothing; a handle (Request) names one by pointer and generation,
 // and the generation changes when the request is released.
 type request struct {
-	e      *engine
+	// Set when the request is made and never changed: a handle's engine
+	// can be read before the engine is locked.
+	e        *engine
+	onAMI    func(error) // the AMI's done callback
+	cond     func() bool // reports done
+	waitCond func() bool // reports a reqWaiter's condition
+	reqState
+}
+
+// reqState is the part of a request that freeReq clears.
+type reqState struct {
 	gen    uint32
 	kind   reqKind
 	done   bool
@@ -45,8 +56,27 @@ type request struct {
 
 	sched *sched // reqColl: the schedule the handle waits on
 
-	onAMI    func(error) // made once: the AMI's done callback
-	cond     func() bool // made once: reports done
+	// reqWaiter: the requests a Waitany waits for, or none for a Probe,
+	// whose match data are ctx, src and tag.
+	reqs []Request
+
+	// A synchronous send waits for the acknowledgement of its match:
+	// syncSlot is its slot plus one while it waits; sentDone is set when
+	// the AMI completed it first.
+	syncSlot int32
+	sentDone bool
+
+	// A persistent request (persistent.go) stays allocated between its
+	// starts; active while started and not yet waited for. A persistent
+	// send's message in flight is an inner request whose completion
+	// completes its parent.
+	persistent bool
+	active     bool
+	comm       *Comm
+	peer       int
+	parent     *request
+	parentGen  uint32
+
 	nextFree *request
 }
 
@@ -59,6 +89,7 @@ func (e *engine) allocReq(k reqKind) *request {
 			r.e.complete(r, err)
 		}
 		r.cond = func() bool { return r.done }
+		r.waitCond = r.waiterDone
 	} else {
 		e.reqFree = r.nextFree
 		r.nextFree = nil
@@ -68,9 +99,7 @@ func (e *engine) allocReq(k reqKind) *request {
 }
 
 func (e *engine) freeReq(r *request) {
-	gen := r.gen + 1
-	onAMI, cond := r.onAMI, r.cond
-	*r = request{e: e, gen: gen, onAMI: onAMI, cond: cond, nextFree: e.reqFree}
+	r.reqState = reqState{gen: r.gen + 1, nextFree: e.reqFree}
 	e.reqFree = r
 }
 
@@ -78,9 +107,23 @@ func (e *engine) freeReq(r *request) {
 // schedule and is released; a request no one waits for any more is
 // released; a user's request waits for Wait or Test.
 func (e *engine) complete(r *request, err error) {
+	e.events++
+	if r.syncSlot != 0 {
+		if err == nil {
+			r.sentDone = true // the acknowledgement completes it
+			return
+		}
+		e.dropSync(r)
+	}
 	r.done = true
 	r.err = err
 	switch {
+	case r.parent != nil:
+		p, gen := r.parent, r.parentGen
+		e.freeReq(r)
+		if p.gen == gen {
+			e.complete(p, err)
+		}
 	case r.owner != nil:
 		s, gen := r.owner, r.ownerGen
 		e.freeReq(r)
@@ -105,8 +148,9 @@ type Status struct {
 // ...). The zero Request is the null request: waiting on it returns at once.
 // Wait and a successful Test release the operation and set the handle to
 // null; a copy of the handle made before then reports ErrRequest if used
-// afterwards. Requests belong to the goroutine that owns their
-// communicator's context.
+// afterwards. Any goroutine may wait on or test a request, one at a time.
+// A persistent request (SendInit, RecvInit) is not set to null: it becomes
+// inactive, to be started again.
 type Request struct {
 	r   *request
 	gen uint32
@@ -130,9 +174,23 @@ func (q *Request) Wait(ctx context.Context) (Status, error) {
 	if q.r == nil {
 		return Status{}, nil
 	}
+	e := q.r.e
+	e.lock()
+	defer e.unlock()
+	return q.wait(ctx)
+}
+
+// wait is Wait with the engine locked.
+func (q *Request) wait(ctx context.Context) (Status, error) {
+	if q.r == nil {
+		return Status{}, nil
+	}
 	r, err := q.live()
 	if err != nil {
 		return Status{}, err
+	}
+	if r.persistent && !r.active {
+		return Status{}, nil
 	}
 	e := r.e
 	if err := e.wait(ctx, r.cond); err != nil {
@@ -140,9 +198,19 @@ func (q *Request) Wait(ctx context.Context) (Status, error) {
 	}
 	e.flush()
 	st, err := r.status, r.err
+	e.finish(q, r)
+	return st, err
+}
+
+// finish ends a completed request whose result was read: a persistent one
+// becomes inactive, any other is released and its handle becomes null.
+func (e *engine) finish(q *Request, r *request) {
+	if r.persistent {
+		r.active = false
+		return
+	}
 	e.release(r)
 	*q = Request{}
-	return st, err
 }
 
 // Test advances the context once and reports whether the operation
@@ -152,22 +220,47 @@ func (q *Request) Test() (bool, Status, error) {
 	if q.r == nil {
 		return true, Status{}, nil
 	}
+	e := q.r.e
+	e.lock()
+	defer e.unlock()
+	return q.test(true)
+}
+
+// test is Test with the engine locked; it advances the context only if
+// advance is set or messages wait to be pushed out.
+func (q *Request) test(advance bool) (bool, Status, error) {
+	if q.r == nil {
+		return true, Status{}, nil
+	}
 	r, err := q.live()
 	if err != nil {
 		return true, Status{}, err
 	}
+	if r.persistent && !r.active {
+		return true, Status{}, nil
+	}
 	e := r.e
 	if !r.done || e.unflushed {
-		e.unflushed = false
-		e.ac.Advance()
+		if advance || e.unflushed {
+			e.advanceOnce()
+		}
 		if !r.done {
 			return false, Status{}, nil
 		}
 	}
 	st, err := r.status, r.err
-	r.e.release(r)
-	*q = Request{}
+	e.finish(q, r)
 	return true, st, err
+}
+
+// advanceOnce advances the context once, with the engine locked.
+func (e *engine) advanceOnce() {
+	e.unflushed = false
+	if e.held != nil {
+		e.held.Advance()
+	} else {
+		e.ac.Advance()
+	}
 }
 
 // Cancel cancels a receive that has not matched a message yet: it leaves the
@@ -178,12 +271,15 @@ func (q *Request) Cancel() bool {
 	if q.r == nil {
 		return false
 	}
+	e := q.r.e
+	e.lock()
+	defer e.unlock()
 	r, err := q.live()
 	if err != nil || !r.posted {
 		return false
 	}
-	r.e.posted.remove(r)
-	r.e.complete(r, ErrCanceled)
+	e.posted.remove(r)
+	e.complete(r, ErrCanceled)
 	return true
 }
 
@@ -195,6 +291,18 @@ func (e *engine) release(r *request) {
 	e.freeReq(r)
 }
 
+// engineOf returns the engine of the first non-null request of reqs, or
+// nil; it reads only what never changes, before the engine is locked. The
+// requests of one call must belong to one context.
+func engineOf(reqs []Request) *engine {
+	for i := range reqs {
+		if reqs[i].r != nil {
+			return reqs[i].r.e
+		}
+	}
+	return nil
+}
+
 // Waitall waits for every request in reqs and sets each to null. If
 // statuses is not nil it receives each request's status. It returns the
 // first error of a request, naming its index, or ctx's error as soon as ctx
@@ -203,6 +311,13 @@ func Waitall(ctx context.Context, reqs []Request, statuses []Status) error {
 	if statuses != nil && len(statuses) < len(reqs) {
 		return fmt.Errorf("%w: %d statuses for %d requests", ErrCount, len(statuses), len(reqs))
 	}
+	e := engineOf(reqs)
+	if e == nil {
+		clear(statuses)
+		return nil
+	}
+	e.lock()
+	defer e.unlock()
 	var first error
 	for i := range reqs {
 		if reqs[i].r != nil && reqs[i].r.gen == reqs[i].gen {
@@ -210,7 +325,7 @@ func Waitall(ctx context.Context, reqs []Request, statuses []Status) error {
 				return err
 			}
 		}
-		st, err := reqs[i].Wait(ctx)
+		st, err := reqs[i].wait(ctx)
 		if statuses != nil {
 			statuses[i] = st
 		}
@@ -225,45 +340,200 @@ func Waitall(ctx context.Context, reqs []Request, statuses []Status) error {
 // its index, status and error. If every request is null it returns
 // Undefined at once.
 func Waitany(ctx context.Context, reqs []Request) (int, Status, error) {
-	var e *engine
-	for i := range reqs {
-		if reqs[i].r == nil {
-			continue
-		}
-		if e == nil {
-			e = reqs[i].r.e
-		}
-		if ready(reqs[i]) {
-			st, err := reqs[i].Wait(ctx)
-			return i, st, err
-		}
-	}
+	e := engineOf(reqs)
 	if e == nil {
 		return Undefined, Status{}, nil
 	}
-	e.anyReqs = reqs
-	err := e.wait(ctx, e.anyCond)
-	e.anyReqs = nil
-	if err != nil {
+	e.lock()
+	defer e.unlock()
+	if allInactive(reqs) {
+		return Undefined, Status{}, nil
+	}
+	if i := firstReady(reqs); i >= 0 {
+		st, err := reqs[i].wait(ctx)
+		return i, st, err
+	}
+	if err := e.waitAny(ctx, reqs); err != nil {
 		return Undefined, Status{}, err
 	}
-	for i := range reqs {
-		if reqs[i].r != nil && ready(reqs[i]) {
-			st, err := reqs[i].Wait(ctx)
-			return i, st, err
-		}
-	}
-	return Undefined, Status{}, nil
+	i := firstReady(reqs)
+	st, err := reqs[i].wait(ctx)
+	return i, st, err
 }
 
-// ready reports whether Wait on a non-null q would return at once.
-func ready(q Request) bool { return q.r.gen != q.gen || q.r.done }
-
-func (e *engine) anyDone() bool {
-	for _, q := range e.anyReqs {
-		if q.r != nil && ready(q) {
-			return true
+// Waitsome waits until at least one of reqs completes, then, for every
+// request of reqs that has completed, sets it to null and appends its
+// index to indices, its status to statuses (if not nil) and its error to
+// errs (if not nil); it returns the three slices. If every request is
+// null it returns indices nil. The first error of a request is also
+// returned as the error, naming its index.
+func Waitsome(ctx context.Context, reqs []Request, indices []int, statuses []Status, errs []error) ([]int, []Status, []error, error) {
+	e := engineOf(reqs)
+	if e == nil {
+		return nil, statuses, errs, nil
+	}
+	e.lock()
+	defer e.unlock()
+	if allInactive(reqs) {
+		return nil, statuses, errs, nil
+	}
+	if firstReady(reqs) < 0 {
+		if err := e.waitAny(ctx, reqs); err != nil {
+			return indices, statuses, errs, err
 		}
 	}
-	return false
+	return e.collect(reqs, indices, statuses, errs)
+}
+
+// Testsome advances the context once and, for every request of reqs that
+// has completed, does what Waitsome does; it returns indices empty (not
+// nil) if none has, and nil if every request is null.
+func Testsome(reqs []Request, indices []int, statuses []Status, errs []error) ([]int, []Status, []error, error) {
+	e := engineOf(reqs)
+	if e == nil {
+		return nil, statuses, errs, nil
+	}
+	e.lock()
+	defer e.unlock()
+	if allInactive(reqs) {
+		return nil, statuses, errs, nil
+	}
+	e.advanceOnce()
+	if indices == nil {
+		indices = []int{}
+	}
+	return e.collect(reqs, indices, statuses, errs)
+}
+
+// collect releases every completed request of reqs, for Waitsome and
+// Testsome.
+func (e *engine) collect(reqs []Request, indices []int, statuses []Status, errs []error) ([]int, []Status, []error, error) {
+	var first error
+	for i := range reqs {
+		if reqs[i].r == nil || !ready(reqs[i]) {
+			continue
+		}
+		st, err := reqs[i].wait(nil)
+		indices = append(indices, i)
+		if statuses != nil {
+			statuses = append(statuses, st)
+		}
+		if errs != nil {
+			errs = append(errs, err)
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("request %d: %w", i, err)
+		}
+	}
+	return indices, statuses, errs, first
+}
+
+// Testany advances the context once and, if one of reqs has completed,
+// sets it to null and returns its index, true, its status and error. If
+// none has it returns Undefined and false; if every request is null,
+// Undefined and true.
+func Testany(reqs []Request) (int, bool, Status, error) {
+	e := engineOf(reqs)
+	if e == nil {
+		return Undefined, true, Status{}, nil
+	}
+	e.lock()
+	defer e.unlock()
+	if allInactive(reqs) {
+		return Undefined, true, Status{}, nil
+	}
+	i := firstReady(reqs)
+	if i < 0 {
+		e.advanceOnce()
+		if i = firstReady(reqs); i < 0 {
+			return Undefined, false, Status{}, nil
+		}
+	}
+	st, err := reqs[i].wait(nil)
+	return i, true, st, err
+}
+
+// Testall advances the context once and reports whether every request of
+// reqs has completed; if so it sets each to null, fills statuses (if not
+// nil) and returns the first error, naming its index. If not, it leaves
+// every request as it was.
+func Testall(reqs []Request, statuses []Status) (bool, error) {
+	if statuses != nil && len(statuses) < len(reqs) {
+		return false, fmt.Errorf("%w: %d statuses for %d requests", ErrCount, len(statuses), len(reqs))
+	}
+	e := engineOf(reqs)
+	if e == nil {
+		clear(statuses)
+		return true, nil
+	}
+	e.lock()
+	defer e.unlock()
+	e.advanceOnce()
+	for i := range reqs {
+		if !inactive(reqs[i]) && !ready(reqs[i]) {
+			return false, nil
+		}
+	}
+	var first error
+	for i := range reqs {
+		st, err := reqs[i].wait(nil)
+		if statuses != nil {
+			statuses[i] = st
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("request %d: %w", i, err)
+		}
+	}
+	return true, first
+}
+
+// waitAny waits until one of reqs is ready, with the engine locked.
+func (e *engine) waitAny(ctx context.Context, reqs []Request) error {
+	w := e.allocReq(reqWaiter)
+	w.reqs = reqs
+	err := e.wait(ctx, w.waitCond)
+	e.freeReq(w)
+	return err
+}
+
+// firstReady returns the index of the first non-null request of reqs that
+// Wait would return at once, or -1.
+func firstReady(reqs []Request) int {
+	for i := range reqs {
+		if reqs[i].r != nil && ready(reqs[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+// inactive reports whether q is null or a persistent request not started:
+// the calls on several requests pass over it.
+func inactive(q Request) bool {
+	return q.r == nil || q.r.gen == q.gen && q.r.persistent && !q.r.active
+}
+
+// allInactive reports whether every request of reqs is inactive.
+func allInactive(reqs []Request) bool {
+	for i := range reqs {
+		if !inactive(reqs[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// ready reports whether Wait on a non-null q would return at once with an
+// operation's result: an inactive persistent request is as null.
+func ready(q Request) bool {
+	return q.r.gen != q.gen || q.r.done && (!q.r.persistent || q.r.active)
+}
+
+// waiterDone is the condition of a reqWaiter: one of its requests ready
+// (Waitany), or a message that fits its match data arrived (Probe).
+func (r *request) waiterDone() bool {
+	if r.reqs != nil {
+		return firstReady(r.reqs) >= 0
+	}
+	return r.e.unexp.find(r.ctx, r.src, r.tag) != nil
 }

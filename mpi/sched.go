@@ -240,6 +240,7 @@ func (s *sched) finish() {
 		return
 	}
 	s.done = true
+	s.e.events++
 	if s.req != nil {
 		s.e.complete(s.req, s.err)
 	}
@@ -254,12 +255,8 @@ func (s *sched) finish() {
 // cache line to reach the peer.
 func (c *Comm) run(ctx context.Context, s *sched) error {
 	e := c.e
-	h := e.ac.Hold()
-	e.held = h
-	defer func() {
-		e.held = nil
-		h.Release()
-	}()
+	e.held = e.ac.Hold()
+	defer e.dropHold()
 	e.direct = true
 	s.progress()
 	e.direct = false

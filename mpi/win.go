@@ -93,8 +93,9 @@ const (
 const lockExcl = 1 << 32
 
 // Win is a window of memory exposed to one-sided operations by every rank
-// of a communicator. Like the communicator's other calls, a window's calls
-// come from the goroutine that owns its amigo context.
+// of a communicator. Like the communicator's, its calls may come from any
+// goroutine: each takes the engine's lock while it touches the window's
+// state, and the operations' callbacks run under it (threads.go).
 type Win struct {
 	comm *Comm // a duplicate of the creating communicator
 	ac   *amigo.Context
@@ -235,23 +236,33 @@ func (w *Win) Comm() *Comm { return w.comm }
 // rank's operations, waits for every rank to have done so, and withdraws
 // the memory from the peers. Locks must have been released.
 func (w *Win) Free(ctx context.Context) error {
-	if err := w.check(); err != nil {
-		return err
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
 	}
+	e := w.comm.e
+	e.lock()
+	err := w.check()
 	for r, l := range w.locks {
-		if l != 0 {
-			return fmt.Errorf("%w: Free with rank %d still locked", ErrRMASync, r)
+		if l != 0 && err == nil {
+			err = fmt.Errorf("%w: Free with rank %d still locked", ErrRMASync, r)
 		}
 	}
-	if w.lockAll {
-		return fmt.Errorf("%w: Free inside LockAll", ErrRMASync)
+	if w.lockAll && err == nil {
+		err = fmt.Errorf("%w: Free inside LockAll", ErrRMASync)
 	}
-	err := w.FlushAll(ctx)
+	if err != nil {
+		e.unlock()
+		return err
+	}
+	err = w.flushAll(ctx)
+	e.unlock()
 	if berr := w.comm.Barrier(ctx); err == nil {
 		err = berr
 	}
+	e.lock()
 	w.freed = true
 	w.release()
+	e.unlock()
 	if ferr := w.comm.Free(); err == nil {
 		err = ferr
 	}
@@ -271,6 +282,7 @@ func (w *Win) check() error {
 // opDone is every operation's done callback.
 func (w *Win) opDone(err error) {
 	w.pending--
+	w.comm.e.events++ // a goroutine asleep in waitPending may be done
 	if err != nil && w.err == nil {
 		w.err = err
 	}
@@ -302,6 +314,11 @@ func (w *Win) target(r, disp, n int) (uint64, error) {
 // (MPI_Put). It completes at the origin by FlushLocal (origin may then be
 // reused) and at the target by Flush, Unlock or Fence.
 func (w *Win) Put(origin []byte, target, disp int) error {
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
+	}
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
 	off, err := w.target(target, disp, len(origin))
 	if err != nil || len(origin) == 0 {
 		return err
@@ -319,6 +336,11 @@ func (w *Win) Put(origin []byte, target, disp int) error {
 // disp into origin (MPI_Get); origin holds them after FlushLocal, Flush,
 // Unlock or Fence.
 func (w *Win) Get(origin []byte, target, disp int) error {
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
+	}
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
 	off, err := w.target(target, disp, len(origin))
 	if err != nil || len(origin) == 0 {
 		return err
@@ -333,6 +355,7 @@ func (w *Win) Get(origin []byte, target, disp int) error {
 
 // waitPending advances the context until every operation this rank issued
 // on the window is complete at the origin, and returns their first error.
+// The caller holds the engine's lock.
 func (w *Win) waitPending(ctx context.Context) error {
 	if err := w.comm.e.wait(ctx, func() bool { return w.pending == 0 }); err != nil {
 		return err
@@ -346,6 +369,11 @@ func (w *Win) waitPending(ctx context.Context) error {
 // the window: their origin buffers may be reused, and Gets' data is there.
 // (It completes those to every target, not only to target.)
 func (w *Win) FlushLocal(ctx context.Context, target int) error {
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
+	}
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
 	if err := w.check(); err != nil {
 		return err
 	}
@@ -357,6 +385,11 @@ func (w *Win) FlushLocal(ctx context.Context, target int) error {
 
 // FlushLocalAll is FlushLocal for every target.
 func (w *Win) FlushLocalAll(ctx context.Context) error {
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
+	}
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
 	if err := w.check(); err != nil {
 		return err
 	}
@@ -366,12 +399,22 @@ func (w *Win) FlushLocalAll(ctx context.Context) error {
 // Flush completes every operation this rank issued to target at the
 // target: its Puts and accumulates are visible there.
 func (w *Win) Flush(ctx context.Context, target int) error {
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
+	}
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
 	if err := w.check(); err != nil {
 		return err
 	}
 	if target < 0 || target >= len(w.sizes) {
 		return fmt.Errorf("%w: target %d", ErrRank, target)
 	}
+	return w.flushRank(ctx, target)
+}
+
+// flushRank is Flush with the engine's lock held.
+func (w *Win) flushRank(ctx context.Context, target int) error {
 	err := w.waitPending(ctx)
 	if w.put[target] {
 		w.put[target] = false
@@ -384,14 +427,24 @@ func (w *Win) Flush(ctx context.Context, target int) error {
 
 // FlushAll is Flush for every target.
 func (w *Win) FlushAll(ctx context.Context) error {
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
+	}
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
 	if err := w.check(); err != nil {
 		return err
 	}
+	return w.flushAll(ctx)
+}
+
+// flushAll is FlushAll with the engine's lock held.
+func (w *Win) flushAll(ctx context.Context) error {
 	err := w.waitPending(ctx)
 	clear(w.put)
 	var ferr error
 	fenced := false
-	if e := w.ac.FenceAll(func(e error) { ferr, fenced = e, true }); e != nil {
+	if e := w.ac.FenceAll(func(e error) { ferr, fenced = e, true; w.comm.e.events++ }); e != nil {
 		return errors.Join(err, e)
 	}
 	if e := w.comm.e.wait(ctx, func() bool { return fenced }); e != nil {
@@ -406,7 +459,7 @@ func (w *Win) FlushAll(ctx context.Context) error {
 func (w *Win) flushAMI(ctx context.Context, ep amigo.Endpoint) error {
 	var ferr error
 	flushed := false
-	if err := w.ac.Flush(ep, func(e error) { ferr, flushed = e, true }); err != nil {
+	if err := w.ac.Flush(ep, func(e error) { ferr, flushed = e, true; w.comm.e.events++ }); err != nil {
 		return err
 	}
 	if err := w.comm.e.wait(ctx, func() bool { return flushed }); err != nil {
@@ -420,6 +473,11 @@ func (w *Win) flushAMI(ctx context.Context, ep amigo.Endpoint) error {
 // message, a lock) visible to each other (MPI_Win_sync): a full memory
 // barrier.
 func (w *Win) Sync() error {
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
+	}
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
 	if err := w.check(); err != nil {
 		return err
 	}
@@ -433,25 +491,34 @@ func (w *Win) Sync() error {
 // ranks; every operation any rank issued before it is complete at its
 // target when it returns, on every rank.
 func (w *Win) Fence(ctx context.Context, assert int) error {
-	if err := w.check(); err != nil {
-		return err
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
 	}
-	if w.lockAll {
-		return fmt.Errorf("%w: Fence inside LockAll", ErrRMASync)
+	e := w.comm.e
+	e.lock()
+	err := w.check()
+	if err == nil && w.lockAll {
+		err = fmt.Errorf("%w: Fence inside LockAll", ErrRMASync)
 	}
 	for r, l := range w.locks {
-		if l != 0 {
-			return fmt.Errorf("%w: Fence while rank %d is locked", ErrRMASync, r)
+		if l != 0 && err == nil {
+			err = fmt.Errorf("%w: Fence while rank %d is locked", ErrRMASync, r)
 		}
 	}
-	var err error
-	if assert&ModeNoPrecede == 0 || w.pending > 0 {
-		err = w.FlushAll(ctx)
+	if err != nil {
+		e.unlock()
+		return err
 	}
+	if assert&ModeNoPrecede == 0 || w.pending > 0 {
+		err = w.flushAll(ctx)
+	}
+	e.unlock()
 	if berr := w.comm.Barrier(ctx); err == nil {
 		err = berr
 	}
+	e.lock()
 	w.fenceOpen = assert&ModeNoSucceed == 0
+	e.unlock()
 	return err
 }
 
@@ -461,9 +528,19 @@ func (w *Win) Fence(ctx context.Context, assert int) error {
 // remote atomics: the target need not call into mpi for it. A lock that is
 // held elsewhere is retried until ctx ends.
 func (w *Win) Lock(ctx context.Context, lt LockType, target int) error {
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
+	}
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
 	if err := w.check(); err != nil {
 		return err
 	}
+	return w.lockRank(ctx, lt, target)
+}
+
+// lockRank is Lock with the engine's lock held.
+func (w *Win) lockRank(ctx context.Context, lt LockType, target int) error {
 	if target < 0 || target >= len(w.sizes) {
 		return fmt.Errorf("%w: target %d", ErrRank, target)
 	}
@@ -502,7 +579,10 @@ func (w *Win) Lock(ctx context.Context, lt LockType, target int) error {
 		// and the holder run, before the next try.
 		w.ac.Advance()
 		if spins%16 == 15 {
+			// Let the other goroutines of this rank have the engine.
+			w.comm.e.unlock()
 			runtime.Gosched()
+			w.comm.e.lock()
 		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("mpi: Lock of rank %d: %w", target, err)
@@ -510,13 +590,14 @@ func (w *Win) Lock(ctx context.Context, lt LockType, target int) error {
 	}
 }
 
-// lockOp performs one atomic on target's lock word and waits for it.
+// lockOp performs one atomic on target's lock word and waits for it; the
+// caller holds the engine's lock.
 func (w *Win) lockOp(ctx context.Context, target int, op amigo.AtomicOp, operand, compare uint64) (uint64, error) {
 	var aerr error
 	done := false
 	w.ctlWord = 0
 	p := amigo.AtomicParams{Dest: w.eps[target], Remote: w.ctlKeys[target], Op: op, Type: amigo.Uint64,
-		Operand: operand, Compare: compare, Result: &w.ctlWord, Done: func(e error) { aerr, done = e, true }}
+		Operand: operand, Compare: compare, Result: &w.ctlWord, Done: func(e error) { aerr, done = e, true; w.comm.e.events++ }}
 	if err := w.ac.Atomic(&p); err != nil {
 		return 0, err
 	}
@@ -529,6 +610,11 @@ func (w *Win) lockOp(ctx context.Context, target int, op amigo.AtomicOp, operand
 // Unlock completes every operation this rank issued to target, at the
 // target, and releases the lock Lock took (MPI_Win_unlock).
 func (w *Win) Unlock(ctx context.Context, target int) error {
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
+	}
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
 	if err := w.check(); err != nil {
 		return err
 	}
@@ -539,7 +625,7 @@ func (w *Win) Unlock(ctx context.Context, target int) error {
 	if lt == 0 {
 		return fmt.Errorf("%w: Unlock of rank %d, which this rank has not locked", ErrRMASync, target)
 	}
-	err := w.Flush(ctx, target)
+	err := w.flushRank(ctx, target)
 	delta := ^uint64(0) // -1: one shared holder less
 	if lt == LockExclusive {
 		delta = ^uint64(lockExcl - 1) // -lockExcl
@@ -554,6 +640,11 @@ func (w *Win) Unlock(ctx context.Context, target int) error {
 
 // LockAll takes a shared lock on every rank's window (MPI_Win_lock_all).
 func (w *Win) LockAll(ctx context.Context) error {
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
+	}
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
 	if err := w.check(); err != nil {
 		return err
 	}
@@ -561,9 +652,10 @@ func (w *Win) LockAll(ctx context.Context) error {
 		return fmt.Errorf("%w: LockAll inside LockAll", ErrRMASync)
 	}
 	for r := range w.locks {
-		if err := w.Lock(ctx, LockShared, r); err != nil {
+		if err := w.lockRank(ctx, LockShared, r); err != nil {
 			for q := 0; q < r; q++ {
-				_ = w.Unlock(ctx, q)
+				_, _ = w.lockOp(ctx, q, amigo.AtomicAdd, ^uint64(0), 0)
+				w.locks[q] = 0
 			}
 			return err
 		}
@@ -578,13 +670,18 @@ func (w *Win) LockAll(ctx context.Context) error {
 // UnlockAll completes every operation this rank issued on the window at
 // its targets and releases LockAll's locks (MPI_Win_unlock_all).
 func (w *Win) UnlockAll(ctx context.Context) error {
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
+	}
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
 	if err := w.check(); err != nil {
 		return err
 	}
 	if !w.lockAll {
 		return fmt.Errorf("%w: UnlockAll without LockAll", ErrRMASync)
 	}
-	err := w.FlushAll(ctx)
+	err := w.flushAll(ctx)
 	for r := range w.locks {
 		if _, uerr := w.lockOp(ctx, r, amigo.AtomicAdd, ^uint64(0), 0); uerr != nil {
 			err = errors.Join(err, fmt.Errorf("mpi: UnlockAll, rank %d: %w", r, uerr))
@@ -655,6 +752,11 @@ const opCAS opCode = opNoOp + 1
 // accumulate issues one atomic update per element. cmp is CompareAndSwap's
 // comparand (one element), result (if not nil) receives the old elements.
 func accumulate(w *Win, k kind, origin, result, cmp []byte, target, disp int, op Op) error {
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
+	}
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
 	es := k.size()
 	switch {
 	case k == kInvalid:
