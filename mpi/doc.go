@@ -41,9 +41,13 @@
 //     their size — the match is made when the message (or its announcement)
 //     arrives, not when its data lands.
 //  5. A message longer than the receive buffer fails the receive with a
-//     *TruncateError (ErrTruncate) and writes nothing beyond the buffer; if
-//     it travelled inline the buffer holds its first bytes, if it was
-//     announced it is declined, which fails the sender's send as well.
+//     *TruncateError (ErrTruncate); the buffer holds the message's first
+//     bytes and nothing beyond it is written. It is the receiver's error
+//     only: an announced message is fetched whole into scratch and its
+//     first bytes copied, so that the sender's send completes. A
+//     collective's receive expects its exact length: ranks that disagree
+//     on a count get ErrCount (or ErrTruncate) rather than a buffer half
+//     filled.
 //  6. Goroutines of one rank that send in an order (one after the other,
 //     or ordered by a channel or a lock) have their messages matched in
 //     that order, as if one goroutine had sent them: every send is posted

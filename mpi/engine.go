@@ -356,14 +356,22 @@ func (e *engine) deliver(r *request, m *amigo.Message, src, tag int32) {
 	size := m.Size()
 	r.status = Status{Source: int(src), Tag: int(tag), Count: size}
 	if size > len(r.buf) {
-		// An inline message leaves its first bytes; an announced one is
-		// declined (not claimed), which fails the sender's send.
-		r.status.Count = 0
-		if m.Inline() {
-			r.status.Count = copy(r.buf, m.Data)
-		}
 		e.stats.Truncated++
-		e.complete(r, &TruncateError{Source: int(src), Tag: int(tag), Size: size, Cap: len(r.buf)})
+		if m.Inline() {
+			// It leaves its first bytes.
+			r.status.Count = copy(r.buf, m.Data)
+			e.complete(r, &TruncateError{Source: int(src), Tag: int(tag), Size: size, Cap: len(r.buf)})
+			return
+		}
+		// An announced one is taken whole, so that the send completes
+		// (the truncation is the receiver's error only), into scratch
+		// whose first bytes complete copies into the buffer.
+		r.trunc = e.scratch.get(size)
+		r.inAMI = true
+		if err := m.Receive(r.trunc, r.onAMI); err != nil {
+			r.inAMI = false
+			e.complete(r, err)
+		}
 		return
 	}
 	e.stats.Received++
@@ -468,16 +476,21 @@ func (e *engine) recvUnexpected(r *request, u *unexpected) {
 	r.status = Status{Source: int(u.src), Tag: int(u.tag), Count: u.size}
 	switch {
 	case u.size > len(r.buf):
-		r.status.Count = 0
+		e.stats.Truncated++
 		if u.inline {
 			r.status.Count = copy(r.buf, u.data)
 			e.stats.UnexpectedBytes -= len(u.data)
 			e.bufs.put(u.data)
-		} else {
-			_ = e.ac.Reject(u.deferred)
+			e.complete(r, &TruncateError{Source: int(u.src), Tag: int(u.tag), Size: u.size, Cap: len(r.buf)})
+			break
 		}
-		e.stats.Truncated++
-		e.complete(r, &TruncateError{Source: int(u.src), Tag: int(u.tag), Size: u.size, Cap: len(r.buf)})
+		// Taken whole, as in deliver.
+		r.trunc = e.scratch.get(u.size)
+		r.inAMI = true
+		if err := e.ac.Accept(u.deferred, r.trunc, r.onAMI); err != nil {
+			r.inAMI = false
+			e.complete(r, err)
+		}
 	case u.inline:
 		copy(r.buf, u.data)
 		e.stats.UnexpectedBytes -= len(u.data)

@@ -66,6 +66,10 @@ type reqState struct {
 	syncSlot int32
 	sentDone bool
 
+	// trunc takes an announced message longer than buf whole (complete
+	// copies its first bytes into buf).
+	trunc []byte
+
 	// A persistent request (persistent.go) stays allocated between its
 	// starts; active while started and not yet waited for. A persistent
 	// send's message in flight is an inner request whose completion
@@ -108,6 +112,21 @@ func (e *engine) freeReq(r *request) {
 // released; a user's request waits for Wait or Test.
 func (e *engine) complete(r *request, err error) {
 	e.events++
+	if r.trunc != nil {
+		// A truncated announced message, taken whole: the receive gets
+		// its first bytes and the error.
+		if err == nil {
+			r.status.Count = copy(r.buf, r.trunc)
+			err = &TruncateError{Source: r.status.Source, Tag: r.status.Tag, Size: len(r.trunc), Cap: len(r.buf)}
+		}
+		e.scratch.put(r.trunc)
+		r.trunc = nil
+	} else if r.owner != nil && r.kind == reqRecv && err == nil && r.status.Count != len(r.buf) {
+		// A collective's receive expects its exact length: ranks that
+		// disagree on a count get an error, not a buffer half old.
+		e.stats.Truncated++
+		err = fmt.Errorf("%w: a collective's message of %d bytes where %d were due", ErrCount, r.status.Count, len(r.buf))
+	}
 	if r.syncSlot != 0 {
 		if err == nil {
 			r.sentDone = true // the acknowledgement completes it
