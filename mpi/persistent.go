@@ -104,6 +104,7 @@ func (q *Request) start() error {
 		}
 		return nil
 	}
+	c.track(r)
 	if r.kind == reqRecv {
 		e.postRecv(r)
 		return nil
@@ -111,10 +112,14 @@ func (q *Request) start() error {
 	in, err := e.sendMsg(c.eps[r.peer], c.p2p, int32(c.rank), r.tag, r.buf, false)
 	if err != nil {
 		r.active = false
+		r.counted = nil
+		c.untrack()
 		return err
 	}
 	if in == nil {
 		r.done = true
+		r.counted = nil
+		c.untrack()
 		e.unflushed = true
 		return nil
 	}

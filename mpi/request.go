@@ -66,6 +66,10 @@ type reqState struct {
 	syncSlot int32
 	sentDone bool
 
+	// counted is the communicator whose in-flight operations count r
+	// (Comm.track).
+	counted *Comm
+
 	// trunc takes an announced message longer than buf whole (complete
 	// copies its first bytes into buf).
 	trunc []byte
@@ -103,6 +107,9 @@ func (e *engine) allocReq(k reqKind) *request {
 }
 
 func (e *engine) freeReq(r *request) {
+	if c := r.counted; c != nil {
+		c.untrack() // released before it completed: a receive given up
+	}
 	r.reqState = reqState{gen: r.gen + 1, nextFree: e.reqFree}
 	e.reqFree = r
 }
@@ -136,6 +143,10 @@ func (e *engine) complete(r *request, err error) {
 	}
 	r.done = true
 	r.err = err
+	if c := r.counted; c != nil {
+		r.counted = nil
+		c.untrack()
+	}
 	switch {
 	case r.parent != nil:
 		p, gen := r.parent, r.parentGen
@@ -270,6 +281,34 @@ func (q *Request) test(advance bool) (bool, Status, error) {
 	st, err := r.status, r.err
 	e.finish(q, r)
 	return true, st, err
+}
+
+// GetStatus advances the context once and reports whether the operation
+// completed, with its status and error, without releasing it
+// (MPI_Request_get_status): the handle still names it, to be waited on or
+// tested. The null request, and an inactive persistent one, report
+// complete with an empty status.
+func (q Request) GetStatus() (bool, Status, error) {
+	if q.r == nil {
+		return true, Status{}, nil
+	}
+	e := q.r.e
+	e.lock()
+	defer e.unlock()
+	r, err := q.live()
+	if err != nil {
+		return true, Status{}, err
+	}
+	if r.persistent && !r.active {
+		return true, Status{}, nil
+	}
+	if !r.done {
+		e.advanceOnce()
+		if !r.done {
+			return false, Status{}, nil
+		}
+	}
+	return true, r.status, r.err
 }
 
 // advanceOnce advances the context once, with the engine locked.
