@@ -319,6 +319,9 @@ func reduceSmall[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op,
 	if err := op.check(k); err != nil {
 		return err
 	}
+	if err := op.checkPairs(max(len(send), len(recv))); err != nil {
+		return err
+	}
 	e := c.e
 	n := len(send) * sizeOf[T]()
 	var acc []byte
@@ -398,6 +401,9 @@ func reduceSched[T Numeric](c *Comm, send, recv []T, op Op, root int) (*sched, e
 	}
 	k := kindOf[T]()
 	if err := op.check(k); err != nil {
+		return nil, err
+	}
+	if err := op.checkPairs(max(len(send), len(recv))); err != nil {
 		return nil, err
 	}
 	count := len(send)
@@ -484,6 +490,9 @@ func checkReduce[T Numeric](c *Comm, send, recv []T, op Op, name string) (kind, 
 	}
 	k := kindOf[T]()
 	if err := op.check(k); err != nil {
+		return kInvalid, err
+	}
+	if err := op.checkPairs(len(recv)); err != nil {
 		return kInvalid, err
 	}
 	if send != nil && len(send) != len(recv) {
@@ -1281,6 +1290,11 @@ func reduceScatterWith[T Numeric](c *Comm, send, recv []T, counts []int, op Op, 
 	k := kindOf[T]()
 	if err := op.check(k); err != nil {
 		return err
+	}
+	for _, n := range counts {
+		if err := op.checkPairs(n); err != nil {
+			return err
+		}
 	}
 	p, r := c.size, c.rank
 	if len(counts) != p {
