@@ -81,6 +81,7 @@ type reqState struct {
 	persistent bool
 	active     bool
 	comm       *Comm
+	build      func() (*sched, error) // a persistent collective's schedule
 	peer       int
 	parent     *request
 	parentGen  uint32
@@ -237,6 +238,10 @@ func (q *Request) wait(ctx context.Context) (Status, error) {
 func (e *engine) finish(q *Request, r *request) {
 	if r.persistent {
 		r.active = false
+		if r.sched != nil {
+			e.freeSched(r.sched)
+			r.sched = nil
+		}
 		return
 	}
 	e.release(r)
