@@ -194,6 +194,11 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 	}
 	e.world = w
 
+	// The engine stays locked until the handshake is done: a goroutine
+	// that calls World on ac meanwhile gets w, and waits in its first
+	// call for the handshake, which advances ac.
+	e.lock()
+	defer e.unlock()
 	registryMu.Lock()
 	if other := registry[ac]; other != nil {
 		registryMu.Unlock()
@@ -208,6 +213,7 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 	if err := e.handshake(ctx); err != nil {
 		_ = ac.SetDispatch(e.disp, nil)
 		e.unregister()
+		e.closed = true
 		return nil, fmt.Errorf("mpi: World: %w", err)
 	}
 	return w, nil
