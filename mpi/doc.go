@@ -146,7 +146,10 @@
 // request or buffer (coll.go, holdDirect). Blocking collectives of other
 // sizes wait for their schedule; nonblocking ones (Ibarrier, Ibcast,
 // Iallreduce, Ireduce, Iallgather, Ialltoall, IneighborAllgather,
-// IneighborAlltoall) return a Request. Algorithms are chosen by message
+// IneighborAlltoall, Igather, Iscatter, their v forms, Iallgatherv,
+// Ialltoallv, IreduceScatter, Iscan, Iexscan) return a Request, and the
+// persistent collectives (AllreduceInit, BcastInit, ...) return a request
+// each Start runs once. Algorithms are chosen by message
 // size and rank count (see Options): recursive doubling for small Allreduce,
 // reduce-scatter and allgather for large; a flat check-in and release for
 // Barrier on up to 16 ranks, dissemination beyond; the root sending to
@@ -154,6 +157,7 @@
 // Bcast; Bruck and rings for Allgather; and so on. Reductions
 // with the predefined ops give every rank the same result; user ops made
 // by NewOp may be non-commutative, and are then applied in rank order.
+// MinLoc and MaxLoc reduce value-index pairs, kept whole.
 //
 // # Groups, communicators and topologies
 //
