@@ -319,6 +319,9 @@ func reduceSmall[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op,
 	if err := op.check(k); err != nil {
 		return err
 	}
+	if err := op.checkPairs(max(len(send), len(recv))); err != nil {
+		return err
+	}
 	e := c.e
 	n := len(send) * sizeOf[T]()
 	var acc []byte
@@ -398,6 +401,9 @@ func reduceSched[T Numeric](c *Comm, send, recv []T, op Op, root int) (*sched, e
 	}
 	k := kindOf[T]()
 	if err := op.check(k); err != nil {
+		return nil, err
+	}
+	if err := op.checkPairs(max(len(send), len(recv))); err != nil {
 		return nil, err
 	}
 	count := len(send)
@@ -484,6 +490,9 @@ func checkReduce[T Numeric](c *Comm, send, recv []T, op Op, name string) (kind, 
 	}
 	k := kindOf[T]()
 	if err := op.check(k); err != nil {
+		return kInvalid, err
+	}
+	if err := op.checkPairs(len(recv)); err != nil {
 		return kInvalid, err
 	}
 	if send != nil && len(send) != len(recv) {
@@ -650,6 +659,28 @@ func Gather[T Numeric](ctx context.Context, c *Comm, send, recv []T, root int) e
 	}
 	c.e.lock()
 	defer c.e.unlock()
+	return gatherWith(c, send, recv, root, func(s *sched) error { return c.run(ctx, s) })
+}
+
+// Igather starts a Gather; see Gather. The buffers belong to the operation until
+// the request completes.
+func Igather[T Numeric](c *Comm, send, recv []T, root int) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	var q Request
+	err := gatherWith(c, send, recv, root, func(s *sched) error {
+		q = c.start(s)
+		return nil
+	})
+	return q, err
+}
+
+// gatherWith checks the arguments of Gather, builds its schedule and hands it
+// to finish, with the engine locked.
+func gatherWith[T Numeric](c *Comm, send, recv []T, root int, finish func(*sched) error) error {
 	if err := c.checkRoot(root); err != nil {
 		return err
 	}
@@ -687,7 +718,7 @@ func Gather[T Numeric](ctx context.Context, c *Comm, send, recv []T, root int) e
 	default:
 		s.gatherLinear(sb, rb, root, func(i int) (int, int) { return i * bs, (i + 1) * bs })
 	}
-	return c.run(ctx, s)
+	return finish(s)
 }
 
 // Gatherv collects send of every rank of c into recv at root: rank i's
@@ -699,6 +730,28 @@ func Gatherv[T Numeric](ctx context.Context, c *Comm, send, recv []T, counts, di
 	}
 	c.e.lock()
 	defer c.e.unlock()
+	return gathervWith(c, send, recv, counts, displs, root, func(s *sched) error { return c.run(ctx, s) })
+}
+
+// Igatherv starts a Gatherv; see Gatherv. The buffers belong to the operation until
+// the request completes.
+func Igatherv[T Numeric](c *Comm, send, recv []T, counts, displs []int, root int) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	var q Request
+	err := gathervWith(c, send, recv, counts, displs, root, func(s *sched) error {
+		q = c.start(s)
+		return nil
+	})
+	return q, err
+}
+
+// gathervWith checks the arguments of Gatherv, builds its schedule and hands it
+// to finish, with the engine locked.
+func gathervWith[T Numeric](c *Comm, send, recv []T, counts, displs []int, root int, finish func(*sched) error) error {
 	if err := c.checkRoot(root); err != nil {
 		return err
 	}
@@ -717,7 +770,7 @@ func Gatherv[T Numeric](ctx context.Context, c *Comm, send, recv []T, counts, di
 	}
 	s := c.e.newSched(c)
 	s.gatherLinear(Bytes(send), Bytes(recv), root, off)
-	return c.run(ctx, s)
+	return finish(s)
 }
 
 func (s *sched) gatherLinear(send, recv []byte, root int, off func(int) (int, int)) {
@@ -747,6 +800,28 @@ func Scatter[T Numeric](ctx context.Context, c *Comm, send, recv []T, root int) 
 	}
 	c.e.lock()
 	defer c.e.unlock()
+	return scatterWith(c, send, recv, root, func(s *sched) error { return c.run(ctx, s) })
+}
+
+// Iscatter starts a Scatter; see Scatter. The buffers belong to the operation until
+// the request completes.
+func Iscatter[T Numeric](c *Comm, send, recv []T, root int) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	var q Request
+	err := scatterWith(c, send, recv, root, func(s *sched) error {
+		q = c.start(s)
+		return nil
+	})
+	return q, err
+}
+
+// scatterWith checks the arguments of Scatter, builds its schedule and hands it
+// to finish, with the engine locked.
+func scatterWith[T Numeric](c *Comm, send, recv []T, root int, finish func(*sched) error) error {
 	if err := c.checkRoot(root); err != nil {
 		return err
 	}
@@ -782,7 +857,7 @@ func Scatter[T Numeric](ctx context.Context, c *Comm, send, recv []T, root int) 
 	default:
 		s.scatterLinear(sb, rb, root, func(i int) (int, int) { return i * bs, (i + 1) * bs })
 	}
-	return c.run(ctx, s)
+	return finish(s)
 }
 
 // Scatterv sends rank i of c the block of counts[i] elements at displs[i]
@@ -793,6 +868,28 @@ func Scatterv[T Numeric](ctx context.Context, c *Comm, send []T, counts, displs 
 	}
 	c.e.lock()
 	defer c.e.unlock()
+	return scattervWith(c, send, counts, displs, recv, root, func(s *sched) error { return c.run(ctx, s) })
+}
+
+// Iscatterv starts a Scatterv; see Scatterv. The buffers belong to the operation until
+// the request completes.
+func Iscatterv[T Numeric](c *Comm, send []T, counts, displs []int, recv []T, root int) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	var q Request
+	err := scattervWith(c, send, counts, displs, recv, root, func(s *sched) error {
+		q = c.start(s)
+		return nil
+	})
+	return q, err
+}
+
+// scattervWith checks the arguments of Scatterv, builds its schedule and hands it
+// to finish, with the engine locked.
+func scattervWith[T Numeric](c *Comm, send []T, counts, displs []int, recv []T, root int, finish func(*sched) error) error {
 	if err := c.checkRoot(root); err != nil {
 		return err
 	}
@@ -809,7 +906,7 @@ func Scatterv[T Numeric](ctx context.Context, c *Comm, send []T, counts, displs 
 	}
 	s := c.e.newSched(c)
 	s.scatterLinear(Bytes(send), Bytes(recv), root, off)
-	return c.run(ctx, s)
+	return finish(s)
 }
 
 func (s *sched) scatterLinear(send, recv []byte, root int, off func(int) (int, int)) {
@@ -963,6 +1060,28 @@ func Allgatherv[T Numeric](ctx context.Context, c *Comm, send, recv []T, counts,
 	}
 	c.e.lock()
 	defer c.e.unlock()
+	return allgathervWith(c, send, recv, counts, displs, func(s *sched) error { return c.run(ctx, s) })
+}
+
+// Iallgatherv starts a Allgatherv; see Allgatherv. The buffers belong to the operation until
+// the request completes.
+func Iallgatherv[T Numeric](c *Comm, send, recv []T, counts, displs []int) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	var q Request
+	err := allgathervWith(c, send, recv, counts, displs, func(s *sched) error {
+		q = c.start(s)
+		return nil
+	})
+	return q, err
+}
+
+// allgathervWith checks the arguments of Allgatherv, builds its schedule and hands it
+// to finish, with the engine locked.
+func allgathervWith[T Numeric](c *Comm, send, recv []T, counts, displs []int, finish func(*sched) error) error {
 	if err := c.check(); err != nil {
 		return err
 	}
@@ -983,7 +1102,7 @@ func Allgatherv[T Numeric](ctx context.Context, c *Comm, send, recv []T, counts,
 		lo, hi := off(r)
 		s.copy(rb[lo:hi], Bytes(send))
 	}
-	return c.run(ctx, s)
+	return finish(s)
 }
 
 // Alltoall sends block i of send to rank i of c and receives rank i's block
@@ -1085,6 +1204,28 @@ func Alltoallv[T Numeric](ctx context.Context, c *Comm, send []T, scounts, sdisp
 	}
 	c.e.lock()
 	defer c.e.unlock()
+	return alltoallvWith(c, send, scounts, sdispls, recv, rcounts, rdispls, func(s *sched) error { return c.run(ctx, s) })
+}
+
+// Ialltoallv starts a Alltoallv; see Alltoallv. The buffers belong to the operation until
+// the request completes.
+func Ialltoallv[T Numeric](c *Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	var q Request
+	err := alltoallvWith(c, send, scounts, sdispls, recv, rcounts, rdispls, func(s *sched) error {
+		q = c.start(s)
+		return nil
+	})
+	return q, err
+}
+
+// alltoallvWith checks the arguments of Alltoallv, builds its schedule and hands it
+// to finish, with the engine locked.
+func alltoallvWith[T Numeric](c *Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int, finish func(*sched) error) error {
 	if err := c.check(); err != nil {
 		return err
 	}
@@ -1105,7 +1246,7 @@ func Alltoallv[T Numeric](ctx context.Context, c *Comm, send []T, scounts, sdisp
 	roff := func(i int) (int, int) { return rdispls[i] * es, (rdispls[i] + rcounts[i]) * es }
 	s := c.e.newSched(c)
 	s.alltoall(Bytes(send), Bytes(recv), soff, roff, true)
-	return c.run(ctx, s)
+	return finish(s)
 }
 
 // ReduceScatter combines send of every rank of c element-wise with op, and
@@ -1121,12 +1262,39 @@ func ReduceScatter[T Numeric](ctx context.Context, c *Comm, send, recv []T, coun
 	}
 	c.e.lock()
 	defer c.e.unlock()
+	return reduceScatterWith(c, send, recv, counts, op, func(s *sched) error { return c.run(ctx, s) })
+}
+
+// IreduceScatter starts a ReduceScatter; see ReduceScatter. The buffers belong to the operation until
+// the request completes.
+func IreduceScatter[T Numeric](c *Comm, send, recv []T, counts []int, op Op) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	var q Request
+	err := reduceScatterWith(c, send, recv, counts, op, func(s *sched) error {
+		q = c.start(s)
+		return nil
+	})
+	return q, err
+}
+
+// reduceScatterWith checks the arguments of ReduceScatter, builds its schedule and hands it
+// to finish, with the engine locked.
+func reduceScatterWith[T Numeric](c *Comm, send, recv []T, counts []int, op Op, finish func(*sched) error) error {
 	if err := c.check(); err != nil {
 		return err
 	}
 	k := kindOf[T]()
 	if err := op.check(k); err != nil {
 		return err
+	}
+	for _, n := range counts {
+		if err := op.checkPairs(n); err != nil {
+			return err
+		}
 	}
 	p, r := c.size, c.rank
 	if len(counts) != p {
@@ -1167,7 +1335,7 @@ func ReduceScatter[T Numeric](ctx context.Context, c *Comm, send, recv []T, coun
 		}
 		s.scatterLinear(acc, rb, 0, off)
 	}
-	return c.run(ctx, s)
+	return finish(s)
 }
 
 // Scan gives rank i the combination with op of send of ranks 0 to i, in
@@ -1194,6 +1362,36 @@ func Exscan[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) erro
 }
 
 func scan[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op, exclusive bool) error {
+	return scanWith(c, send, recv, op, exclusive, func(s *sched) error { return c.run(ctx, s) })
+}
+
+// Iscan starts a Scan; see Scan.
+func Iscan[T Numeric](c *Comm, send, recv []T, op Op) (Request, error) {
+	return iscan(c, send, recv, op, false)
+}
+
+// Iexscan starts an Exscan; see Exscan.
+func Iexscan[T Numeric](c *Comm, send, recv []T, op Op) (Request, error) {
+	return iscan(c, send, recv, op, true)
+}
+
+func iscan[T Numeric](c *Comm, send, recv []T, op Op, exclusive bool) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	c.e.lock()
+	defer c.e.unlock()
+	var q Request
+	err := scanWith(c, send, recv, op, exclusive, func(s *sched) error {
+		q = c.start(s)
+		return nil
+	})
+	return q, err
+}
+
+// scanWith checks the arguments of Scan or Exscan, builds the schedule
+// and hands it to finish, with the engine locked.
+func scanWith[T Numeric](c *Comm, send, recv []T, op Op, exclusive bool, finish func(*sched) error) error {
 	k, err := checkReduce(c, send, recv, op, "Scan")
 	if err != nil {
 		return err
@@ -1213,7 +1411,7 @@ func scan[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op, exclus
 	if c.size > 1 && len(rb) > 0 {
 		s.scan(rb, partial, exclusive)
 	}
-	return c.run(ctx, s)
+	return finish(s)
 }
 
 func (c *Comm) checkRoot(root int) error {

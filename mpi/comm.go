@@ -49,6 +49,11 @@ type Comm struct {
 	seq        uint32           // collectives started, which tags their messages
 	freed      bool
 	cart       *cart // the Cartesian topology, if any (topo.go)
+	// inflight counts the operations on c not yet completed; a Free
+	// while some are sets freeing, and the last to complete gives the
+	// context id back.
+	inflight int
+	freeing  bool
 }
 
 func (c *Comm) setID(id int) {
@@ -228,6 +233,24 @@ func (c *Comm) agreeID(ctx context.Context, take bool) (int, error) {
 	}
 }
 
+// track counts r as an operation on c in flight, until it completes.
+func (c *Comm) track(r *request) {
+	r.counted = c
+	c.inflight++
+}
+
+// untrack ends an operation on c; the last of a freed communicator gives
+// its context id back.
+func (c *Comm) untrack() {
+	c.inflight--
+	if c.inflight == 0 && c.freeing {
+		c.freeing = false
+		c.releaseID()
+	}
+}
+
+func (c *Comm) releaseID() { c.e.ids[c.id/64] |= 1 << (c.id % 64) }
+
 // Finalize ends the mpi layer of a rank: collective over the world w, it
 // returns once every rank called it and every message this rank sent has
 // been taken by its receiver, so that the process may close its amigo client
@@ -272,7 +295,13 @@ func (c *Comm) free() error {
 	}
 	c.freed = true
 	if c.id != 0 {
-		c.e.ids[c.id/64] |= 1 << (c.id % 64)
+		if c.inflight > 0 {
+			// MPI_Comm_free: the operations in flight complete; the
+			// context id is given back after the last.
+			c.freeing = true
+			return nil
+		}
+		c.releaseID()
 		return nil
 	}
 	c.e.closed = true

@@ -41,9 +41,13 @@
 //     their size — the match is made when the message (or its announcement)
 //     arrives, not when its data lands.
 //  5. A message longer than the receive buffer fails the receive with a
-//     *TruncateError (ErrTruncate) and writes nothing beyond the buffer; if
-//     it travelled inline the buffer holds its first bytes, if it was
-//     announced it is declined, which fails the sender's send as well.
+//     *TruncateError (ErrTruncate); the buffer holds the message's first
+//     bytes and nothing beyond it is written. It is the receiver's error
+//     only: an announced message is fetched whole into scratch and its
+//     first bytes copied, so that the sender's send completes. A
+//     collective's receive expects its exact length: ranks that disagree
+//     on a count get ErrCount (or ErrTruncate) rather than a buffer half
+//     filled.
 //  6. Goroutines of one rank that send in an order (one after the other,
 //     or ordered by a channel or a lock) have their messages matched in
 //     that order, as if one goroutine had sent them: every send is posted
@@ -142,7 +146,10 @@
 // request or buffer (coll.go, holdDirect). Blocking collectives of other
 // sizes wait for their schedule; nonblocking ones (Ibarrier, Ibcast,
 // Iallreduce, Ireduce, Iallgather, Ialltoall, IneighborAllgather,
-// IneighborAlltoall) return a Request. Algorithms are chosen by message
+// IneighborAlltoall, Igather, Iscatter, their v forms, Iallgatherv,
+// Ialltoallv, IreduceScatter, Iscan, Iexscan) return a Request, and the
+// persistent collectives (AllreduceInit, BcastInit, ...) return a request
+// each Start runs once. Algorithms are chosen by message
 // size and rank count (see Options): recursive doubling for small Allreduce,
 // reduce-scatter and allgather for large; a flat check-in and release for
 // Barrier on up to 16 ranks, dissemination beyond; the root sending to
@@ -150,6 +157,7 @@
 // Bcast; Bruck and rings for Allgather; and so on. Reductions
 // with the predefined ops give every rank the same result; user ops made
 // by NewOp may be non-commutative, and are then applied in rank order.
+// MinLoc and MaxLoc reduce value-index pairs, kept whole.
 //
 // # Groups, communicators and topologies
 //

@@ -194,6 +194,11 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 	}
 	e.world = w
 
+	// The engine stays locked until the handshake is done: a goroutine
+	// that calls World on ac meanwhile gets w, and waits in its first
+	// call for the handshake, which advances ac.
+	e.lock()
+	defer e.unlock()
 	registryMu.Lock()
 	if other := registry[ac]; other != nil {
 		registryMu.Unlock()
@@ -208,6 +213,7 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 	if err := e.handshake(ctx); err != nil {
 		_ = ac.SetDispatch(e.disp, nil)
 		e.unregister()
+		e.closed = true
 		return nil, fmt.Errorf("mpi: World: %w", err)
 	}
 	return w, nil
@@ -356,14 +362,22 @@ func (e *engine) deliver(r *request, m *amigo.Message, src, tag int32) {
 	size := m.Size()
 	r.status = Status{Source: int(src), Tag: int(tag), Count: size}
 	if size > len(r.buf) {
-		// An inline message leaves its first bytes; an announced one is
-		// declined (not claimed), which fails the sender's send.
-		r.status.Count = 0
-		if m.Inline() {
-			r.status.Count = copy(r.buf, m.Data)
-		}
 		e.stats.Truncated++
-		e.complete(r, &TruncateError{Source: int(src), Tag: int(tag), Size: size, Cap: len(r.buf)})
+		if m.Inline() {
+			// It leaves its first bytes.
+			r.status.Count = copy(r.buf, m.Data)
+			e.complete(r, &TruncateError{Source: int(src), Tag: int(tag), Size: size, Cap: len(r.buf)})
+			return
+		}
+		// An announced one is taken whole, so that the send completes
+		// (the truncation is the receiver's error only), into scratch
+		// whose first bytes complete copies into the buffer.
+		r.trunc = e.scratch.get(size)
+		r.inAMI = true
+		if err := m.Receive(r.trunc, r.onAMI); err != nil {
+			r.inAMI = false
+			e.complete(r, err)
+		}
 		return
 	}
 	e.stats.Received++
@@ -468,16 +482,21 @@ func (e *engine) recvUnexpected(r *request, u *unexpected) {
 	r.status = Status{Source: int(u.src), Tag: int(u.tag), Count: u.size}
 	switch {
 	case u.size > len(r.buf):
-		r.status.Count = 0
+		e.stats.Truncated++
 		if u.inline {
 			r.status.Count = copy(r.buf, u.data)
 			e.stats.UnexpectedBytes -= len(u.data)
 			e.bufs.put(u.data)
-		} else {
-			_ = e.ac.Reject(u.deferred)
+			e.complete(r, &TruncateError{Source: int(u.src), Tag: int(u.tag), Size: u.size, Cap: len(r.buf)})
+			break
 		}
-		e.stats.Truncated++
-		e.complete(r, &TruncateError{Source: int(u.src), Tag: int(u.tag), Size: u.size, Cap: len(r.buf)})
+		// Taken whole, as in deliver.
+		r.trunc = e.scratch.get(u.size)
+		r.inAMI = true
+		if err := e.ac.Accept(u.deferred, r.trunc, r.onAMI); err != nil {
+			r.inAMI = false
+			e.complete(r, err)
+		}
 	case u.inline:
 		copy(r.buf, u.data)
 		e.stats.UnexpectedBytes -= len(u.data)

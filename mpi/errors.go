@@ -10,9 +10,8 @@ import (
 // errors.Is also finds amigo's sentinels and errors.As its *amigo.PeerError.
 var (
 	// ErrTruncate reports a message longer than the receive buffer. The
-	// buffer holds the message's first bytes if the message travelled
-	// inline, and is untouched if it was announced (rendezvous); either
-	// way nothing beyond the buffer is written.
+	// buffer holds the message's first bytes, and nothing beyond it is
+	// written; the sender's send completes without error.
 	ErrTruncate = errors.New("mpi: message truncated: receive buffer too small")
 	// ErrRank reports a rank outside the communicator.
 	ErrRank = errors.New("mpi: rank out of range")

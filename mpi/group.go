@@ -342,7 +342,9 @@ func (c *Comm) SplitType(ctx context.Context, splitType, key int) (*Comm, error)
 // Idup starts duplicating c (MPI_Comm_idup): it returns the new
 // communicator, to be used only once the request completed, and the
 // request. It is collective over c, ordered with c's other collectives as
-// it is called.
+// it is called. The agreement on a context id runs on a goroutine of its
+// own until every rank of c called Idup (or a peer failed): Wait's ctx
+// bounds the caller, not that goroutine.
 func (c *Comm) Idup() (*Comm, Request, error) {
 	if c == nil {
 		return nil, Request{}, c.check()

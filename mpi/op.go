@@ -18,6 +18,8 @@ const (
 	opBand
 	opBor
 	opBxor
+	opMinLoc
+	opMaxLoc
 )
 
 // Op is a reduction operation: one of the predefined ones, or one made with
@@ -43,7 +45,27 @@ var (
 	Band = Op{code: opBand, name: "Band", commute: true}
 	Bor  = Op{code: opBor, name: "Bor", commute: true}
 	Bxor = Op{code: opBxor, name: "Bxor", commute: true}
+
+	// MinLoc and MaxLoc reduce value-index pairs (MPI_MINLOC,
+	// MPI_MAXLOC): the slice holds pairs, element 2j the value and 2j+1
+	// its index (a rank, say), both of the slice's type, which must be
+	// ordered (not complex); its length must be even. Each pair becomes the
+	// smallest (largest) value with, among equal values, the smallest
+	// index. The collectives keep pairs whole (they treat the ops as
+	// non-commutative, so no algorithm splits a vector), and the result is
+	// the same on every rank.
+	MinLoc = Op{code: opMinLoc, name: "MinLoc"}
+	MaxLoc = Op{code: opMaxLoc, name: "MaxLoc"}
 )
+
+// checkPairs checks that a reduction of n elements by o fits o: MinLoc and
+// MaxLoc take pairs.
+func (o Op) checkPairs(n int) error {
+	if (o.code == opMinLoc || o.code == opMaxLoc) && n%2 != 0 {
+		return fmt.Errorf("%w: %v of %d elements: want value-index pairs", ErrCount, o, n)
+	}
+	return nil
+}
 
 // NewOp makes a user-defined reduction on elements of T. fn combines in into
 // inout element by element, as MPI's user functions do: inout[i] = in[i] ∘
@@ -91,7 +113,7 @@ func (o Op) check(k kind) error {
 		return fmt.Errorf("%w: a user op on %v applied to %v", ErrOp, o.kind, k)
 	case (o.code == opBand || o.code == opBor || o.code == opBxor) && !k.integer():
 		return fmt.Errorf("%w: %v on %v, an integer op", ErrOp, o, k)
-	case (o.code == opMin || o.code == opMax) && (k == kComplex64 || k == kComplex128):
+	case (o.code == opMin || o.code == opMax || o.code == opMinLoc || o.code == opMaxLoc) && (k == kComplex64 || k == kComplex128):
 		return fmt.Errorf("%w: %v on %v, which is not ordered", ErrOp, o, k)
 	}
 	return nil
@@ -113,6 +135,10 @@ func viewOf[T Numeric](b []byte) []T {
 func combine(k kind, o Op, in, inout []byte) {
 	if o.code == opUser {
 		o.user(in, inout)
+		return
+	}
+	if o.code == opMinLoc || o.code == opMaxLoc {
+		combineLoc(k, o.code == opMaxLoc, in, inout)
 		return
 	}
 	switch k {
@@ -245,4 +271,46 @@ func truth[T Numeric](b bool) T {
 		return 1
 	}
 	return 0
+}
+
+// combineLoc is MinLoc (MaxLoc if max) on pairs of elements of kind k.
+func combineLoc(k kind, max bool, in, inout []byte) {
+	switch k {
+	case kFloat64:
+		loc(max, viewOf[float64](in), viewOf[float64](inout))
+	case kFloat32:
+		loc(max, viewOf[float32](in), viewOf[float32](inout))
+	case kInt64:
+		loc(max, viewOf[int64](in), viewOf[int64](inout))
+	case kInt32:
+		loc(max, viewOf[int32](in), viewOf[int32](inout))
+	case kInt16:
+		loc(max, viewOf[int16](in), viewOf[int16](inout))
+	case kInt8:
+		loc(max, viewOf[int8](in), viewOf[int8](inout))
+	case kUint64:
+		loc(max, viewOf[uint64](in), viewOf[uint64](inout))
+	case kUint32:
+		loc(max, viewOf[uint32](in), viewOf[uint32](inout))
+	case kUint16:
+		loc(max, viewOf[uint16](in), viewOf[uint16](inout))
+	case kUint8:
+		loc(max, viewOf[uint8](in), viewOf[uint8](inout))
+	}
+}
+
+// loc combines value-index pairs: the better value, or the smaller index
+// of equal values.
+func loc[T orderedNum](max bool, in, inout []T) {
+	for j := 0; j+1 < len(inout) && j+1 < len(in); j += 2 {
+		v, i := in[j], in[j+1]
+		w, x := inout[j], inout[j+1]
+		better := v < w
+		if max {
+			better = v > w
+		}
+		if better || v == w && i < x {
+			inout[j], inout[j+1] = v, i
+		}
+	}
 }

@@ -62,6 +62,7 @@ func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
 		e.advanceOnce()
 		return nil
 	}
+	c.track(r)
 	if err := e.wait(ctx, r.cond); err != nil {
 		r.orphan = true
 		return err
@@ -98,6 +99,8 @@ func (c *Comm) isend(buf []byte, dest, tag int) (Request, error) {
 		r = e.allocReq(reqSend)
 		r.done = true
 		e.unflushed = true
+	} else {
+		c.track(r)
 	}
 	return Request{r: r, gen: r.gen}, nil
 }
@@ -156,6 +159,7 @@ func (c *Comm) irecv(buf []byte, src, tag int) (Request, error) {
 func (c *Comm) newRecv(ctx uint32, buf []byte, src, tag int) *request {
 	r := c.e.allocReq(reqRecv)
 	r.ctx, r.src, r.tag, r.buf = ctx, int32(src), int32(tag), buf
+	c.track(r)
 	return r
 }
 

@@ -275,3 +275,95 @@ func TestTestAndWaitSome(t *testing.T) {
 		return nil
 	})
 }
+
+// GetStatus looks at a request without releasing it: pending until the
+// message is sent, then complete with the receive's status, again and
+// again, until Wait releases it.
+func TestGetStatus(t *testing.T) {
+	run(t, 2, func(ctx context.Context, w *mpi.Comm) error {
+		if w.Rank() == 1 {
+			if _, err := w.Recv(ctx, nil, 0, 1); err != nil {
+				return err
+			}
+			return w.Send(ctx, []byte{1, 2, 3}, 0, 2)
+		}
+		buf := make([]byte, 8)
+		q, err := w.Irecv(buf, 1, 2)
+		if err != nil {
+			return err
+		}
+		if done, _, err := q.GetStatus(); done || err != nil {
+			return fmt.Errorf("GetStatus before the send: %v %v", done, err)
+		}
+		if err := w.Send(ctx, nil, 1, 1); err != nil {
+			return err
+		}
+		var st mpi.Status
+		for done := false; !done; {
+			if done, st, err = q.GetStatus(); err != nil {
+				return err
+			}
+		}
+		if again, st2, _ := q.GetStatus(); !again || st2 != st || q.Null() || st.Count != 3 {
+			return fmt.Errorf("GetStatus after completion: %v %+v %+v null=%v", again, st, st2, q.Null())
+		}
+		st3, err := q.Wait(ctx)
+		return errors.Join(err, check(st3 == st && q.Null(), "Wait after GetStatus: %+v", st3))
+	})
+}
+
+// Free with a receive still pending marks the communicator for freeing:
+// calls on it fail, the pending receive completes when its message comes,
+// and only then is the context id given back (a Dup made while the
+// receive is pending takes another id, so it does not take that message).
+func TestFreeWithPending(t *testing.T) {
+	run(t, 2, func(ctx context.Context, w *mpi.Comm) error {
+		d, err := w.Dup(ctx)
+		if err != nil {
+			return err
+		}
+		if w.Rank() == 1 {
+			if _, err := w.Recv(ctx, nil, 0, 1); err != nil { // rank 0 freed d
+				return err
+			}
+			if err := d.Send(ctx, []byte{5}, 0, 3); err != nil {
+				return err
+			}
+			d2, err := w.Dup(ctx)
+			if err != nil {
+				return err
+			}
+			if err := d2.Send(ctx, []byte{6}, 0, 3); err != nil {
+				return err
+			}
+			return errors.Join(d.Free(), d2.Free())
+		}
+		buf := []byte{0}
+		q, err := d.Irecv(buf, 1, 3)
+		if err != nil {
+			return err
+		}
+		if err := d.Free(); err != nil {
+			return err
+		}
+		if err := d.Send(ctx, nil, 1, 3); !errors.Is(err, mpi.ErrComm) {
+			return fmt.Errorf("Send on a freed communicator: %v", err)
+		}
+		if err := w.Send(ctx, nil, 1, 1); err != nil {
+			return err
+		}
+		d2, err := w.Dup(ctx)
+		if err != nil {
+			return err
+		}
+		defer d2.Free()
+		if _, err := q.Wait(ctx); err != nil || buf[0] != 5 {
+			return fmt.Errorf("pending receive after Free: %v, got %d", err, buf[0])
+		}
+		got := []byte{0}
+		if _, err := d2.Recv(ctx, got, 1, 3); err != nil || got[0] != 6 {
+			return fmt.Errorf("receive on the new communicator: %v, got %d", err, got[0])
+		}
+		return nil
+	})
+}

@@ -97,6 +97,18 @@ func (q *Request) start() error {
 		return err
 	}
 	r.active, r.done, r.err, r.status = true, false, nil, Status{}
+	if r.build != nil {
+		s, err := r.build()
+		if err != nil {
+			r.active = false
+			return err
+		}
+		r.sched, s.req = s, r
+		e.direct = true
+		s.progress()
+		e.direct = false
+		return nil
+	}
 	if r.peer == ProcNull {
 		r.done = true
 		if r.kind == reqRecv {
@@ -104,6 +116,7 @@ func (q *Request) start() error {
 		}
 		return nil
 	}
+	c.track(r)
 	if r.kind == reqRecv {
 		e.postRecv(r)
 		return nil
@@ -111,10 +124,14 @@ func (q *Request) start() error {
 	in, err := e.sendMsg(c.eps[r.peer], c.p2p, int32(c.rank), r.tag, r.buf, false)
 	if err != nil {
 		r.active = false
+		r.counted = nil
+		c.untrack()
 		return err
 	}
 	if in == nil {
 		r.done = true
+		r.counted = nil
+		c.untrack()
 		e.unflushed = true
 		return nil
 	}
@@ -145,4 +162,92 @@ func (q *Request) Free() error {
 	}
 	r.orphan = true
 	return nil
+}
+
+// Persistent collectives (MPI-4: MPI_Barrier_init, MPI_Bcast_init, ...).
+// The Init call names the collective and its buffers; every Start runs it
+// once, as the nonblocking collective would, and Wait or Test completes
+// that run. Every rank of the communicator starts its persistent
+// collectives in the same order as its other collectives.
+
+// initColl makes a persistent collective request on c whose every start
+// runs the schedule build makes. The arguments are checked by each Start,
+// which reports what is wrong with them.
+func (c *Comm) initColl(build func() (*sched, error)) (Request, error) {
+	if c == nil {
+		return Request{}, c.check()
+	}
+	e := c.e
+	e.lock()
+	defer e.unlock()
+	if err := c.check(); err != nil {
+		return Request{}, err
+	}
+	r := e.allocReq(reqColl)
+	r.persistent, r.comm, r.build = true, c, build
+	return Request{r: r, gen: r.gen}, nil
+}
+
+// built adapts a collective's argument check and schedule builder (its
+// ...With function) to initColl.
+func built(with func(finish func(*sched) error) error) func() (*sched, error) {
+	return func() (*sched, error) {
+		var s *sched
+		err := with(func(x *sched) error {
+			s = x
+			return nil
+		})
+		return s, err
+	}
+}
+
+// BarrierInit makes a persistent Barrier (MPI_Barrier_init).
+func (c *Comm) BarrierInit() (Request, error) {
+	return c.initColl(c.barrierSched)
+}
+
+// BcastInit makes a persistent Bcast of buf from root (MPI_Bcast_init).
+func BcastInit[T Numeric](c *Comm, buf []T, root int) (Request, error) {
+	return c.initColl(func() (*sched, error) { return bcastSched(c, Bytes(buf), root) })
+}
+
+// ReduceInit makes a persistent Reduce (MPI_Reduce_init).
+func ReduceInit[T Numeric](c *Comm, send, recv []T, op Op, root int) (Request, error) {
+	return c.initColl(func() (*sched, error) { return reduceSched(c, send, recv, op, root) })
+}
+
+// AllreduceInit makes a persistent Allreduce (MPI_Allreduce_init).
+func AllreduceInit[T Numeric](c *Comm, send, recv []T, op Op) (Request, error) {
+	return c.initColl(func() (*sched, error) { return allreduceSched(c, send, recv, op) })
+}
+
+// AllgatherInit makes a persistent Allgather (MPI_Allgather_init).
+func AllgatherInit[T Numeric](c *Comm, send, recv []T) (Request, error) {
+	return c.initColl(func() (*sched, error) { return allgatherSched(c, send, recv) })
+}
+
+// AlltoallInit makes a persistent Alltoall (MPI_Alltoall_init).
+func AlltoallInit[T Numeric](c *Comm, send, recv []T) (Request, error) {
+	return c.initColl(func() (*sched, error) { return alltoallSched(c, send, recv) })
+}
+
+// GatherInit makes a persistent Gather (MPI_Gather_init).
+func GatherInit[T Numeric](c *Comm, send, recv []T, root int) (Request, error) {
+	return c.initColl(built(func(f func(*sched) error) error { return gatherWith(c, send, recv, root, f) }))
+}
+
+// ScatterInit makes a persistent Scatter (MPI_Scatter_init).
+func ScatterInit[T Numeric](c *Comm, send, recv []T, root int) (Request, error) {
+	return c.initColl(built(func(f func(*sched) error) error { return scatterWith(c, send, recv, root, f) }))
+}
+
+// ReduceScatterInit makes a persistent ReduceScatter
+// (MPI_Reduce_scatter_init).
+func ReduceScatterInit[T Numeric](c *Comm, send, recv []T, counts []int, op Op) (Request, error) {
+	return c.initColl(built(func(f func(*sched) error) error { return reduceScatterWith(c, send, recv, counts, op, f) }))
+}
+
+// ScanInit makes a persistent Scan (MPI_Scan_init).
+func ScanInit[T Numeric](c *Comm, send, recv []T, op Op) (Request, error) {
+	return c.initColl(built(func(f func(*sched) error) error { return scanWith(c, send, recv, op, false, f) }))
 }

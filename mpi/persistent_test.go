@@ -129,3 +129,83 @@ func TestPersistentZeroAllocs(t *testing.T) {
 		t.Errorf("%v allocations per restart of a persistent send and receive, want 0", n)
 	}
 }
+
+// Persistent collectives started again and again, with new data each
+// time and a blocking collective between starts, give what the blocking
+// collectives give, on 3 and 4 ranks.
+func TestPersistentCollectives(t *testing.T) {
+	for _, p := range []int{3, 4} {
+		t.Run(fmt.Sprintf("p=%d", p), func(t *testing.T) {
+			run(t, p, func(ctx context.Context, w *mpi.Comm) error {
+				r := w.Rank()
+				const n = 6
+				in, sum := make([]int64, n), make([]int64, n)
+				bc := make([]int32, 3)
+				gat := make([]int64, n*p)
+				scan := make([]int64, n)
+				reqs := make([]mpi.Request, 0, 5)
+				for _, mk := range []func() (mpi.Request, error){
+					func() (mpi.Request, error) { return mpi.AllreduceInit(w, in, sum, mpi.Sum) },
+					func() (mpi.Request, error) { return mpi.BcastInit(w, bc, 1) },
+					w.BarrierInit,
+					func() (mpi.Request, error) { return mpi.GatherInit(w, in, gat, 0) },
+					func() (mpi.Request, error) { return mpi.ScanInit(w, in, scan, mpi.Max) },
+				} {
+					q, err := mk()
+					if err != nil {
+						return err
+					}
+					reqs = append(reqs, q)
+				}
+				for it := 0; it < 20; it++ {
+					for i := range in {
+						in[i] = ival(r, i+it)
+					}
+					if r == 1 {
+						bc[0], bc[1], bc[2] = int32(it), int32(it+1), int32(it+2)
+					}
+					if err := mpi.Startall(reqs); err != nil {
+						return err
+					}
+					if err := mpi.Waitall(ctx, reqs, nil); err != nil {
+						return err
+					}
+					for i := range sum {
+						var want, mx int64
+						for q := 0; q < p; q++ {
+							want += ival(q, i+it)
+						}
+						mx = ival(0, i+it)
+						for q := 1; q <= r; q++ {
+							mx = max(mx, ival(q, i+it))
+						}
+						if sum[i] != want || scan[i] != mx {
+							return fmt.Errorf("start %d element %d: sum %d want %d, scan %d want %d", it, i, sum[i], want, scan[i], mx)
+						}
+						if r == 0 {
+							for q := 0; q < p; q++ {
+								if gat[q*n+i] != ival(q, i+it) {
+									return fmt.Errorf("start %d: gather block %d element %d: %d", it, q, i, gat[q*n+i])
+								}
+							}
+						}
+					}
+					if bc[0] != int32(it) || bc[2] != int32(it+2) {
+						return fmt.Errorf("start %d: bcast %v", it, bc)
+					}
+					// A blocking collective between starts keeps its turn.
+					one := []int64{0}
+					if err := mpi.Allreduce(ctx, w, []int64{1}, one, mpi.Sum); err != nil || one[0] != int64(p) {
+						return fmt.Errorf("Allreduce between starts: %d %v", one[0], err)
+					}
+				}
+				for i := range reqs {
+					if err := reqs[i].Free(); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+	}
+}

@@ -89,7 +89,11 @@ func rankMain(name string) int {
 		fmt.Fprintf(os.Stderr, "no rank program %q\n", name)
 		return 2
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	timeout := 3 * time.Minute
+	if d, err := time.ParseDuration(os.Getenv("AMIGO_MPI_TEST_TIMEOUT")); err == nil {
+		timeout = d // a long run by hand: amirun -n 64 with coll:P
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cl, err := amigo.Open(ctx, amigo.Config{})
 	if err != nil {

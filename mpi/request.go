@@ -66,6 +66,14 @@ type reqState struct {
 	syncSlot int32
 	sentDone bool
 
+	// counted is the communicator whose in-flight operations count r
+	// (Comm.track).
+	counted *Comm
+
+	// trunc takes an announced message longer than buf whole (complete
+	// copies its first bytes into buf).
+	trunc []byte
+
 	// A persistent request (persistent.go) stays allocated between its
 	// starts; active while started and not yet waited for. A persistent
 	// send's message in flight is an inner request whose completion
@@ -73,6 +81,7 @@ type reqState struct {
 	persistent bool
 	active     bool
 	comm       *Comm
+	build      func() (*sched, error) // a persistent collective's schedule
 	peer       int
 	parent     *request
 	parentGen  uint32
@@ -99,6 +108,9 @@ func (e *engine) allocReq(k reqKind) *request {
 }
 
 func (e *engine) freeReq(r *request) {
+	if c := r.counted; c != nil {
+		c.untrack() // released before it completed: a receive given up
+	}
 	r.reqState = reqState{gen: r.gen + 1, nextFree: e.reqFree}
 	e.reqFree = r
 }
@@ -108,6 +120,21 @@ func (e *engine) freeReq(r *request) {
 // released; a user's request waits for Wait or Test.
 func (e *engine) complete(r *request, err error) {
 	e.events++
+	if r.trunc != nil {
+		// A truncated announced message, taken whole: the receive gets
+		// its first bytes and the error.
+		if err == nil {
+			r.status.Count = copy(r.buf, r.trunc)
+			err = &TruncateError{Source: r.status.Source, Tag: r.status.Tag, Size: len(r.trunc), Cap: len(r.buf)}
+		}
+		e.scratch.put(r.trunc)
+		r.trunc = nil
+	} else if r.owner != nil && r.kind == reqRecv && err == nil && r.status.Count != len(r.buf) {
+		// A collective's receive expects its exact length: ranks that
+		// disagree on a count get an error, not a buffer half old.
+		e.stats.Truncated++
+		err = fmt.Errorf("%w: a collective's message of %d bytes where %d were due", ErrCount, r.status.Count, len(r.buf))
+	}
 	if r.syncSlot != 0 {
 		if err == nil {
 			r.sentDone = true // the acknowledgement completes it
@@ -117,6 +144,10 @@ func (e *engine) complete(r *request, err error) {
 	}
 	r.done = true
 	r.err = err
+	if c := r.counted; c != nil {
+		r.counted = nil
+		c.untrack()
+	}
 	switch {
 	case r.parent != nil:
 		p, gen := r.parent, r.parentGen
@@ -207,6 +238,10 @@ func (q *Request) wait(ctx context.Context) (Status, error) {
 func (e *engine) finish(q *Request, r *request) {
 	if r.persistent {
 		r.active = false
+		if r.sched != nil {
+			e.freeSched(r.sched)
+			r.sched = nil
+		}
 		return
 	}
 	e.release(r)
@@ -251,6 +286,34 @@ func (q *Request) test(advance bool) (bool, Status, error) {
 	st, err := r.status, r.err
 	e.finish(q, r)
 	return true, st, err
+}
+
+// GetStatus advances the context once and reports whether the operation
+// completed, with its status and error, without releasing it
+// (MPI_Request_get_status): the handle still names it, to be waited on or
+// tested. The null request, and an inactive persistent one, report
+// complete with an empty status.
+func (q Request) GetStatus() (bool, Status, error) {
+	if q.r == nil {
+		return true, Status{}, nil
+	}
+	e := q.r.e
+	e.lock()
+	defer e.unlock()
+	r, err := q.live()
+	if err != nil {
+		return true, Status{}, err
+	}
+	if r.persistent && !r.active {
+		return true, Status{}, nil
+	}
+	if !r.done {
+		e.advanceOnce()
+		if !r.done {
+			return false, Status{}, nil
+		}
+	}
+	return true, r.status, r.err
 }
 
 // advanceOnce advances the context once, with the engine locked.

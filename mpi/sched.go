@@ -68,6 +68,7 @@ func (e *engine) newSched(c *Comm) *sched {
 		s.next = nil
 	}
 	s.c = c
+	c.inflight++
 	s.tag = int32(c.seq & TagUB)
 	c.seq++
 	e.stats.Collectives++
@@ -241,6 +242,7 @@ func (s *sched) finish() {
 	}
 	s.done = true
 	s.e.events++
+	s.c.untrack()
 	if s.req != nil {
 		s.e.complete(s.req, s.err)
 	}

@@ -69,9 +69,12 @@ func (c *Comm) issend(buf []byte, dest, tag int) (Request, error) {
 	r.hdr[14], r.hdr[15] = byte(slot), byte(slot>>8)
 	r.buf = buf
 	r.inAMI = true
+	c.track(r)
 	e.stats.Sent++
 	if err := e.ac.Send(c.eps[dest], e.disp, r.hdr[:], buf, r.onAMI); err != nil {
 		e.dropSync(r)
+		r.counted = nil
+		c.untrack()
 		e.freeReq(r)
 		return Request{}, err
 	}

@@ -16,15 +16,17 @@ import (
 //
 // A call that waits (Recv, Wait, a blocking collective, ...) takes the
 // progress role if nobody has it: it advances the context, with the mutex
-// held, until its own operation completes, and hands the role on — to a
-// goroutine that waits to enter the engine, to a goroutine asleep on an
-// operation that completed, or, once it is done, to one of the goroutines
-// asleep waiting for theirs. A goroutine that finds the role taken sleeps
-// on a channel until the driver wakes it; it then finds its operation
-// complete, or takes the role itself. So blocking calls from several
-// goroutines all make progress, one context is advanced by one goroutine
-// at a time, and a single goroutine pays one uncontended lock and unlock
-// per call and one atomic load per poll.
+// held, until its own operation completes. Meanwhile, after an Advance, it
+// lets in the goroutines that want the mutex (to post, or to look at an
+// operation of theirs), keeping the role, and wakes the goroutines asleep
+// when an operation completed. A goroutine that waits while another has
+// the role sleeps on a channel, without the mutex, until woken; it then
+// finds its operation complete, or sleeps again. When the driver's own
+// operation completes it gives the role up and wakes the sleepers, and
+// the first to find its operation still pending takes the role on. So
+// blocking calls from several goroutines all make progress, one goroutine
+// at a time advances the context, and a single goroutine pays one
+// uncontended lock and unlock per call and one atomic load per poll.
 
 // engineLock is the engine's lock and its progress role.
 type engineLock struct {
@@ -79,33 +81,39 @@ func (e *engine) wait(ctx context.Context, cond func() bool) error {
 		return nil
 	}
 	e.unflushed = false
-	for {
-		if !e.driving {
-			if err := e.drive(ctx, cond); err != nil || cond() {
-				return err
-			}
-			e.yield()
-		} else if err := e.sleep(ctx); err != nil {
+	for e.driving {
+		// Another goroutine advances the context: sleep until it wakes
+		// us, with our operation complete or the role free.
+		if err := e.sleep(ctx); err != nil {
 			return err
 		}
 		if cond() {
 			return nil
 		}
 	}
+	e.driving = true
+	err := e.drive(ctx, cond)
+	for err == nil && !cond() {
+		// Another goroutine wants the engine, or operations of sleepers
+		// completed: wake them, let them in, and go on with the role.
+		e.wakeSleepers()
+		e.yield()
+		err = e.drive(ctx, cond)
+	}
+	e.driving = false
+	e.wakeSleepers() // one of them takes the role on
+	return err
 }
 
-// drive takes the progress role and advances the context until cond holds,
-// ctx ends, or another goroutine needs the engine.
+// drive advances the context until cond holds, ctx ends, another
+// goroutine wants the engine, or an operation completed while goroutines
+// sleep.
 func (e *engine) drive(ctx context.Context, cond func() bool) error {
-	e.driving, e.driveFor, e.driveMark = true, cond, e.events
+	e.driveFor, e.driveMark = cond, e.events
 	if e.want.Load() > 0 {
-		// Advance at least once before giving way, or two goroutines
-		// could hand the role to each other without progress.
-		if e.held != nil {
-			e.held.Advance()
-		} else {
-			e.ac.Advance()
-		}
+		// Advance at least once before giving way again, or the
+		// driver could give way without progress.
+		e.advanceOnce()
 	}
 	var err error
 	if e.held != nil {
@@ -113,13 +121,13 @@ func (e *engine) drive(ctx context.Context, cond func() bool) error {
 	} else {
 		err = e.ac.Wait(ctx, e.driveCond)
 	}
-	e.driving, e.driveFor = false, nil
-	e.wakeSleepers()
+	e.driveFor = nil
 	return err
 }
 
 // yield lets the goroutines that wait for the engine in: it releases it,
-// gives them the processor, and takes it again.
+// gives them the processor, and takes it again. The driver keeps its role
+// meanwhile: a goroutine that comes in to wait sleeps.
 func (e *engine) yield() {
 	held := e.dropHold()
 	e.mu.Unlock()

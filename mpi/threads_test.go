@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/amigo-hpc/amigo"
 	"github.com/amigo-hpc/amigo/mpi"
 )
 
@@ -206,4 +208,49 @@ func TestGoroutinesCommCreate(t *testing.T) {
 			return check(in[0] == int32(g), "communicator %d received %d", g, in[0])
 		})
 	})
+}
+
+// Two goroutines of a rank may call World on its context at once: both get
+// the same communicator, and the one that did not run the handshake waits
+// for it in its first call.
+func TestWorldFromTwoGoroutines(t *testing.T) {
+	cl, err := amigo.NewLocal(2, amigo.Config{SpinIterations: 50, YieldIterations: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cl {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var w0 [2]*mpi.Comm
+	err = goroutines(3, func(g int) error {
+		if g == 2 { // rank 1
+			w, err := mpi.World(ctx, cl[1].Context(0), nil)
+			if err != nil {
+				return err
+			}
+			for tag := 0; tag < 2; tag++ {
+				buf := []byte{0}
+				if _, err := w.Recv(ctx, buf, 0, tag); err != nil || buf[0] != byte(10+tag) {
+					return fmt.Errorf("rank 1 tag %d: %v %v", tag, buf, err)
+				}
+			}
+			return nil
+		}
+		w, err := mpi.World(ctx, cl[0].Context(0), nil)
+		if err != nil {
+			return err
+		}
+		w0[g] = w
+		return w.Send(ctx, []byte{byte(10 + g)}, 1, g)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w0[0] != w0[1] {
+		t.Error("two World calls on one context gave two communicators")
+	}
 }
