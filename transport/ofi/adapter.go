@@ -83,16 +83,16 @@ type Adapter struct {
 	eps        []*endpoint // by context, made by New
 	maxPacket  int         // largest packet payload: half a link's ring
 
-	mu       sync.Mutex
-	peers    [][][]byte     // endpoint names by rank and context, after Start
-	addrs    [][]C.fi_addr_t // inserted addresses by rank (nil: not yet)
-	ports    []*port
-	regs     map[transport.Key]*targetRegion
-	nextKey  uint64
-	bells    map[int]*sleepBell
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	closed   atomic.Bool
+	mu      sync.Mutex
+	peers   [][][]byte      // endpoint names by rank and context, after Start
+	addrs   [][]C.fi_addr_t // inserted addresses by rank (nil: not yet)
+	ports   []*port
+	regs    map[transport.Key]*targetRegion
+	nextKey uint64
+	bells   map[int]*sleepBell
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closed  atomic.Bool
 }
 
 // endpoint is one context's reliable-datagram endpoint and its completion

@@ -89,8 +89,8 @@ type port struct {
 	// next Poll: their buffers stay taken until then.
 	pending            []pendingMsg
 	pendHead, pendTail uint64
-	calls   uint64
-	closed  atomic.Bool
+	calls              uint64
+	closed             atomic.Bool
 
 	// state is 0 while nobody works on the port, 1 while its context
 	// does (Poll, Progress: depth counts nested calls), 2 while the
@@ -754,4 +754,6 @@ func (p *port) release() {
 }
 
 // keyHash spreads keys over a link's key cache.
-func keyHash(k transport.Key) int { return int(bits.RotateLeft64(uint64(k)*0x9E3779B97F4A7C15, 17) & (keyCache - 1)) }
+func keyHash(k transport.Key) int {
+	return int(bits.RotateLeft64(uint64(k)*0x9E3779B97F4A7C15, 17) & (keyCache - 1))
+}
