@@ -107,3 +107,8 @@ func newWorld(t testing.TB, n int, opts Options) ([]*Adapter, []*transport.Regio
 	}
 	return ads, regs
 }
+
+// cnt counts the packets it receives.
+type cnt struct{ n int }
+
+func (c *cnt) Receive(from transport.Addr, pkt []byte) { c.n++ }
