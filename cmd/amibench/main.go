@@ -108,7 +108,7 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.IntVar(&o.Window, "window", 64, "messages per window of the bandwidth tests")
 	fs.DurationVar(&o.Idle, "idle", 10*time.Second, "how long the ranks of -b idle wait")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per line")
-	fs.StringVar(&o.Transport, "transport", "shm", "adapter between the ranks: shm, tcp (ranks as processes) or loop (ranks as goroutines of this process)")
+	fs.StringVar(&o.Transport, "transport", "shm", "adapter between the ranks: shm, tcp, ofi (ranks as processes; ofi in builds with -tags ofi, provider from AMIGO_OFI_PROVIDER) or loop (ranks as goroutines of this process)")
 	fs.StringVar(&o.Buffers, "buffers", "heap", "message buffers: heap (Go memory, as OSU's malloc) or shared (AllocMemory, shared segments)")
 	fs.StringVar(&o.AtomicTarget, "atomic-target", "shared", "the word of atomic_lat and atomic_rate: shared (AllocMemory) or heap (registered Go memory)")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long")
@@ -128,8 +128,8 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 		}
 	}
 	switch {
-	case o.Transport != "shm" && o.Transport != "tcp" && o.Transport != "loop":
-		return nil, fmt.Errorf("--transport %q: want shm, tcp or loop", o.Transport)
+	case o.Transport != "shm" && o.Transport != "tcp" && o.Transport != "ofi" && o.Transport != "loop":
+		return nil, fmt.Errorf("--transport %q: want shm, tcp, ofi or loop", o.Transport)
 	case o.Buffers != "heap" && o.Buffers != "shared":
 		return nil, fmt.Errorf("--buffers %q: want heap or shared", o.Buffers)
 	case o.AtomicTarget != "heap" && o.AtomicTarget != "shared":

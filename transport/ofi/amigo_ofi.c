@@ -173,8 +173,8 @@ ssize_t amigo_rma(struct fid_ep *ep, int write, uintptr_t buf, size_t len, uintp
 	return fi_readmsg(ep, &msg, flags | FI_COMPLETION);
 }
 
-ssize_t amigo_cq_read(struct fid_cq *cq, struct fi_cq_data_entry *e, size_t n) {
-	return fi_cq_read(cq, e, n);
+ssize_t amigo_cq_read(struct fid_cq *cq, uintptr_t e, size_t n) {
+	return fi_cq_read(cq, (struct fi_cq_data_entry *)e, n);
 }
 
 ssize_t amigo_cq_readerr(struct fid_cq *cq, uintptr_t *ctx, int *err, int *perr) {

@@ -84,7 +84,11 @@ type port struct {
 	ins     []*inlink
 	dirty   []*inlink // links in whose taken packets are not acknowledged
 
-	entries [32]C.struct_fi_cq_data_entry
+	// entries receives completions: pinned, so that the calls that fill
+	// it pass its address as a number and cgo has no pointer to check
+	// (a check that allocated on every call).
+	entries     *[32]C.struct_fi_cq_data_entry
+	entriesAddr C.uintptr_t
 	// pending holds packets Progress found in the receive queue, for the
 	// next Poll: their buffers stay taken until then.
 	pending            []pendingMsg
@@ -147,6 +151,9 @@ func newPort(a *Adapter, ctx int, bell *transport.Doorbell) (*port, error) {
 	}
 	nbuf := a.opts.RecvBuffers
 	nops := nbuf + sendOps
+	em := pinnedBytes(&p.pins, int(unsafe.Sizeof(*p.entries)))
+	p.entries = (*[32]C.struct_fi_cq_data_entry)(unsafe.Pointer(&em[0]))
+	p.entriesAddr = C.uintptr_t(addrOf(em))
 	p.ctxMem = pinnedBytes(&p.pins, nops*ctxStride)
 	p.ctxBase = addrOf(p.ctxMem)
 	p.ops = make([]opInfo, nops)
@@ -316,7 +323,7 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 func (p *port) readRx(r transport.Receiver, budget int) int {
 	got := 0
 	for got < budget {
-		n := C.amigo_cq_read(p.e.rxcq, &p.entries[0], C.size_t(min(budget-got, len(p.entries))))
+		n := C.amigo_cq_read(p.e.rxcq, p.entriesAddr, C.size_t(min(budget-got, len(p.entries))))
 		if n <= 0 {
 			if n == -C.FI_EAVAIL {
 				p.readErr(p.e.rxcq)
@@ -607,7 +614,7 @@ func (p *port) progress() int {
 func (p *port) readTx() int {
 	done := 0
 	for {
-		n := C.amigo_cq_read(p.e.txcq, &p.entries[0], C.size_t(len(p.entries)))
+		n := C.amigo_cq_read(p.e.txcq, p.entriesAddr, C.size_t(len(p.entries)))
 		if n <= 0 {
 			if n == -C.FI_EAVAIL {
 				p.readErr(p.e.txcq)
@@ -690,7 +697,7 @@ func (p *port) Close() error {
 		}
 	}
 	for k := 0; k < 1<<16; k++ {
-		n := C.amigo_cq_read(p.e.rxcq, &p.entries[0], C.size_t(len(p.entries)))
+		n := C.amigo_cq_read(p.e.rxcq, p.entriesAddr, C.size_t(len(p.entries)))
 		if n == -C.FI_EAVAIL {
 			p.readErr(p.e.rxcq)
 			continue
