@@ -251,6 +251,8 @@ func (p *port) index(a transport.Addr) int { return int(a.Rank)*p.a.opts.Context
 
 // Link returns the link to the context to, creating it on first use.
 func (p *port) Link(to transport.Addr) (*transport.Link, error) {
+	p.enter()
+	defer p.leave()
 	if to.Rank >= 0 && int(to.Rank) < p.a.size && to.Context >= 0 && int(to.Context) < p.a.opts.Contexts {
 		if l := p.outs[p.index(to)]; l != nil {
 			return l.l, nil
