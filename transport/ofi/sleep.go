@@ -166,6 +166,7 @@ func (a *Adapter) watch() {
 	defer a.wg.Done()
 	t := time.NewTicker(watchTick)
 	defer t.Stop()
+	var ports []*port
 	for {
 		select {
 		case <-a.stop:
@@ -173,22 +174,25 @@ func (a *Adapter) watch() {
 		case <-t.C:
 		}
 		a.mu.Lock()
-		for _, p := range a.ports {
-			if p == nil || p.closed.Load() || p.e.ep == nil {
+		ports = append(ports[:0], a.ports...)
+		a.mu.Unlock()
+		// The port is taken (state 2) before anything of it is touched:
+		// Close takes it too before it releases the endpoint.
+		for _, p := range ports {
+			if p == nil || !p.state.CompareAndSwap(0, 2) {
 				continue
 			}
-			polls := p.polls.Load()
-			if polls == p.lastPolls && p.state.CompareAndSwap(0, 2) {
-				if !p.closed.Load() && p.progress() > 0 {
+			if !p.closed.Load() && p.e.ep != nil {
+				polls := p.polls.Load()
+				if polls == p.lastPolls && p.progress() > 0 {
 					p.bell.Ring()
 				}
-				p.state.Store(0)
+				p.lastPolls = polls
+				if !p.ownBell && p.bell.Armed() && (p.e.txfd < 0 || p.e.rxfd < 0 || C.amigo_trywait(a.fab, p.e.txcq, p.e.rxcq) != 0) {
+					p.bell.Ring()
+				}
 			}
-			p.lastPolls = polls
-			if !p.ownBell && p.bell.Armed() && (p.e.txfd < 0 || p.e.rxfd < 0 || C.amigo_trywait(a.fab, p.e.txcq, p.e.rxcq) != 0) {
-				p.bell.Ring()
-			}
+			p.state.Store(0)
 		}
-		a.mu.Unlock()
 	}
 }
