@@ -348,6 +348,7 @@ func (a *Adapter) Close() error {
 	for _, p := range ports {
 		if p != nil {
 			p.Close()
+			p.release()
 		}
 	}
 	a.mu.Lock()

@@ -678,6 +678,25 @@ func (p *port) checkSilence() {
 	}
 }
 
+// learn records the sender of a message that arrived before Close, and
+// its goodbye: a peer that said goodbye is not written to again (its
+// endpoint may be gone, and with it, for a provider in one process, the
+// memory a message to it would be written into).
+func (p *port) learn(msg []byte) {
+	h, err := parseHeader(msg)
+	if err != nil {
+		return
+	}
+	in := p.inlink(h)
+	if in == nil || h.kind != kindBye {
+		return
+	}
+	in.closed = true
+	if l := p.outs[p.index(in.from)]; l != nil {
+		l.fail(&transport.PeerError{Addr: l.to, Err: transport.ErrClosed})
+	}
+}
+
 // byeWait bounds how long Close tries to tell peers that the context
 // closed.
 const byeWait = 100 * time.Millisecond
@@ -694,9 +713,7 @@ func (p *port) Close() error {
 	// Learn the senders of what arrived and was not polled.
 	for ; p.pendHead != p.pendTail; p.pendHead++ {
 		pm := p.pending[p.pendHead%uint64(len(p.pending))]
-		if h, err := parseHeader(p.rxMem[pm.i*p.bufSize : pm.i*p.bufSize+min(pm.n, p.bufSize)]); err == nil {
-			p.inlink(h)
-		}
+		p.learn(p.rxMem[pm.i*p.bufSize : pm.i*p.bufSize+min(pm.n, p.bufSize)])
 	}
 	for k := 0; k < 1<<16; k++ {
 		n := C.amigo_cq_read(p.e.rxcq, p.entriesAddr, C.size_t(len(p.entries)))
@@ -710,10 +727,7 @@ func (p *port) Close() error {
 		for i := 0; i < int(n); i++ {
 			j := p.opIndex(uintptr(p.entries[i].op_context))
 			if j >= 0 && p.ops[j].kind == opRecv {
-				msg := p.rxMem[j*p.bufSize : j*p.bufSize+min(int(p.entries[i].len), p.bufSize)]
-				if h, err := parseHeader(msg); err == nil {
-					p.inlink(h)
-				}
+				p.learn(p.rxMem[j*p.bufSize : j*p.bufSize+min(int(p.entries[i].len), p.bufSize)])
 			}
 		}
 	}
@@ -721,6 +735,7 @@ func (p *port) Close() error {
 	for _, in := range p.ins {
 		if in != nil && !in.closed {
 			seen[in.from] = in.dest
+			in.closed = true
 		}
 	}
 	for _, l := range p.outList {
@@ -741,8 +756,41 @@ func (p *port) Close() error {
 	for _, l := range p.outList {
 		l.l.Fail(transport.ErrClosed)
 	}
-	p.release()
+	// The endpoint stays open until the adapter closes: the adapter's
+	// goroutine answers what still arrives with a goodbye (drainClosed).
+	// Closing it now would leave senders that did not hear of the close
+	// writing to an endpoint that is gone, and a provider in one process
+	// (shm) writes straight into its memory.
 	return nil
+}
+
+// drainClosed reads what arrived at a closed port and says goodbye to
+// each sender once. It runs on the adapter's goroutine, the port taken.
+func (p *port) drainClosed() {
+	for k := 0; k < 64; k++ {
+		n := C.amigo_cq_read(p.e.rxcq, p.entriesAddr, C.size_t(len(p.entries)))
+		if n == -C.FI_EAVAIL {
+			p.readErr(p.e.rxcq)
+			continue
+		}
+		if n <= 0 {
+			break
+		}
+		for i := 0; i < int(n); i++ {
+			j := p.opIndex(uintptr(p.entries[i].op_context))
+			if j < 0 || p.ops[j].kind != opRecv {
+				continue
+			}
+			msg := p.rxMem[j*p.bufSize : j*p.bufSize+min(int(p.entries[i].len), p.bufSize)]
+			if h, err := parseHeader(msg); err == nil && h.kind != kindBye {
+				if in := p.inlink(h); in != nil && !in.closed && p.sendCtrl(in.dest, header{kind: kindBye}, nil) {
+					in.closed = true
+				}
+			}
+			_ = p.postRecv(j)
+		}
+	}
+	p.readTx()
 }
 
 // release closes the endpoint, which ends every operation of the

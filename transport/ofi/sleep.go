@@ -182,7 +182,9 @@ func (a *Adapter) watch() {
 			if p == nil || !p.state.CompareAndSwap(0, 2) {
 				continue
 			}
-			if !p.closed.Load() && p.e.ep != nil {
+			if p.closed.Load() && p.e.ep != nil {
+				p.drainClosed()
+			} else if p.e.ep != nil {
 				polls := p.polls.Load()
 				if polls == p.lastPolls && p.progress() > 0 {
 					p.bell.Ring()
