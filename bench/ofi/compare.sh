@@ -49,13 +49,13 @@ pingpong() {
   wait "$srv" 2>/dev/null || true
   # bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
   local line
-  line=$(echo "$out" | awk 'NF==8 && $1 ~ /^[0-9]+$/ {l=$0} END {print l}')
+  line=$(echo "$out" | awk 'NF==8 && $1 ~ /^[0-9]+[kmg]?$/ {l=$0} END {print l}')
   if [ -z "$line" ]; then
     echo "  $name: fi_pingpong -p $prov -S $size failed" >&2
     echo "{\"run\":\"$name\",\"failed\":true}" >>"$work/results"
     return 0
   fi
-  echo "$line" | awk -v n="$name" '{printf "{\"run\":\"%s\",\"size\":%s,\"mb_per_s\":%s,\"latency_us\":%s}\n", n, $1, $6, $7}' >>"$work/results"
+  echo "$line" | awk -v n="$name" -v s="$size" '{printf "{\"run\":\"%s\",\"size\":%s,\"mb_per_s\":%s,\"latency_us\":%s}\n", n, s, $6, $7}' >>"$work/results"
 }
 
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores; $(go version | cut -d' ' -f3); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -63,7 +63,7 @@ for r in $(seq "$ROUNDS"); do
   echo "round $r of $ROUNDS" >&2
   for prov in $PROVIDERS; do
     pingpong "fi-lat/$prov" "$prov" 8 10000
-    pingpong "fi-bw/$prov" "$prov" $M1 500
+    pingpong "fi-bw/$prov" "$prov" $M1 200
     AMIGO_OFI_PROVIDER=$prov rec "amigo-lat/$prov" "$work/amibench" --json --transport ofi -b latency --min-size 8 --max-size 8
     AMIGO_OFI_PROVIDER=$prov rec "amigo-bw/$prov" "$work/amibench" --json --transport ofi -b bw --min-size $M1 --max-size $M1
   done

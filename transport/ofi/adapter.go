@@ -88,7 +88,7 @@ type Adapter struct {
 	addrs   [][]C.fi_addr_t // inserted addresses by rank (nil: not yet)
 	ports   []*port
 	regs    map[transport.Key]*targetRegion
-	nextKey uint64
+	nextKey atomic.Uint64 // keys requested of the provider
 	bells   map[int]*sleepBell
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -466,12 +466,11 @@ func (a *Adapter) resolve(key transport.Key, ctx int) (base, length, mrkey uint6
 		if access == 0 {
 			access = C.FI_REMOTE_READ // atomics only: the owner performs them
 		}
-		a.nextKey++
 		var mr *C.struct_fid_mr
 		var k C.uint64_t
 		var desc C.uintptr_t
 		rc := C.amigo_mr_reg(a.dom, a.eps[ctx].ep, C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(r.mem)))), C.size_t(len(r.mem)),
-			C.uint64_t(access), C.uint64_t(a.nextKey), boolInt(a.mrMode&C.FI_MR_ENDPOINT != 0), &mr, &k, &desc)
+			C.uint64_t(access), C.uint64_t(a.nextKey.Add(1)), boolInt(a.mrMode&C.FI_MR_ENDPOINT != 0), &mr, &k, &desc)
 		if rc != 0 {
 			a.opts.Logf("rank %d: register region %#x: %v", a.rank, uint64(key), fiErr("fi_mr_reg", C.ssize_t(rc)))
 			return 0, 0, 0, 0, stBadKey

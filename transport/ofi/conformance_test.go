@@ -31,6 +31,10 @@ func TestConformance(t *testing.T) {
 			t.Run("small", func(t *testing.T) {
 				transporttest.Run(t, factory(Options{Provider: prov, RingSlots: 64, RDMASlots: 8, RecvBuffers: 8, Timeout: 4 * time.Second}))
 			})
+			// Local buffers registered as FI_MR_LOCAL providers ask.
+			t.Run("register-local", func(t *testing.T) {
+				transporttest.Run(t, factory(Options{Provider: prov, RegisterLocal: true, Timeout: 4 * time.Second}))
+			})
 			t.Run("defaults", func(t *testing.T) {
 				transporttest.Run(t, factory(Options{Provider: prov, Timeout: 4 * time.Second}))
 			})

@@ -194,10 +194,7 @@ func (p *port) registerLocal(b []byte, access uint64) (*C.struct_fid_mr, uintptr
 	var key C.uint64_t
 	var desc C.uintptr_t
 	a := p.a
-	a.mu.Lock()
-	a.nextKey++
-	k := a.nextKey
-	a.mu.Unlock()
+	k := a.nextKey.Add(1)
 	rc := C.amigo_mr_reg(a.dom, p.e.ep, C.uintptr_t(addrOf(b)), C.size_t(len(b)), C.uint64_t(access), C.uint64_t(k),
 		boolInt(a.mrMode&C.FI_MR_ENDPOINT != 0), &mr, &key, &desc)
 	if rc != 0 {
