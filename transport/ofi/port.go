@@ -728,6 +728,21 @@ func (p *port) Close() error {
 			}
 		}
 	}
+	// What the context injected leaves first: its goodbye follows it
+	// (sends stay in order).
+	deadline := time.Now().Add(byeWait)
+	for time.Now().Before(deadline) {
+		busy := false
+		for _, l := range p.outList {
+			l.progress()
+			busy = busy || !l.failed && (l.stalled != nil || l.doneUpTo < l.posted)
+		}
+		p.readTx()
+		if !busy {
+			break
+		}
+		runtime.Gosched()
+	}
 	seen := make(map[transport.Addr]C.fi_addr_t)
 	for _, in := range p.ins {
 		if in != nil && !in.closed {
@@ -740,7 +755,7 @@ func (p *port) Close() error {
 			seen[l.to] = l.dest
 		}
 	}
-	deadline := time.Now().Add(byeWait)
+	deadline = time.Now().Add(byeWait)
 	for _, dest := range seen {
 		for !p.sendCtrl(dest, header{kind: kindBye}, nil) && time.Now().Before(deadline) {
 			p.readTx()
