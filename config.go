@@ -113,8 +113,10 @@ type Config struct {
 	// stopped it (see announceTaken in stop.go).
 	EagerInflight int
 	// Transport forces the adapter used between processes: "auto" picks
-	// shared memory for ranks on the same host and TCP for the others;
-	// "shm" or "tcp" uses only that one (AMIGO_TRANSPORT, default "auto").
+	// shared memory for ranks on the same host and, for the others,
+	// libfabric when the build has it and a fabric other than plain TCP is
+	// present, else TCP; "shm", "tcp" or "ofi" uses only that one
+	// (AMIGO_TRANSPORT, default "auto").
 	// A rank always reaches itself through the in-process adapter.
 	Transport string
 	// Shm tunes the shared-memory adapter between processes of one host
@@ -122,6 +124,9 @@ type Config struct {
 	Shm ShmConfig
 	// TCP tunes the TCP adapter between hosts (AMIGO_TCP_*; see TCPConfig).
 	TCP TCPConfig
+	// OFI tunes the libfabric adapter between hosts, in builds with the
+	// tag ofi (AMIGO_OFI_*; see OFIConfig).
+	OFI OFIConfig
 	// OnError, if set, receives errors that belong to no operation: a packet
 	// for an unregistered dispatch id that asked for no acknowledgement, a
 	// malformed packet, an acknowledgement of an unknown operation. It runs
@@ -323,8 +328,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("amigo: EagerInflight %d: want 0 (no pacing) or more", c.EagerInflight)
 	case c.EagerPacket < 64 || c.EagerPacketMax < c.EagerPacket:
 		return fmt.Errorf("amigo: EagerPacket %d, EagerPacketMax %d: want 64 <= first <= largest", c.EagerPacket, c.EagerPacketMax)
-	case c.Transport != "auto" && c.Transport != "shm" && c.Transport != "tcp":
-		return fmt.Errorf("amigo: Transport %q: want auto, shm or tcp", c.Transport)
+	case c.Transport != "auto" && c.Transport != "shm" && c.Transport != "tcp" && c.Transport != "ofi":
+		return fmt.Errorf("amigo: Transport %q: want auto, shm, tcp or ofi", c.Transport)
 	}
 	return nil
 }

@@ -132,7 +132,7 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per line")
 	fs.BoolVar(&o.CSV, "csv", false, "print comma-separated values: a header, then one line per value (benchmark,transport,ranks,size,metric,value)")
 	fs.StringVar(&o.Plot, "plot", "", "draw latency and bandwidth against message size in this file at the end (SVG or PNG, by its extension)")
-	fs.StringVar(&o.Transport, "transport", "shm", "adapter between the ranks: shm, tcp (ranks as processes) or loop (ranks as goroutines of this process)")
+	fs.StringVar(&o.Transport, "transport", "shm", "adapter between the ranks: shm, tcp, ofi (ranks as processes; ofi in builds with -tags ofi, provider from AMIGO_OFI_PROVIDER) or loop (ranks as goroutines of this process)")
 	fs.StringVar(&o.Buffers, "buffers", "heap", "message buffers: heap (Go memory, as OSU's malloc) or shared (AllocMemory, shared segments)")
 	fs.StringVar(&o.AtomicTarget, "atomic-target", "shared", "the word of atomic_lat and atomic_rate: shared (AllocMemory) or heap (registered Go memory)")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up after this long")
@@ -153,8 +153,8 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 		}
 	}
 	switch {
-	case o.Transport != "shm" && o.Transport != "tcp" && o.Transport != "loop":
-		return nil, fmt.Errorf("--transport %q: want shm, tcp or loop", o.Transport)
+	case o.Transport != "shm" && o.Transport != "tcp" && o.Transport != "ofi" && o.Transport != "loop":
+		return nil, fmt.Errorf("--transport %q: want shm, tcp, ofi or loop", o.Transport)
 	case o.Buffers != "heap" && o.Buffers != "shared":
 		return nil, fmt.Errorf("--buffers %q: want heap or shared", o.Buffers)
 	case o.AtomicTarget != "heap" && o.AtomicTarget != "shared":

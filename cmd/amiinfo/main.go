@@ -46,6 +46,25 @@ type report struct {
 	Adapters []string          `json:"adapters"`
 	Host     map[string]string `json:"host"`
 	Probes   []probe           `json:"probes"`
+	Fabric   fabric            `json:"fabric"`
+}
+
+// fabric is what the libfabric adapter finds: whether the build has it
+// (the tag ofi) and the providers of this machine.
+type fabric struct {
+	Compiled  bool             `json:"compiled"`
+	Providers []fabricProvider `json:"providers,omitempty"`
+	Note      string           `json:"note,omitempty"`
+}
+
+type fabricProvider struct {
+	Name   string `json:"name"`
+	Domain string `json:"domain"`
+	Usable bool   `json:"usable"` // meets amigo's needs (RDM, RMA, ordered sends, managed resources)
+	Caps   string `json:"caps"`
+	MRMode string `json:"mr_mode"`
+	Order  string `json:"order"`
+	Inject int    `json:"inject"`
 }
 
 type probe struct {
@@ -99,6 +118,7 @@ func run(args []string, w, stderr io.Writer) int {
 		r.Host["transparent_hugepage"] = "absent"
 	}
 	r.Probes = probes()
+	r.Fabric = fabricReport()
 	if *asJSON {
 		b, _ := json.MarshalIndent(r, "", "  ")
 		fmt.Fprintln(w, string(b))
@@ -130,6 +150,17 @@ func run(args []string, w, stderr io.Writer) int {
 			st = "NO"
 		}
 		fmt.Fprintf(w, "%-26s %-4s %s\n", p.Name, st, p.Note)
+	}
+	fmt.Fprintf(w, "\n# libfabric (adapter ofi)\n")
+	if r.Fabric.Note != "" {
+		fmt.Fprintf(w, "%s\n", r.Fabric.Note)
+	}
+	for _, p := range r.Fabric.Providers {
+		st := "usable"
+		if !p.Usable {
+			st = "unusable"
+		}
+		fmt.Fprintf(w, "%-26s %-8s domain %s, inject %d, mr_mode [%s]\n%26s caps [%s]\n", p.Name, st, p.Domain, p.Inject, p.MRMode, "", p.Caps)
 	}
 	if r.Invalid != "" {
 		return 1

@@ -1,0 +1,57 @@
+package amigo
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/amigo-hpc/amigo/transport/ofi"
+)
+
+// OFIConfig tunes the libfabric adapter (package transport/ofi), which
+// carries traffic between hosts over a fabric's provider: verbs;ofi_rxm
+// (InfiniBand, RoCE), cxi (Slingshot), efa, psm2 or opx (Omni-Path),
+// tcp;ofi_rxm, shm. It exists only in builds with the tag ofi; without it,
+// AMIGO_TRANSPORT=ofi is refused with that reason. Every field is
+// overridden by the AMIGO_OFI_* variable named in its comment.
+type OFIConfig struct {
+	// Provider names the libfabric provider as fi_info does
+	// (AMIGO_OFI_PROVIDER). Empty: with AMIGO_TRANSPORT=ofi, tcp;ofi_rxm;
+	// with auto, the first provider of this machine that meets amigo's
+	// needs and is not plain TCP or shared memory, if any.
+	Provider string
+	// Timeout bounds how long a link may wait for its peer before the peer
+	// counts as dead (AMIGO_OFI_TIMEOUT, default 10s).
+	Timeout time.Duration
+}
+
+func init() {
+	settings = append(settings,
+		setting{
+			name: "AMIGO_OFI_PROVIDER", doc: "libfabric, provider (e.g. tcp;ofi_rxm, shm, verbs;ofi_rxm, cxi, efa)",
+			get: func(c *Config) string { return c.OFI.Provider },
+			set: func(c *Config, v string) error { c.OFI.Provider = strings.TrimSpace(v); return nil },
+		},
+		setting{
+			name: "AMIGO_OFI_TIMEOUT", doc: "libfabric, wait for a peer after which it is dead",
+			get: func(c *Config) string { return c.OFI.Timeout.String() },
+			set: func(c *Config, v string) error {
+				d, err := time.ParseDuration(strings.TrimSpace(v))
+				c.OFI.Timeout = d
+				return err
+			},
+		},
+	)
+	resolvers = append(resolvers, resolveOFI)
+}
+
+// resolveOFI refuses AMIGO_TRANSPORT=ofi in a build without the adapter.
+func resolveOFI(c *Config) error {
+	if c.Transport == "ofi" && !ofi.Compiled {
+		return fmt.Errorf("amigo: Transport ofi: %w", ofi.ErrNotCompiled)
+	}
+	if c.OFI.Timeout < 0 {
+		return fmt.Errorf("amigo: OFI.Timeout %v: want 0 (default) or more", c.OFI.Timeout)
+	}
+	return nil
+}

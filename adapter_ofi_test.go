@@ -1,0 +1,86 @@
+package amigo_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/amigo-hpc/amigo"
+	"github.com/amigo-hpc/amigo/amigotest"
+	"github.com/amigo-hpc/amigo/transport/ofi"
+)
+
+// AMIGO_TRANSPORT=ofi is refused with a clear reason in a build without the
+// libfabric adapter; with it (-tags ofi), ranks exchange messages of every
+// size over it, inline and fetched by GET, on each provider tested here.
+func TestTransportOFI(t *testing.T) {
+	if !ofi.Compiled {
+		_, err := amigo.Settings(amigo.Config{Transport: "ofi"})
+		if !errors.Is(err, ofi.ErrNotCompiled) {
+			t.Fatalf("Transport ofi in a build without it: %v, want %v", err, ofi.ErrNotCompiled)
+		}
+		return
+	}
+	provs := []string{"tcp;ofi_rxm", "shm"}
+	if v := os.Getenv("AMIGO_OFI_PROVIDER"); v != "" {
+		provs = []string{v}
+	}
+	for _, prov := range provs {
+		t.Run(prov, func(t *testing.T) {
+			cfg := amigo.Config{OFI: amigo.OFIConfig{Provider: prov}}
+			sizes := []int{0, 8, 1000, 20000, 300000}
+			amigotest.Run(t, 2, amigotest.Options{Config: cfg, Over: "ofi"}, func(r *amigotest.Rank) error {
+				if !slices.Contains(r.Adapters(), "ofi") {
+					return fmt.Errorf("adapters %v, want ofi", r.Adapters())
+				}
+				c := r.Ctx
+				got := 0
+				var bad error
+				c.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+					want := fill(make([]byte, sizes[got%len(sizes)]), got)
+					buf := make([]byte, m.Size())
+					check := func(err error) {
+						if err == nil && !bytes.Equal(buf, want) {
+							err = fmt.Errorf("message %d of %d bytes corrupt", got, len(want))
+						}
+						if err != nil && bad == nil {
+							bad = err
+						}
+						got++
+					}
+					if m.Inline() {
+						copy(buf, m.Data)
+						check(nil)
+						return
+					}
+					if err := m.Receive(buf, check); err != nil && bad == nil {
+						bad = err
+					}
+				})
+				if err := r.Barrier(); err != nil {
+					return err
+				}
+				k := amigo.NewCounter()
+				for i, n := range sizes {
+					k.Add(1)
+					if err := c.Send(amigo.EndpointOf(1-r.Rank()), 1, nil, fill(make([]byte, n), i), k.Done()); err != nil {
+						return err
+					}
+				}
+				if err := c.WaitCounter(r.Deadline, k); err != nil {
+					return err
+				}
+				if err := c.Wait(r.Deadline, func() bool { return got == len(sizes) || bad != nil }); err != nil {
+					return fmt.Errorf("received %d/%d: %w", got, len(sizes), err)
+				}
+				if bad != nil {
+					return bad
+				}
+				return r.Barrier()
+			})
+		})
+	}
+}

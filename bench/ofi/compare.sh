@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# bench/ofi/compare.sh: amigo over libfabric (amibench --transport ofi, built
+# with -tags ofi, two ranks as processes of this host) next to libfabric's
+# own fi_pingpong (Debian libfabric-bin) on the same provider, measured in
+# the same run. Not part of CI.
+#
+#   bash bench/ofi/compare.sh                       # PROVIDERS="tcp;ofi_rxm shm", ROUNDS=5
+#   PROVIDERS=shm ROUNDS=9 bash bench/ofi/compare.sh
+#
+# Each round runs, per provider, fi_pingpong then amibench, one after the
+# other, so every ratio compares runs seconds apart; the table gives the
+# medians over the rounds. Latency is one way: amibench's is half the round
+# trip of a ping-pong of 8-byte messages (OSU), fi_pingpong's "usec/xfer"
+# is its ping-pong's time per transfer, two transfers a round trip.
+# Bandwidth is at 1 MiB: amibench's is OSU's, windows of 64 messages
+# answered by one short message; fi_pingpong has only a ping-pong, whose
+# "MB/sec" counts both directions' transfers, so its figure is a ping-pong
+# rate, lower than a stream's: the bandwidth ratio favours amigo, and is
+# shown as it is. amibench also prints allocations per message on the Go
+# side (allocs_per_msg). The script holds /tmp/amigo-bench.lock while it
+# runs, so that measurements on a shared machine do not overlap.
+#
+# Targets: latency at most 1.2x fi_pingpong's, bandwidth at least 0.9x, no
+# allocation per message.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. bench/lib.sh
+bench_lock "$@"
+ROUNDS=${ROUNDS:-5}
+PROVIDERS=${PROVIDERS:-"tcp;ofi_rxm shm"}
+bench_work
+need_debs libfabric-dev libfabric-bin
+go build -tags ofi -o "$work/amibench" ./cmd/amibench
+M1=1048576
+
+# pingpong NAME PROV SIZE ITERS: one fi_pingpong run (server and client on
+# this host), its figures kept under NAME as a JSON line.
+pingpong() {
+  local name=$1 prov=$2 size=$3 iters=$4 out=""
+  timeout -k 5 120 fi_pingpong -p "$prov" -e rdm -S "$size" -I "$iters" >/dev/null 2>&1 &
+  local srv=$!
+  for _ in $(seq 50); do
+    if out=$(timeout -k 5 120 fi_pingpong -p "$prov" -e rdm -S "$size" -I "$iters" 127.0.0.1 2>/dev/null); then
+      break
+    fi
+    out=""
+    sleep 0.1
+  done
+  wait "$srv" 2>/dev/null || true
+  # bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
+  local line
+  line=$(echo "$out" | awk 'NF==8 && $1 ~ /^[0-9]+[kmg]?$/ {l=$0} END {print l}')
+  if [ -z "$line" ]; then
+    echo "  $name: fi_pingpong -p $prov -S $size failed" >&2
+    echo "{\"run\":\"$name\",\"failed\":true}" >>"$work/results"
+    return 0
+  fi
+  echo "$line" | awk -v n="$name" -v s="$size" '{printf "{\"run\":\"%s\",\"size\":%s,\"mb_per_s\":%s,\"latency_us\":%s}\n", n, s, $6, $7}' >>"$work/results"
+}
+
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores; $(go version | cut -d' ' -f3); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+for r in $(seq "$ROUNDS"); do
+  echo "round $r of $ROUNDS" >&2
+  for prov in $PROVIDERS; do
+    pingpong "fi-lat/$prov" "$prov" 8 10000
+    pingpong "fi-bw/$prov" "$prov" $M1 200
+    AMIGO_OFI_PROVIDER=$prov rec "amigo-lat/$prov" "$work/amibench" --json --transport ofi -b latency --min-size 8 --max-size 8
+    AMIGO_OFI_PROVIDER=$prov rec "amigo-bw/$prov" "$work/amibench" --json --transport ofi -b bw --min-size $M1 --max-size $M1
+  done
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$work/results" "$PROVIDERS" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def med(run, key):
+    v = [r[key] for r in rows if r.get("run") == run and key in r]
+    return (statistics.median(v), len(v)) if v else (None, 0)
+print("%-14s %-8s %12s %12s %8s %8s" % ("provider", "figure", "amigo", "fi_pingpong", "ratio", "target"))
+for prov in sys.argv[2].split():
+    a, na = med("amigo-lat/" + prov, "latency_us")
+    f, nf = med("fi-lat/" + prov, "latency_us")
+    if a and f:
+        print("%-14s %-8s %10.2fus %10.2fus %8.2f %8s  (%d/%d rounds)" % (prov, "lat 8B", a, f, a / f, "<=1.2", na, nf))
+    a, na = med("amigo-bw/" + prov, "mb_per_s")
+    f, nf = med("fi-bw/" + prov, "mb_per_s")
+    if a and f:
+        print("%-14s %-8s %8.0fMB/s %8.0fMB/s %8.2f %8s  (%d/%d rounds)" % (prov, "bw 1MiB", a, f, a / f, ">=0.9", na, nf))
+    al, n = med("amigo-lat/" + prov, "allocs_per_msg")
+    if n:
+        print("%-14s %-8s %12.3f %12s %8s %8s" % (prov, "allocs", al, "", "", "0"))
+PY

@@ -1,0 +1,67 @@
+//go:build ofi
+
+package ofi
+
+import (
+	"testing"
+	"time"
+
+	"github.com/amigo-hpc/amigo/internal/fifo"
+	"github.com/amigo-hpc/amigo/internal/ring"
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// A small packet sent, delivered and acknowledged allocates nothing on
+// the Go side: not in Progress, not in Poll, not in the completions.
+func TestSmallPacketAllocs(t *testing.T) {
+	for _, prov := range providers() {
+		t.Run(prov, func(t *testing.T) {
+			ads, _ := newWorld(t, 2, Options{Provider: prov, Timeout: time.Minute})
+			defer ads[0].Close()
+			defer ads[1].Close()
+			dst, _ := ads[1].Open(0, transport.NewDoorbell())
+			src, _ := ads[0].Open(0, transport.NewDoorbell())
+			l, err := src.Link(transport.Addr{Rank: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := fifo.New(l.Msg.Slots(), l.Msg.HeadCounter(), l.Msg.TransferCounter(), nil)
+			var c cnt
+			round := func(size int) {
+				k := ring.SlotsFor(size)
+				tail := tr.Tail()
+				for !tr.Space(l.Msg.PadFor(tail, k) + k) {
+					src.Progress()
+					dst.Poll(&c, 64)
+					tr.Complete()
+				}
+				if pad := l.Msg.PadFor(tail, k); pad > 0 {
+					l.Msg.WritePad(tail, pad)
+					tr.Inject(pad, nil)
+					tail += uint64(pad)
+				}
+				l.Msg.Seal(tail, size)
+				tr.Inject(k, nil)
+				l.Msg.Publish(tr.Tail())
+				want := c.n + 1
+				deadline := time.Now().Add(time.Minute)
+				for c.n < want || tr.Outstanding() > 0 {
+					src.Progress()
+					dst.Poll(&c, 64)
+					tr.Complete()
+					if time.Now().After(deadline) {
+						t.Fatalf("packet of %d bytes: delivered %d of %d", size, c.n, want)
+					}
+				}
+			}
+			for _, size := range []int{8, 200} { // injected; sent from the ring
+				for i := 0; i < 50; i++ {
+					round(size) // the queues and buffers reach their sizes
+				}
+				if a := testing.AllocsPerRun(200, func() { round(size) }); a != 0 {
+					t.Errorf("%d-byte packet: %v allocations per round trip", size, a)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,225 @@
+//go:build ofi
+
+#include "amigo_ofi.h"
+
+// Every buffer crosses this boundary as a uintptr_t: memory the adapter
+// mapped itself (rings, receive buffers, headers) or Go memory pinned with
+// runtime.Pinner for as long as the provider may touch it.
+
+#define AMIGO_FI_VERSION FI_VERSION(1, 17)
+
+// amigo_hints returns the hints of an amigo endpoint: reliable datagrams,
+// messages and RMA, sends delivered in order (FI_ORDER_SAS), the provider
+// managing resources (FI_RM_ENABLED: a send to a receiver without a posted
+// buffer waits, it is not dropped), and the memory-registration modes the
+// adapter honours.
+struct fi_info *amigo_hints(const char *prov) {
+	struct fi_info *h = fi_allocinfo();
+	if (!h) return NULL;
+	h->ep_attr->type = FI_EP_RDM;
+	h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+	h->mode = FI_CONTEXT | FI_CONTEXT2;
+	h->tx_attr->msg_order = FI_ORDER_SAS;
+	h->rx_attr->msg_order = FI_ORDER_SAS;
+	h->domain_attr->resource_mgmt = FI_RM_ENABLED;
+	h->domain_attr->threading = FI_THREAD_SAFE;
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+	h->domain_attr->av_type = FI_AV_TABLE;
+	if (prov && prov[0]) {
+		h->fabric_attr->prov_name = strdup(prov);
+	}
+	return h;
+}
+
+int amigo_getinfo(const char *prov, struct fi_info **out) {
+	struct fi_info *h = amigo_hints(prov);
+	if (!h) return -FI_ENOMEM;
+	int rc = fi_getinfo(AMIGO_FI_VERSION, NULL, NULL, 0, h, out);
+	fi_freeinfo(h);
+	return rc;
+}
+
+// amigo_listinfo lists every provider's RDM endpoints, without amigo's
+// requirements, for amiinfo.
+int amigo_listinfo(struct fi_info **out) {
+	struct fi_info *h = fi_allocinfo();
+	if (!h) return -FI_ENOMEM;
+	h->ep_attr->type = FI_EP_RDM;
+	h->mode = ~0ULL;
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+	int rc = fi_getinfo(AMIGO_FI_VERSION, NULL, NULL, 0, h, out);
+	fi_freeinfo(h);
+	return rc;
+}
+
+const char *amigo_prov(struct fi_info *i) { return i->fabric_attr->prov_name; }
+const char *amigo_fabric_name(struct fi_info *i) { return i->fabric_attr->name; }
+const char *amigo_domain_name(struct fi_info *i) { return i->domain_attr->name; }
+uint64_t amigo_caps(struct fi_info *i) { return i->caps; }
+uint64_t amigo_mr_mode(struct fi_info *i) { return (uint64_t)i->domain_attr->mr_mode; }
+uint64_t amigo_mode(struct fi_info *i) { return i->mode; }
+size_t amigo_inject_size(struct fi_info *i) { return i->tx_attr->inject_size; }
+size_t amigo_tx_size(struct fi_info *i) { return i->tx_attr->size; }
+size_t amigo_rx_size(struct fi_info *i) { return i->rx_attr->size; }
+uint64_t amigo_tx_order(struct fi_info *i) { return i->tx_attr->msg_order; }
+int amigo_progress(struct fi_info *i) { return (int)i->domain_attr->data_progress; }
+size_t amigo_max_msg(struct fi_info *i) { return i->ep_attr->max_msg_size; }
+size_t amigo_mr_key_size(struct fi_info *i) { return i->domain_attr->mr_key_size; }
+struct fi_info *amigo_next(struct fi_info *i) { return i->next; }
+
+int amigo_open(struct fi_info *info, struct fid_fabric **fab, struct fid_domain **dom, struct fid_av **av) {
+	int rc = fi_fabric(info->fabric_attr, fab, NULL);
+	if (rc) return rc;
+	rc = fi_domain(*fab, info, dom, NULL);
+	if (rc) { fi_close(&(*fab)->fid); return rc; }
+	struct fi_av_attr attr;
+	memset(&attr, 0, sizeof attr);
+	attr.type = FI_AV_TABLE;
+	rc = fi_av_open(*dom, &attr, av, NULL);
+	if (rc) { fi_close(&(*dom)->fid); fi_close(&(*fab)->fid); return rc; }
+	return 0;
+}
+
+int amigo_cq_open(struct fid_domain *dom, size_t size, int wantfd, struct fid_cq **cq, int *fd) {
+	struct fi_cq_attr attr;
+	memset(&attr, 0, sizeof attr);
+	attr.format = FI_CQ_FORMAT_DATA;
+	attr.size = size;
+	*fd = -1;
+	if (wantfd) {
+		attr.wait_obj = FI_WAIT_FD;
+		if (fi_cq_open(dom, &attr, cq, NULL) == 0) {
+			int w = -1;
+			if (fi_control(&(*cq)->fid, FI_GETWAIT, &w) == 0 && w >= 0) {
+				*fd = w;
+				return 0;
+			}
+			fi_close(&(*cq)->fid);
+		}
+	}
+	attr.wait_obj = FI_WAIT_NONE;
+	return fi_cq_open(dom, &attr, cq, NULL);
+}
+
+int amigo_ep_open(struct fid_domain *dom, struct fi_info *info, struct fid_av *av,
+		struct fid_cq *txcq, struct fid_cq *rxcq, struct fid_ep **ep) {
+	int rc = fi_endpoint(dom, info, ep, NULL);
+	if (rc) return rc;
+	if ((rc = fi_ep_bind(*ep, &av->fid, 0)) ||
+	    (rc = fi_ep_bind(*ep, &txcq->fid, FI_TRANSMIT)) ||
+	    (rc = fi_ep_bind(*ep, &rxcq->fid, FI_RECV)) ||
+	    (rc = fi_enable(*ep))) {
+		fi_close(&(*ep)->fid);
+		return rc;
+	}
+	return 0;
+}
+
+int amigo_getname(struct fid_ep *ep, void *buf, size_t *len) {
+	return fi_getname(&ep->fid, buf, len);
+}
+
+int amigo_av_insert(struct fid_av *av, const void *addr, fi_addr_t *out) {
+	int n = fi_av_insert(av, addr, 1, out, 0, NULL);
+	return n == 1 ? 0 : (n < 0 ? n : -FI_EINVAL);
+}
+
+int amigo_close(struct fid *f) { return fi_close(f); }
+struct fid *amigo_fid_ep(struct fid_ep *e) { return &e->fid; }
+struct fid *amigo_fid_cq(struct fid_cq *c) { return &c->fid; }
+struct fid *amigo_fid_av(struct fid_av *a) { return &a->fid; }
+struct fid *amigo_fid_domain(struct fid_domain *d) { return &d->fid; }
+struct fid *amigo_fid_fabric(struct fid_fabric *f) { return &f->fid; }
+struct fid *amigo_fid_mr(struct fid_mr *m) { return &m->fid; }
+
+ssize_t amigo_recv(struct fid_ep *ep, uintptr_t buf, size_t len, uintptr_t desc, uintptr_t ctx) {
+	return fi_recv(ep, (void *)buf, len, (void *)desc, FI_ADDR_UNSPEC, (void *)ctx);
+}
+
+// amigo_send sends a header and a payload as one message.
+ssize_t amigo_send(struct fid_ep *ep, uintptr_t hdr, size_t hlen, uintptr_t hdesc,
+		uintptr_t data, size_t dlen, uintptr_t ddesc, fi_addr_t dest, uintptr_t ctx) {
+	struct iovec iov[2] = {{(void *)hdr, hlen}, {(void *)data, dlen}};
+	void *desc[2] = {(void *)hdesc, (void *)ddesc};
+	return fi_sendv(ep, iov, desc, dlen ? 2 : 1, dest, (void *)ctx);
+}
+
+// amigo_inject sends a header and a payload of at most the provider's
+// inject size together, with no completion: the bytes are copied before it
+// returns.
+ssize_t amigo_inject(struct fid_ep *ep, uintptr_t hdr, size_t hlen, uintptr_t data, size_t dlen, fi_addr_t dest) {
+	char buf[4096];
+	if (hlen + dlen > sizeof buf) return -FI_EMSGSIZE;
+	memcpy(buf, (void *)hdr, hlen);
+	if (dlen) memcpy(buf + hlen, (void *)data, dlen);
+	return fi_inject(ep, buf, hlen + dlen, dest);
+}
+
+ssize_t amigo_rma(struct fid_ep *ep, int write, uintptr_t buf, size_t len, uintptr_t desc,
+		fi_addr_t peer, uint64_t raddr, uint64_t key, uintptr_t ctx, uint64_t flags) {
+	struct iovec iov = {(void *)buf, len};
+	void *d = (void *)desc;
+	struct fi_rma_iov rma = {raddr, len, key};
+	struct fi_msg_rma msg;
+	memset(&msg, 0, sizeof msg);
+	msg.msg_iov = &iov;
+	msg.desc = &d;
+	msg.iov_count = 1;
+	msg.addr = peer;
+	msg.rma_iov = &rma;
+	msg.rma_iov_count = 1;
+	msg.context = (void *)ctx;
+	if (write) return fi_writemsg(ep, &msg, flags | FI_COMPLETION);
+	return fi_readmsg(ep, &msg, flags | FI_COMPLETION);
+}
+
+ssize_t amigo_cq_read(struct fid_cq *cq, uintptr_t e, size_t n) {
+	return fi_cq_read(cq, (struct fi_cq_data_entry *)e, n);
+}
+
+ssize_t amigo_cq_readerr(struct fid_cq *cq, uintptr_t *ctx, int *err, int *perr) {
+	struct fi_cq_err_entry e;
+	memset(&e, 0, sizeof e);
+	ssize_t rc = fi_cq_readerr(cq, &e, 0);
+	if (rc < 0) return rc;
+	*ctx = (uintptr_t)e.op_context;
+	*err = e.err;
+	*perr = e.prov_errno;
+	return rc;
+}
+
+int amigo_mr_reg(struct fid_domain *dom, struct fid_ep *ep, uintptr_t buf, size_t len,
+		uint64_t access, uint64_t reqkey, int bind, struct fid_mr **mr, uint64_t *key, uintptr_t *desc) {
+	int rc = fi_mr_reg(dom, (void *)buf, len, access, 0, reqkey, 0, mr, NULL);
+	if (rc) return rc;
+	if (bind) {
+		if ((rc = fi_mr_bind(*mr, &ep->fid, 0)) || (rc = fi_mr_enable(*mr))) {
+			fi_close(&(*mr)->fid);
+			return rc;
+		}
+	}
+	*key = fi_mr_key(*mr);
+	*desc = (uintptr_t)fi_mr_desc(*mr);
+	return 0;
+}
+
+// amigo_trywait reports whether the port may sleep on its completion
+// queues' file descriptors (0) or must read them first.
+int amigo_trywait(struct fid_fabric *fab, struct fid_cq *a, struct fid_cq *b) {
+	struct fid *f[2] = {&a->fid, &b->fid};
+	return fi_trywait(fab, f, 2);
+}
+
+const char *amigo_strerror(int e) { return fi_strerror(e < 0 ? -e : e); }
+char *amigo_tostr(uint64_t v, int t) {
+	return fi_tostr(&v, (enum fi_type)t);
+}
+
+// amigo_drive makes the provider progress the endpoint behind two
+// completion queues without taking any completion: a read of no entries
+// runs the queues' progress and leaves what completed for the owner.
+void amigo_drive(struct fid_cq *a, struct fid_cq *b) {
+	struct fi_cq_data_entry e;
+	fi_cq_read(a, &e, 0);
+	fi_cq_read(b, &e, 0);
+}

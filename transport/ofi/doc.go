@@ -1,0 +1,70 @@
+// Package ofi is amigo's adapter over libfabric (OpenFabrics Interfaces):
+// ranks on different hosts connected by a fabric with RDMA — InfiniBand
+// and RoCE (verbs;ofi_rxm), HPE Slingshot (cxi), AWS EFA (efa), Omni-Path
+// (psm2, opx) — or, for testing, by TCP (tcp;ofi_rxm) and shared memory
+// (shm).
+//
+// The adapter is compiled only with the build tag ofi, through cgo against
+// libfabric 1.17 or later (Debian: libfabric-dev). Without the tag the
+// package holds only Compiled, false, and a build of amigo stays pure Go.
+//
+// # What happens, in order
+//
+//  1. New picks the provider Options.Provider names (fi_getinfo) and
+//     checks what amigo needs of it: reliable-datagram endpoints
+//     (FI_EP_RDM), messages and RMA, sends delivered in the order they
+//     were posted (FI_ORDER_SAS, which keeps a link's packets in order),
+//     and the provider managing its resources (FI_RM_ENABLED: a message
+//     to a receiver with no buffer posted waits, it is not dropped). It
+//     accepts providers that ask for FI_CONTEXT or FI_CONTEXT2 and for the
+//     memory-registration modes FI_MR_LOCAL, FI_MR_VIRT_ADDR,
+//     FI_MR_ALLOCATED, FI_MR_PROV_KEY and FI_MR_ENDPOINT, and honours
+//     them. It makes one endpoint per context, each with a transmit and a
+//     receive completion queue (with a file descriptor to sleep on where
+//     the provider has one), and publishes the endpoints' names under
+//     KVSKey. After the job's fence, Start reads every peer's names; a
+//     peer's addresses enter the address vector on first use.
+//  2. Port.Link returns a link whose descriptor buffer lives in pinned Go
+//     memory the provider reads in place. Progress posts each packet the
+//     AMI wrote: with fi_inject when it fits the provider's inject size
+//     (nothing to wait for), else with fi_sendv of the link's 16-byte
+//     header and the packet where it lies in the ring. Every message
+//     carries its sender (wire.go), since a reliable-datagram endpoint
+//     does not say who sent.
+//  3. Each endpoint keeps Options.RecvBuffers receive buffers posted, each
+//     as large as the largest packet (half a link's ring). Poll reads the
+//     receive queue, hands packets to the receiver in place, reposts the
+//     buffers and then acknowledges to each sender how many of its packets
+//     the context took. A packet's slots go back to the AMI (its transfer
+//     counted) only once it was acknowledged: a done callback means
+//     delivered, and a link never has more in flight than its ring holds —
+//     the flow control that keeps a slow receiver from being flooded, with
+//     the provider's managed resources behind it.
+//  4. GET and PUT are fi_read and fi_write. The first access to a key
+//     asks its owner where the region is (a request its owner's Poll
+//     answers): the owner registers the region with fi_mr_reg then, once
+//     (bound to the endpoint where the provider wants it; the Go memory
+//     under it pinned while registered) and answers with its address
+//     (FI_MR_VIRT_ADDR) or none, its length, its permissions and the
+//     provider's key. The initiator keeps the answer in a cache of the
+//     link's keys, checks every access against the region's bounds and
+//     permissions before anything reaches the wire, and posts the
+//     operation from the caller's buffer, pinned until its completion
+//     (and registered, where the provider asks for FI_MR_LOCAL).
+//     Deregistering closes the region's registrations. Descriptors
+//     complete in the FIFO's order.
+//  5. Remote atomics are performed by the owner's Poll on the word's
+//     memory (transport.ApplyAtomic), as on TCP, and answered.
+//  6. A context sleeps on its completion queues (sleep.go).
+//  7. A provider error on an operation toward a peer, a goodbye from a
+//     closing peer, or a link left waiting for its peer longer than
+//     Options.Timeout fails the link with a *transport.PeerError naming
+//     the peer; the AMI fails what it holds for it.
+//
+// # Threading
+//
+// The endpoint of a context is used by the goroutine that owns the
+// context; the domain, the address vector and the region table are
+// shared, so the adapter asks for FI_THREAD_SAFE. The adapter's mutex
+// guards its tables and is taken on slow paths only.
+package ofi

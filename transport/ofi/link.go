@@ -1,0 +1,437 @@
+//go:build ofi
+
+package ofi
+
+/*
+#include "amigo_ofi.h"
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"time"
+	"unsafe"
+
+	"github.com/amigo-hpc/amigo/internal/ring"
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// keyCache is the number of entries of a link's cache of remote regions.
+const keyCache = 256
+
+// remoteRegion is what an initiator learned of a peer's region: where the
+// provider reaches it, how long it is and what the owner permits.
+type remoteRegion struct {
+	key    transport.Key
+	base   uint64 // the address of its first byte (FI_MR_VIRT_ADDR), else 0
+	length uint64
+	mrkey  uint64
+	perm   transport.Perm
+}
+
+// olink is a link this port initiates: the descriptor buffer it sends
+// from, the RDMA FIFO it performs, and the state of both.
+type olink struct {
+	p    *port
+	l    *transport.Link
+	to   transport.Addr
+	dest C.fi_addr_t
+	pins runtime.Pinner
+
+	mem  []byte // the ring and, after it, the packets' header
+	hdr  uintptr
+	desc uintptr
+	mr   *C.struct_fid_mr
+	rd   *ring.Reader
+
+	stalled  []byte // a packet peeked but not taken by the provider
+	posted   uint64 // packets posted
+	doneUpTo uint64 // packets whose send completed, all below
+	sendDone []bool // by packet number mod len: completed out of order
+	acked    uint64 // packets the target took
+	released uint64 // packets whose slots went back to the AMI
+
+	q       *transport.RDMAQueue
+	issued  uint64 // RDMA positions below are posted, answered or failed
+	rdone   []bool
+	rerr    []error
+	rpins   []runtime.Pinner // the local buffer of each RDMA slot in flight
+	rmr     []*C.struct_fid_mr
+	keys    [keyCache]remoteRegion
+	asking  transport.Key // key requested from the peer, 0 if none
+	refused transport.Key // key the peer said it does not have
+
+	moves    uint64 // answers and completions from the peer
+	lastSeen uint64
+	waitFrom time.Time
+	failed   bool
+}
+
+func newOlink(p *port, to transport.Addr, dest C.fi_addr_t) (*olink, error) {
+	a := p.a
+	slots := a.opts.RingSlots
+	l := &olink{p: p, to: to, dest: dest, sendDone: make([]bool, slots)}
+	size := ring.MemSize(slots)
+	l.mem = pinnedBytes(&l.pins, size+hdrSize)
+	r, err := ring.New(l.mem[:size], slots)
+	if err != nil {
+		l.pins.Unpin()
+		return nil, err
+	}
+	putHeader(l.mem[size:], header{kind: kindPacket, ctx: uint16(p.ctx), rank: uint32(a.rank)})
+	l.hdr = addrOf(l.mem) + uintptr(size)
+	if a.mrMode&C.FI_MR_LOCAL != 0 {
+		if l.mr, l.desc, err = p.registerLocal(l.mem, C.FI_SEND); err != nil {
+			l.pins.Unpin()
+			return nil, err
+		}
+	}
+	l.rd = r.NewReader()
+	l.q = transport.NewRDMAQueue(a.opts.RDMASlots)
+	n := l.q.Slots()
+	l.rdone, l.rerr, l.rpins, l.rmr = make([]bool, n), make([]error, n), make([]runtime.Pinner, n), make([]*C.struct_fid_mr, n)
+	l.l = &transport.Link{To: to, Msg: r, RDMA: l.q, MaxRDMA: a.opts.RDMAPiece}
+	return l, nil
+}
+
+// progress posts the link's packets and RDMA descriptors, gives back the
+// slots of acknowledged packets and completes RDMA descriptors in order.
+func (l *olink) progress() int {
+	if l.failed {
+		return 0
+	}
+	n := 0
+	for {
+		pkt := l.stalled
+		if pkt == nil {
+			var err error
+			if pkt, err = l.rd.Peek(); err != nil {
+				l.fail(&transport.PeerError{Addr: l.to, Err: fmt.Errorf("%w: own descriptor buffer: %v", transport.ErrCorrupt, err)})
+				return n
+			}
+			if pkt == nil {
+				break
+			}
+		}
+		if !l.post(pkt) {
+			l.stalled = pkt
+			break
+		}
+		if l.failed {
+			return n
+		}
+		l.stalled = nil
+		n++
+	}
+	l.release()
+	n += l.issueRDMA()
+	n += l.completeRDMA()
+	return n
+}
+
+// post hands one packet to the provider: injected when it fits (no
+// completion to wait for), else sent from the ring in place.
+func (l *olink) post(pkt []byte) bool {
+	p := l.p
+	seq := l.posted
+	if hdrSize+len(pkt) <= p.a.injectSize {
+		rc := C.amigo_inject(p.e.ep, C.uintptr_t(l.hdr), hdrSize, C.uintptr_t(addrOf(pkt)), C.size_t(len(pkt)), l.dest)
+		if rc == errAgain {
+			return false
+		}
+		l.posted++
+		l.sent(seq, fiErr("fi_inject", rc))
+		return true
+	}
+	op := p.allocOp(opSend, l, seq)
+	if op < 0 {
+		return false
+	}
+	rc := C.amigo_send(p.e.ep, C.uintptr_t(l.hdr), hdrSize, C.uintptr_t(l.desc), C.uintptr_t(addrOf(pkt)), C.size_t(len(pkt)), C.uintptr_t(l.desc), l.dest, p.opCtx(op))
+	if rc == errAgain {
+		p.freeOp(int(op))
+		return false
+	}
+	l.posted++
+	if rc < 0 {
+		p.freeOp(int(op))
+		l.sent(seq, fiErr("fi_send", rc))
+	}
+	return true
+}
+
+// sent records the local completion of packet seq.
+func (l *olink) sent(seq uint64, err error) {
+	if err != nil {
+		l.fail(&transport.PeerError{Addr: l.to, Err: err})
+		return
+	}
+	n := uint64(len(l.sendDone))
+	l.sendDone[seq%n] = true
+	for l.doneUpTo < l.posted && l.sendDone[l.doneUpTo%n] {
+		l.sendDone[l.doneUpTo%n] = false
+		l.doneUpTo++
+	}
+}
+
+// ack records that the target took the link's packets up to count.
+func (l *olink) ack(count uint64) {
+	if count > l.acked && count <= l.posted {
+		l.acked = count
+		l.moves++
+	}
+}
+
+// release gives the slots of packets both acknowledged and completed
+// back to the AMI, counting them transferred: the target took them.
+func (l *olink) release() {
+	if k := min(l.acked, l.doneUpTo); k > l.released {
+		l.released += uint64(l.rd.ReleaseFirst(int(k - l.released)))
+	}
+}
+
+// issueRDMA posts the RDMA descriptors published since the last call, in
+// order, each once the peer told where its region is. Accesses outside a
+// region, or that the region does not permit, fail here, before anything
+// reaches the wire.
+func (l *olink) issueRDMA() int {
+	p := l.p
+	q := l.q
+	mask := uint64(q.Slots() - 1)
+	n := 0
+	for {
+		op := q.At(l.issued)
+		if op == nil {
+			return n
+		}
+		pos := l.issued
+		i := pos & mask
+		if op.Kind == transport.Atomic {
+			var b [34]byte
+			binary.LittleEndian.PutUint64(b[0:], uint64(op.Key))
+			binary.LittleEndian.PutUint64(b[8:], op.Off)
+			binary.LittleEndian.PutUint64(b[16:], op.Operand)
+			binary.LittleEndian.PutUint64(b[24:], op.Compare)
+			b[32], b[33] = uint8(op.AOp), op.Width
+			p.queueCtrl(l.dest, header{kind: kindAtomReq, arg: pos}, b[:])
+			l.issued++
+			n++
+			continue
+		}
+		size := uint64(len(op.Local))
+		reg := &l.keys[keyHash(op.Key)]
+		if reg.key != op.Key || op.Key == 0 {
+			if op.Key != 0 && op.Key == l.refused || op.Key == 0 {
+				l.refused = 0
+				l.finish(pos, &transport.PeerError{Addr: l.to, Err: &transport.AccessError{Key: op.Key, Off: op.Off, Len: size, Err: transport.ErrBadKey}})
+				l.issued++
+				n++
+				continue
+			}
+			if l.asking == 0 {
+				l.asking = op.Key
+				p.queueCtrl(l.dest, header{kind: kindKeyReq, arg: uint64(op.Key)}, nil)
+			}
+			return n
+		}
+		if op.Off > reg.length || size > reg.length-op.Off {
+			l.finish(pos, &transport.PeerError{Addr: l.to, Err: &transport.AccessError{Key: op.Key, Off: op.Off, Len: size, RegionLen: reg.length, Err: transport.ErrBounds}})
+			l.issued++
+			n++
+			continue
+		}
+		if need := transport.PermFor(op.Kind); reg.perm&need != need {
+			l.finish(pos, &transport.PeerError{Addr: l.to, Err: &transport.AccessError{Key: op.Key, Off: op.Off, Len: size, Err: transport.ErrPermission}})
+			l.issued++
+			n++
+			continue
+		}
+		if size == 0 {
+			l.finish(pos, nil)
+			l.issued++
+			n++
+			continue
+		}
+		if !l.postRMA(op, pos, i, reg) {
+			return n
+		}
+		if l.failed {
+			return n
+		}
+		l.issued++
+		n++
+	}
+}
+
+// postRMA posts a GET or PUT and reports whether the provider took it.
+func (l *olink) postRMA(op *transport.RDMAOp, pos, i uint64, reg *remoteRegion) bool {
+	p := l.p
+	buf := addrOf(op.Local)
+	l.rpins[i].Pin(unsafe.Pointer(unsafe.SliceData(op.Local)))
+	var desc uintptr
+	if p.a.mrMode&C.FI_MR_LOCAL != 0 {
+		access := uint64(C.FI_READ)
+		if op.Kind == transport.Put {
+			access = C.FI_WRITE
+		}
+		mr, d, err := p.registerLocal(op.Local, access)
+		if err != nil {
+			l.rpins[i].Unpin()
+			l.finish(pos, &transport.PeerError{Addr: l.to, Err: err})
+			return true
+		}
+		l.rmr[i], desc = mr, d
+	}
+	idx := p.allocOp(opRMA, l, pos)
+	if idx < 0 {
+		l.unpinRMA(i)
+		return false
+	}
+	write, flags := C.int(0), uint64(0)
+	if op.Kind == transport.Put {
+		write = 1
+		if op.Remote {
+			flags = C.FI_DELIVERY_COMPLETE
+		}
+	}
+	rc := C.amigo_rma(p.e.ep, write, C.uintptr_t(buf), C.size_t(len(op.Local)), C.uintptr_t(desc), l.dest,
+		C.uint64_t(reg.base+op.Off), C.uint64_t(reg.mrkey), p.opCtx(idx), C.uint64_t(flags))
+	if rc == errAgain {
+		p.freeOp(int(idx))
+		l.unpinRMA(i)
+		return false
+	}
+	if rc < 0 {
+		p.freeOp(int(idx))
+		l.unpinRMA(i)
+		l.finish(pos, &transport.PeerError{Addr: l.to, Err: fiErr("rma", rc)})
+		l.fail(&transport.PeerError{Addr: l.to, Err: fiErr("rma", rc)})
+	}
+	return true
+}
+
+func (l *olink) unpinRMA(i uint64) {
+	if mr := l.rmr[i]; mr != nil {
+		C.amigo_close(C.amigo_fid_mr(mr))
+		l.rmr[i] = nil
+	}
+	l.rpins[i].Unpin()
+}
+
+// rmaDone records the completion of the GET or PUT at pos.
+func (l *olink) rmaDone(pos uint64, err error) {
+	i := pos & uint64(l.q.Slots()-1)
+	l.unpinRMA(i)
+	l.moves++
+	if err != nil {
+		err = &transport.PeerError{Addr: l.to, Err: err}
+		l.finish(pos, err)
+		l.fail(err)
+		return
+	}
+	l.finish(pos, nil)
+}
+
+func (l *olink) finish(pos uint64, err error) {
+	i := pos & uint64(l.q.Slots()-1)
+	l.rdone[i], l.rerr[i] = true, err
+}
+
+// completeRDMA completes the descriptors at the head that are done.
+func (l *olink) completeRDMA() int {
+	mask := uint64(l.q.Slots() - 1)
+	n := 0
+	for h := l.q.HeadCounter().Load(); h < l.issued && l.rdone[h&mask]; h++ {
+		i := h & mask
+		err := l.rerr[i]
+		l.rdone[i], l.rerr[i] = false, nil
+		l.q.Done(err)
+		n++
+	}
+	return n
+}
+
+// keyAnswer records the peer's answer about a region.
+func (l *olink) keyAnswer(h header, body []byte) {
+	key := transport.Key(h.arg)
+	if l.asking == key {
+		l.asking = 0
+	}
+	l.moves++
+	if h.status != stOK {
+		l.refused = key
+		return
+	}
+	l.keys[keyHash(key)] = remoteRegion{
+		key:    key,
+		base:   binary.LittleEndian.Uint64(body[0:]),
+		length: binary.LittleEndian.Uint64(body[8:]),
+		mrkey:  binary.LittleEndian.Uint64(body[16:]),
+		perm:   transport.Perm(body[24]),
+	}
+}
+
+// atomAnswer completes the atomic at the position the answer names.
+func (l *olink) atomAnswer(h header, body []byte) {
+	pos := h.arg
+	op := l.q.At(pos)
+	if op == nil || pos < l.q.HeadCounter().Load() || pos >= l.issued || op.Kind != transport.Atomic {
+		return
+	}
+	l.moves++
+	if h.status != stOK {
+		l.finish(pos, &transport.PeerError{Addr: l.to, Err: &transport.AccessError{Key: op.Key, Off: op.Off, Len: uint64(op.Width), Err: statusError(h.status)}})
+		return
+	}
+	op.SetResult(binary.LittleEndian.Uint64(body))
+	l.finish(pos, nil)
+}
+
+// waiting reports whether the link waits for its peer.
+func (l *olink) waiting() bool {
+	return l.stalled != nil || l.posted > l.acked || l.issued > l.q.HeadCounter().Load() || l.asking != 0
+}
+
+// checkSilence fails the link if it waited for its peer longer than the
+// timeout without hearing anything.
+func (l *olink) checkSilence(now time.Time) {
+	if l.failed || !l.waiting() {
+		l.waitFrom = time.Time{}
+		return
+	}
+	mark := l.moves
+	if l.waitFrom.IsZero() || mark != l.lastSeen {
+		l.waitFrom, l.lastSeen = now, mark
+		return
+	}
+	if d := now.Sub(l.waitFrom); d > l.p.a.opts.Timeout {
+		l.fail(&transport.PeerError{Addr: l.to, Err: fmt.Errorf("%w (%v without an answer)", ErrSilent, d.Round(time.Millisecond))})
+	}
+}
+
+// fail breaks the link with err, once: the AMI fails what the link holds.
+// Buffers of GETs and PUTs the provider still has stay pinned until their
+// completions arrive or the port closes.
+func (l *olink) fail(err error) {
+	if l.failed {
+		return
+	}
+	l.failed = true
+	l.l.Fail(err)
+	l.p.a.opts.Logf("rank %d context %d: link to %v failed: %v", l.p.a.rank, l.p.ctx, l.to, err)
+	l.p.bell.Ring()
+}
+
+// release unpins the link's memory; the port's endpoint is closed.
+func (l *olink) releaseAll() {
+	for i := range l.rpins {
+		l.unpinRMA(uint64(i))
+	}
+	if l.mr != nil {
+		C.amigo_close(C.amigo_fid_mr(l.mr))
+		l.mr = nil
+	}
+	l.pins.Unpin()
+}

@@ -1,0 +1,828 @@
+//go:build ofi
+
+package ofi
+
+/*
+#include "amigo_ofi.h"
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// ErrSilent reports a peer that left a link waiting longer than
+// Options.Timeout: an acknowledgement, an RDMA completion or an answer
+// that did not come.
+var ErrSilent = errors.New("peer silent")
+
+// opKind is what an operation context stands for.
+type opKind uint8
+
+const (
+	opFree opKind = iota
+	opRecv        // a posted receive buffer (seq: its index)
+	opSend        // a packet (seq: its number on the link)
+	opRMA         // a GET or PUT (seq: its RDMA FIFO position)
+	opCtrl        // a control message sent from a scratch slot (seq: the slot)
+)
+
+type opInfo struct {
+	kind opKind
+	l    *olink
+	seq  uint64
+}
+
+// ctxStride is the room of one operation context: a struct fi_context2,
+// which providers in FI_CONTEXT mode use as scratch.
+const ctxStride = 64
+
+// sendOps is the number of operation contexts a port has for transmits.
+const sendOps = 4096
+
+// ctrlSlots is the number of scratch slots for control messages too large
+// to inject.
+const ctrlSlots = 256
+
+// port is a local context's endpoint and the links it initiates (outs)
+// and takes (ins).
+type port struct {
+	a    *Adapter
+	ctx  int
+	addr transport.Addr
+	bell *transport.Doorbell
+	e    *endpoint
+	pins runtime.Pinner // the port's memory the provider touches
+
+	ctxMem  []byte // operation contexts, ctxStride each
+	ctxBase uintptr
+	ops     []opInfo
+	free    []int32
+
+	rxMem   []byte // receive buffers, bufSize each
+	bufSize int
+	rxDesc  uintptr
+	rxMR    *C.struct_fid_mr
+
+	ctrlMem  []byte // scratch for control messages: slot 0 for injects
+	ctrlDesc uintptr
+	ctrlMR   *C.struct_fid_mr
+	ctrlFree []int32
+	ctrlq    []ctrlMsg // control messages waiting for room
+
+	outs    []*olink // by rank*contexts+context
+	outList []*olink
+	ins     []*inlink
+	dirty   []*inlink // links in whose taken packets are not acknowledged
+
+	// entries receives completions: pinned, so that the calls that fill
+	// it pass its address as a number and cgo has no pointer to check
+	// (a check that allocated on every call).
+	entries     *[32]C.struct_fi_cq_data_entry
+	entriesAddr C.uintptr_t
+	// pending holds packets Progress found in the receive queue, for the
+	// next Poll: their buffers stay taken until then.
+	pending            []pendingMsg
+	pendHead, pendTail uint64
+	calls              uint64
+	closed             atomic.Bool
+
+	// state is 0 while nobody works on the port, 1 while its context
+	// does (Poll, Progress: depth counts nested calls), 2 while the
+	// adapter's watcher does in its place. It orders each side's work
+	// after the other's.
+	state     atomic.Int32
+	depth     int
+	ownBell   bool          // the doorbell is the adapter's (Doorbell)
+	polls     atomic.Uint64 // Poll and Progress calls, for the watcher
+	lastPolls uint64        // the watcher's
+}
+
+type ctrlMsg struct {
+	dest C.fi_addr_t
+	n    int
+	b    [ctrlMax]byte
+}
+
+// inlink is what a port knows of a peer context that sends to it.
+type inlink struct {
+	from   transport.Addr
+	dest   C.fi_addr_t
+	taken  uint64 // packets handed to the receiver
+	acked  uint64 // packets acknowledged
+	dirty  bool
+	closed bool
+}
+
+// pinnedBytes returns n bytes of zeroed, 64-byte aligned Go memory pinned
+// by pin: the provider may keep its address until pin is unpinned.
+func pinnedBytes(pin *runtime.Pinner, n int) []byte {
+	words := make([]uint64, (n+127)/8)
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)
+	off := (64 - int(uintptr(unsafe.Pointer(&b[0]))&63)) & 63
+	b = b[off : off+n : off+n]
+	pin.Pin(unsafe.Pointer(&words[0]))
+	return b
+}
+
+func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+func newPort(a *Adapter, ctx int, bell *transport.Doorbell) (*port, error) {
+	nctx := a.opts.Contexts
+	p := &port{
+		a:       a,
+		ctx:     ctx,
+		addr:    transport.Addr{Rank: int32(a.rank), Context: int32(ctx)},
+		bell:    bell,
+		e:       a.eps[ctx],
+		bufSize: hdrSize + a.maxPacket,
+		outs:    make([]*olink, a.size*nctx),
+		ins:     make([]*inlink, a.size*nctx),
+		pending: make([]pendingMsg, a.opts.RecvBuffers),
+	}
+	nbuf := a.opts.RecvBuffers
+	nops := nbuf + sendOps
+	em := pinnedBytes(&p.pins, int(unsafe.Sizeof(*p.entries)))
+	p.entries = (*[32]C.struct_fi_cq_data_entry)(unsafe.Pointer(&em[0]))
+	p.entriesAddr = C.uintptr_t(addrOf(em))
+	p.ctxMem = pinnedBytes(&p.pins, nops*ctxStride)
+	p.ctxBase = addrOf(p.ctxMem)
+	p.ops = make([]opInfo, nops)
+	p.free = make([]int32, 0, sendOps)
+	for i := nops - 1; i >= nbuf; i-- {
+		p.free = append(p.free, int32(i))
+	}
+	p.rxMem = pinnedBytes(&p.pins, nbuf*p.bufSize)
+	p.ctrlMem = pinnedBytes(&p.pins, ctrlSlots*ctrlMax)
+	for i := ctrlSlots - 1; i >= 1; i-- {
+		p.ctrlFree = append(p.ctrlFree, int32(i))
+	}
+	if a.mrMode&C.FI_MR_LOCAL != 0 {
+		var err error
+		if p.rxMR, p.rxDesc, err = p.registerLocal(p.rxMem, C.FI_RECV); err != nil {
+			p.release()
+			return nil, err
+		}
+		if p.ctrlMR, p.ctrlDesc, err = p.registerLocal(p.ctrlMem, C.FI_SEND); err != nil {
+			p.release()
+			return nil, err
+		}
+	}
+	for i := 0; i < nbuf; i++ {
+		p.ops[i] = opInfo{kind: opRecv, seq: uint64(i)}
+		if err := p.postRecv(i); err != nil {
+			p.release()
+			return nil, fmt.Errorf("ofi: post receive buffer: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// registerLocal registers memory the port hands the provider, for
+// providers that ask it (FI_MR_LOCAL).
+func (p *port) registerLocal(b []byte, access uint64) (*C.struct_fid_mr, uintptr, error) {
+	var mr *C.struct_fid_mr
+	var key C.uint64_t
+	var desc C.uintptr_t
+	a := p.a
+	k := a.nextKey.Add(1)
+	rc := C.amigo_mr_reg(a.dom, p.e.ep, C.uintptr_t(addrOf(b)), C.size_t(len(b)), C.uint64_t(access), C.uint64_t(k),
+		boolInt(a.mrMode&C.FI_MR_ENDPOINT != 0), &mr, &key, &desc)
+	if rc != 0 {
+		return nil, 0, fiErr("fi_mr_reg", C.ssize_t(rc))
+	}
+	return mr, uintptr(desc), nil
+}
+
+func (p *port) opCtx(i int32) C.uintptr_t { return C.uintptr_t(p.ctxBase + uintptr(i)*ctxStride) }
+
+// opIndex returns the operation whose context a completion names, or -1.
+func (p *port) opIndex(ctx uintptr) int {
+	off := ctx - p.ctxBase
+	if ctx < p.ctxBase || off%ctxStride != 0 || off/ctxStride >= uintptr(len(p.ops)) {
+		return -1
+	}
+	return int(off / ctxStride)
+}
+
+func (p *port) allocOp(kind opKind, l *olink, seq uint64) int32 {
+	n := len(p.free)
+	if n == 0 {
+		return -1
+	}
+	i := p.free[n-1]
+	p.free = p.free[:n-1]
+	p.ops[i] = opInfo{kind: kind, l: l, seq: seq}
+	return i
+}
+
+func (p *port) freeOp(i int) {
+	p.ops[i] = opInfo{}
+	p.free = append(p.free, int32(i))
+}
+
+func (p *port) postRecv(i int) error {
+	for {
+		rc := C.amigo_recv(p.e.ep, C.uintptr_t(addrOf(p.rxMem)+uintptr(i*p.bufSize)), C.size_t(p.bufSize), C.uintptr_t(p.rxDesc), p.opCtx(int32(i)))
+		if rc == errAgain {
+			// The receive queue is full only while completions wait to
+			// be read; reading them makes room.
+			p.readTx()
+			runtime.Gosched()
+			continue
+		}
+		return fiErr("fi_recv", rc)
+	}
+}
+
+func (p *port) index(a transport.Addr) int { return int(a.Rank)*p.a.opts.Contexts + int(a.Context) }
+
+// Link returns the link to the context to, creating it on first use.
+func (p *port) Link(to transport.Addr) (*transport.Link, error) {
+	p.enter()
+	defer p.leave()
+	if to.Rank >= 0 && int(to.Rank) < p.a.size && to.Context >= 0 && int(to.Context) < p.a.opts.Contexts {
+		if l := p.outs[p.index(to)]; l != nil {
+			return l.l, nil
+		}
+	}
+	if p.closed.Load() {
+		return nil, transport.ErrClosed
+	}
+	if int(to.Rank) == p.a.rank || !p.a.Reaches(int(to.Rank)) {
+		return nil, &transport.PeerError{Addr: to, Err: transport.ErrUnreachable}
+	}
+	dest, err := p.a.fiAddr(to)
+	if err != nil {
+		return nil, err
+	}
+	l, err := newOlink(p, to, dest)
+	if err != nil {
+		return nil, err
+	}
+	p.outs[p.index(to)] = l
+	p.outList = append(p.outList, l)
+	return l.l, nil
+}
+
+// inlink returns the record of the peer context that sent h, making it
+// on the first message; nil for a sender that is no rank of the job.
+func (p *port) inlink(h header) *inlink {
+	if int(h.rank) >= p.a.size || int(h.ctx) >= p.a.opts.Contexts || int(h.rank) == p.a.rank {
+		return nil
+	}
+	from := transport.Addr{Rank: int32(h.rank), Context: int32(h.ctx)}
+	i := p.index(from)
+	if in := p.ins[i]; in != nil {
+		return in
+	}
+	dest, err := p.a.fiAddr(from)
+	if err != nil {
+		return nil
+	}
+	in := &inlink{from: from, dest: dest}
+	p.ins[i] = in
+	return in
+}
+
+// Poll hands up to budget arrived packets to r, serves the requests of
+// peers that arrived with them, and acknowledges what it delivered.
+// Packets that Progress found come first.
+func (p *port) Poll(r transport.Receiver, budget int) int {
+	if p.closed.Load() {
+		return 0
+	}
+	p.enter()
+	defer p.leave()
+	got := 0
+	for got < budget && p.pendHead != p.pendTail {
+		pm := p.pending[p.pendHead%uint64(len(p.pending))]
+		p.pendHead++
+		got += p.deliver(r, pm.i, pm.n)
+	}
+	if p.pendHead == p.pendTail {
+		got += p.readRx(r, budget-got)
+	}
+	p.flushAcks()
+	p.flushCtrl()
+	return got
+}
+
+// readRx reads the receive queue: up to budget packets go to r (or, with
+// r nil, wait in pending for Poll); control messages are handled at once.
+func (p *port) readRx(r transport.Receiver, budget int) int {
+	got := 0
+	for got < budget {
+		n := C.amigo_cq_read(p.e.rxcq, p.entriesAddr, C.size_t(min(budget-got, len(p.entries))))
+		if n <= 0 {
+			if n == -C.FI_EAVAIL {
+				p.readErr(p.e.rxcq)
+				continue
+			}
+			break
+		}
+		for k := 0; k < int(n); k++ {
+			e := &p.entries[k]
+			i := p.opIndex(uintptr(e.op_context))
+			if i < 0 || p.ops[i].kind != opRecv {
+				p.a.opts.Logf("rank %d: receive completion of no posted buffer", p.a.rank)
+				continue
+			}
+			if r == nil {
+				msg := p.rxMem[i*p.bufSize : i*p.bufSize+min(int(e.len), p.bufSize)]
+				if len(msg) > 0 && msg[0] == kindPacket {
+					p.pending[p.pendTail%uint64(len(p.pending))] = pendingMsg{i, int(e.len)}
+					p.pendTail++
+					got++
+					continue
+				}
+			}
+			got += p.deliver(r, i, int(e.len))
+		}
+	}
+	return got
+}
+
+type pendingMsg struct{ i, n int }
+
+// deliver handles the message in receive buffer i and reposts the buffer.
+func (p *port) deliver(r transport.Receiver, i, n int) int {
+	buf := p.rxMem[i*p.bufSize : i*p.bufSize+min(n, p.bufSize)]
+	got := p.handle(r, buf)
+	if err := p.postRecv(i); err != nil {
+		p.a.opts.Logf("rank %d: %v", p.a.rank, err)
+	}
+	return got
+}
+
+func (p *port) handle(r transport.Receiver, msg []byte) int {
+	h, err := parseHeader(msg)
+	if err == nil && h.kind != kindPacket && (int(h.kind) >= len(bodyLen) || len(msg) < hdrSize+bodyLen[h.kind]) {
+		err = fmt.Errorf("message of kind %d and %d bytes", h.kind, len(msg))
+	}
+	var in *inlink
+	if err == nil {
+		if in = p.inlink(h); in == nil {
+			err = fmt.Errorf("sender rank %d context %d", h.rank, h.ctx)
+		}
+	}
+	if err != nil {
+		p.a.opts.Logf("rank %d context %d: refused a message: %v", p.a.rank, p.ctx, err)
+		return 0
+	}
+	body := msg[hdrSize:]
+	switch h.kind {
+	case kindPacket:
+		if in.closed {
+			return 0
+		}
+		r.Receive(in.from, body)
+		in.taken++
+		if !in.dirty {
+			in.dirty = true
+			p.dirty = append(p.dirty, in)
+		}
+		return 1
+	case kindKeyReq:
+		base, length, mrkey, perm, st := p.a.resolve(transport.Key(h.arg), p.ctx)
+		var b [32]byte
+		binary.LittleEndian.PutUint64(b[0:], base)
+		binary.LittleEndian.PutUint64(b[8:], length)
+		binary.LittleEndian.PutUint64(b[16:], mrkey)
+		b[24] = uint8(perm)
+		p.queueCtrl(in.dest, header{kind: kindKeyRep, status: st, arg: h.arg}, b[:])
+	case kindAtomReq:
+		old, st := p.atomic(body)
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], old)
+		p.queueCtrl(in.dest, header{kind: kindAtomRep, status: st, arg: h.arg}, b[:])
+	}
+	if l := p.outs[p.index(in.from)]; l != nil {
+		switch h.kind {
+		case kindAck:
+			l.ack(h.arg)
+		case kindKeyRep:
+			l.keyAnswer(h, body)
+		case kindAtomRep:
+			l.atomAnswer(h, body)
+		case kindBye:
+			l.fail(&transport.PeerError{Addr: l.to, Err: transport.ErrClosed})
+		}
+	}
+	if h.kind == kindBye {
+		in.closed = true
+	}
+	return 0
+}
+
+// atomic performs a peer's atomic on this rank's registered memory.
+func (p *port) atomic(body []byte) (uint64, uint8) {
+	key := transport.Key(binary.LittleEndian.Uint64(body[0:]))
+	off := binary.LittleEndian.Uint64(body[8:])
+	operand := binary.LittleEndian.Uint64(body[16:])
+	compare := binary.LittleEndian.Uint64(body[24:])
+	op, width := transport.AtomicOp(body[32]), int(body[33])
+	if transport.CheckAtomic(op, width) != nil {
+		return 0, stBadAtomic
+	}
+	mem, acc, err := p.a.regions.AcquireFor(key, off, uint64(width), transport.PermAtomic)
+	if err != nil {
+		return 0, status(err)
+	}
+	old, err := transport.ApplyChecked(mem, op, width, operand, compare)
+	acc.Release()
+	if err != nil {
+		return 0, status(err)
+	}
+	return old, stOK
+}
+
+func status(err error) uint8 {
+	switch {
+	case errors.Is(err, transport.ErrBounds):
+		return stBounds
+	case errors.Is(err, transport.ErrPermission):
+		return stPerm
+	case errors.Is(err, transport.ErrMisaligned):
+		return stMisaligned
+	case errors.Is(err, transport.ErrBadAtomic):
+		return stBadAtomic
+	case errors.Is(err, transport.ErrClosed):
+		return stClosed
+	}
+	return stBadKey
+}
+
+var statusErr = [...]error{stBadKey: transport.ErrBadKey, stBounds: transport.ErrBounds, stPerm: transport.ErrPermission,
+	stMisaligned: transport.ErrMisaligned, stBadAtomic: transport.ErrBadAtomic, stClosed: transport.ErrClosed}
+
+func statusError(st uint8) error {
+	if st == stOK || int(st) >= len(statusErr) {
+		return transport.ErrCorrupt
+	}
+	return statusErr[st]
+}
+
+// flushAcks tells each peer how many of its packets the context took.
+func (p *port) flushAcks() {
+	kept := p.dirty[:0]
+	for _, in := range p.dirty {
+		if in.closed || p.sendCtrl(in.dest, header{kind: kindAck, arg: in.taken}, nil) {
+			in.acked = in.taken
+			in.dirty = false
+			continue
+		}
+		kept = append(kept, in)
+	}
+	p.dirty = kept
+}
+
+// queueCtrl sends a control message now, or once the provider has room.
+func (p *port) queueCtrl(dest C.fi_addr_t, h header, body []byte) {
+	if len(p.ctrlq) == 0 && p.sendCtrl(dest, h, body) {
+		return
+	}
+	m := ctrlMsg{dest: dest, n: hdrSize + len(body)}
+	h.rank, h.ctx = uint32(p.a.rank), uint16(p.ctx)
+	putHeader(m.b[:], h)
+	copy(m.b[hdrSize:], body)
+	p.ctrlq = append(p.ctrlq, m)
+}
+
+func (p *port) flushCtrl() {
+	sent := 0
+	for sent < len(p.ctrlq) {
+		m := &p.ctrlq[sent]
+		if !p.sendRaw(m.dest, m.b[:m.n]) {
+			break
+		}
+		sent++
+	}
+	if sent > 0 {
+		n := copy(p.ctrlq, p.ctrlq[sent:])
+		p.ctrlq = p.ctrlq[:n]
+	}
+}
+
+// sendCtrl sends a control message and reports whether the provider took
+// it.
+func (p *port) sendCtrl(dest C.fi_addr_t, h header, body []byte) bool {
+	var b [ctrlMax]byte
+	h.rank, h.ctx = uint32(p.a.rank), uint16(p.ctx)
+	putHeader(b[:], h)
+	n := copy(b[hdrSize:], body)
+	return p.sendRaw(dest, b[:hdrSize+n])
+}
+
+func (p *port) sendRaw(dest C.fi_addr_t, msg []byte) bool {
+	if len(msg) <= p.a.injectSize {
+		copy(p.ctrlMem, msg)
+		rc := C.amigo_inject(p.e.ep, C.uintptr_t(addrOf(p.ctrlMem)), C.size_t(len(msg)), 0, 0, dest)
+		if rc == errAgain {
+			return false
+		}
+		if rc < 0 {
+			p.a.opts.Logf("rank %d context %d: control message: %v", p.a.rank, p.ctx, fiErr("fi_inject", rc))
+		}
+		return true
+	}
+	n := len(p.ctrlFree)
+	if n == 0 {
+		return false
+	}
+	slot := p.ctrlFree[n-1]
+	op := p.allocOp(opCtrl, nil, uint64(slot))
+	if op < 0 {
+		return false
+	}
+	p.ctrlFree = p.ctrlFree[:n-1]
+	buf := p.ctrlMem[int(slot)*ctrlMax : int(slot+1)*ctrlMax]
+	copy(buf, msg)
+	rc := C.amigo_send(p.e.ep, C.uintptr_t(addrOf(buf)), C.size_t(len(msg)), C.uintptr_t(p.ctrlDesc), 0, 0, 0, dest, p.opCtx(op))
+	if rc == errAgain {
+		p.freeOp(int(op))
+		p.ctrlFree = append(p.ctrlFree, slot)
+		return false
+	}
+	if rc < 0 {
+		p.freeOp(int(op))
+		p.ctrlFree = append(p.ctrlFree, slot)
+		p.a.opts.Logf("rank %d context %d: control message: %v", p.a.rank, p.ctx, fiErr("fi_send", rc))
+	}
+	return true
+}
+
+// Progress posts what the context injected, reads the completions of its
+// transmits and completes its RDMA descriptors in order.
+func (p *port) Progress() int {
+	if p.closed.Load() {
+		return 0
+	}
+	p.enter()
+	defer p.leave()
+	return p.progress()
+}
+
+// enter takes the port for its context, waiting for the watcher to finish
+// a turn if it has one.
+func (p *port) enter() {
+	p.polls.Add(1)
+	if p.depth++; p.depth == 1 {
+		for !p.state.CompareAndSwap(0, 1) {
+			runtime.Gosched()
+		}
+	}
+}
+
+func (p *port) leave() {
+	if p.depth--; p.depth == 0 {
+		p.state.Store(0)
+	}
+}
+
+// progress is Progress, on the port taken.
+func (p *port) progress() int {
+	n := p.readTx()
+	if p.pendTail-p.pendHead < uint64(len(p.pending)) {
+		// Acknowledgements and answers: packets wait for Poll.
+		n += p.readRx(nil, len(p.pending)-int(p.pendTail-p.pendHead))
+	}
+	if len(p.ctrlq) > 0 {
+		p.flushCtrl()
+	}
+	for _, l := range p.outList {
+		n += l.progress()
+	}
+	p.calls++
+	if p.calls&15 == 0 {
+		p.checkSilence()
+	}
+	return n
+}
+
+// readTx reads the transmit completion queue.
+func (p *port) readTx() int {
+	done := 0
+	for {
+		n := C.amigo_cq_read(p.e.txcq, p.entriesAddr, C.size_t(len(p.entries)))
+		if n <= 0 {
+			if n == -C.FI_EAVAIL {
+				p.readErr(p.e.txcq)
+				continue
+			}
+			return done
+		}
+		for i := 0; i < int(n); i++ {
+			p.completed(p.opIndex(uintptr(p.entries[i].op_context)), nil)
+		}
+		done += int(n)
+	}
+}
+
+// readErr reads one error completion and fails what it names.
+func (p *port) readErr(cq *C.struct_fid_cq) {
+	var ctx C.uintptr_t
+	var code, perr C.int
+	if rc := C.amigo_cq_readerr(cq, &ctx, &code, &perr); rc < 0 {
+		return
+	}
+	i := p.opIndex(uintptr(ctx))
+	err := &fiError{call: "completion", code: int(code)}
+	if i >= 0 && p.ops[i].kind == opRecv {
+		if code != C.FI_ECANCELED && !p.closed.Load() {
+			p.a.opts.Logf("rank %d context %d: receive: %v", p.a.rank, p.ctx, err)
+			_ = p.postRecv(i)
+		}
+		return
+	}
+	p.completed(i, err)
+}
+
+// completed ends transmit operation i.
+func (p *port) completed(i int, err error) {
+	if i < 0 || i >= len(p.ops) {
+		return
+	}
+	op := p.ops[i]
+	switch op.kind {
+	case opSend:
+		op.l.sent(op.seq, err)
+	case opRMA:
+		op.l.rmaDone(op.seq, err)
+	case opCtrl:
+		p.ctrlFree = append(p.ctrlFree, int32(op.seq))
+	default:
+		return
+	}
+	p.freeOp(i)
+}
+
+// checkSilence fails the links whose peer kept them waiting longer than
+// Options.Timeout.
+func (p *port) checkSilence() {
+	now := time.Now()
+	for _, l := range p.outList {
+		l.checkSilence(now)
+	}
+}
+
+// learn records the sender of a message that arrived before Close, and
+// its goodbye: a peer that said goodbye is not written to again (its
+// endpoint may be gone, and with it, for a provider in one process, the
+// memory a message to it would be written into).
+func (p *port) learn(msg []byte) {
+	h, err := parseHeader(msg)
+	if err != nil {
+		return
+	}
+	in := p.inlink(h)
+	if in == nil || h.kind != kindBye {
+		return
+	}
+	in.closed = true
+	if l := p.outs[p.index(in.from)]; l != nil {
+		l.fail(&transport.PeerError{Addr: l.to, Err: transport.ErrClosed})
+	}
+}
+
+// byeWait bounds how long Close tries to tell peers that the context
+// closed.
+const byeWait = 100 * time.Millisecond
+
+// Close detaches the context: it tells every peer it knows of (those it
+// sent to, and those whose messages arrived, read or not), closes its
+// endpoint, and fails its links with transport.ErrClosed.
+func (p *port) Close() error {
+	if !p.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	p.enter()
+	defer p.leave()
+	// Learn the senders of what arrived and was not polled.
+	for ; p.pendHead != p.pendTail; p.pendHead++ {
+		pm := p.pending[p.pendHead%uint64(len(p.pending))]
+		p.learn(p.rxMem[pm.i*p.bufSize : pm.i*p.bufSize+min(pm.n, p.bufSize)])
+	}
+	for k := 0; k < 1<<16; k++ {
+		n := C.amigo_cq_read(p.e.rxcq, p.entriesAddr, C.size_t(len(p.entries)))
+		if n == -C.FI_EAVAIL {
+			p.readErr(p.e.rxcq)
+			continue
+		}
+		if n <= 0 {
+			break
+		}
+		for i := 0; i < int(n); i++ {
+			j := p.opIndex(uintptr(p.entries[i].op_context))
+			if j >= 0 && p.ops[j].kind == opRecv {
+				p.learn(p.rxMem[j*p.bufSize : j*p.bufSize+min(int(p.entries[i].len), p.bufSize)])
+			}
+		}
+	}
+	// What the context injected leaves first: its goodbye follows it
+	// (sends stay in order).
+	deadline := time.Now().Add(byeWait)
+	for time.Now().Before(deadline) {
+		busy := false
+		for _, l := range p.outList {
+			l.progress()
+			busy = busy || !l.failed && (l.stalled != nil || l.doneUpTo < l.posted)
+		}
+		p.readTx()
+		if !busy {
+			break
+		}
+		runtime.Gosched()
+	}
+	seen := make(map[transport.Addr]C.fi_addr_t)
+	for _, in := range p.ins {
+		if in != nil && !in.closed {
+			seen[in.from] = in.dest
+			in.closed = true
+		}
+	}
+	for _, l := range p.outList {
+		if l.l.Err() == nil {
+			seen[l.to] = l.dest
+		}
+	}
+	deadline = time.Now().Add(byeWait)
+	for _, dest := range seen {
+		for !p.sendCtrl(dest, header{kind: kindBye}, nil) && time.Now().Before(deadline) {
+			p.readTx()
+			runtime.Gosched()
+		}
+	}
+	// Let the goodbyes leave before the endpoint goes.
+	for time.Now().Before(deadline) && p.readTx() > 0 {
+	}
+	for _, l := range p.outList {
+		l.l.Fail(transport.ErrClosed)
+	}
+	// The endpoint stays open until the adapter closes: the adapter's
+	// goroutine answers what still arrives with a goodbye (drainClosed).
+	// Closing it now would leave senders that did not hear of the close
+	// writing to an endpoint that is gone, and a provider in one process
+	// (shm) writes straight into its memory.
+	return nil
+}
+
+// drainClosed reads what arrived at a closed port and says goodbye to
+// each sender once. It runs on the adapter's goroutine, the port taken.
+func (p *port) drainClosed() {
+	for k := 0; k < 64; k++ {
+		n := C.amigo_cq_read(p.e.rxcq, p.entriesAddr, C.size_t(len(p.entries)))
+		if n == -C.FI_EAVAIL {
+			p.readErr(p.e.rxcq)
+			continue
+		}
+		if n <= 0 {
+			break
+		}
+		for i := 0; i < int(n); i++ {
+			j := p.opIndex(uintptr(p.entries[i].op_context))
+			if j < 0 || p.ops[j].kind != opRecv {
+				continue
+			}
+			msg := p.rxMem[j*p.bufSize : j*p.bufSize+min(int(p.entries[i].len), p.bufSize)]
+			if h, err := parseHeader(msg); err == nil && h.kind != kindBye {
+				if in := p.inlink(h); in != nil && !in.closed && p.sendCtrl(in.dest, header{kind: kindBye}, nil) {
+					in.closed = true
+				}
+			}
+			_ = p.postRecv(j)
+		}
+	}
+	p.readTx()
+}
+
+// release closes the endpoint, which ends every operation of the
+// provider on the port's memory, and unpins that memory.
+func (p *port) release() {
+	p.a.mu.Lock()
+	p.e.close()
+	p.a.mu.Unlock()
+	for _, mr := range []*C.struct_fid_mr{p.rxMR, p.ctrlMR} {
+		if mr != nil {
+			C.amigo_close(C.amigo_fid_mr(mr))
+		}
+	}
+	for _, l := range p.outList {
+		l.releaseAll()
+	}
+	p.pins.Unpin()
+}
+
+// keyHash spreads keys over a link's key cache.
+func keyHash(k transport.Key) int {
+	return int(bits.RotateLeft64(uint64(k)*0x9E3779B97F4A7C15, 17) & (keyCache - 1))
+}

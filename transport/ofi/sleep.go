@@ -1,0 +1,200 @@
+//go:build ofi
+
+package ofi
+
+/*
+#include "amigo_ofi.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// A context whose doorbell is the adapter's (Doorbell) sleeps on the wait
+// objects of its endpoint's completion queues: a waiter epolls their file
+// descriptors and an eventfd that in-process rings write, after
+// fi_trywait said that nothing is pending, so that a message arriving
+// wakes the sleeping thread itself. A provider without file descriptors
+// (FI_WAIT_NONE) gets sleeps of at most noFDSlice, after which the
+// context polls again.
+//
+// A context whose doorbell belongs to another adapter (shared memory) is
+// watched by the adapter's goroutine instead: while the doorbell is armed,
+// it asks fi_trywait every watchTick and rings the doorbell when the
+// endpoint has something.
+const (
+	noFDSlice = 200 * time.Microsecond
+	watchTick = time.Millisecond
+)
+
+type waiter struct {
+	a          *Adapter
+	e          *endpoint
+	epfd, evfd int
+	fds        bool
+	p          atomic.Pointer[port]
+}
+
+type sleepBell struct {
+	w    *waiter
+	bell *transport.Doorbell
+}
+
+// Doorbell returns the doorbell of local context ctx: it sleeps on the
+// context's completion queues (transport.DoorbellProvider).
+func (a *Adapter) Doorbell(ctx int) (*transport.Doorbell, error) {
+	if ctx < 0 || ctx >= len(a.eps) {
+		return nil, fmt.Errorf("ofi: context %d", ctx)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed.Load() {
+		return nil, transport.ErrClosed
+	}
+	if sb, ok := a.bells[ctx]; ok {
+		return sb.bell, nil
+	}
+	w, err := newWaiter(a, a.eps[ctx])
+	if err != nil {
+		return nil, fmt.Errorf("ofi: doorbell of context %d: %w", ctx, err)
+	}
+	sb := &sleepBell{w: w, bell: transport.NewWaitingDoorbell(w)}
+	a.bells[ctx] = sb
+	return sb.bell, nil
+}
+
+func newWaiter(a *Adapter, e *endpoint) (*waiter, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	evfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, err
+	}
+	w := &waiter{a: a, e: e, epfd: epfd, evfd: evfd, fds: e.txfd >= 0 && e.rxfd >= 0}
+	add := func(fd int, tag int32) error {
+		return unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: tag})
+	}
+	err = add(evfd, -1)
+	if err == nil && w.fds {
+		if err = add(e.txfd, 0); err == nil {
+			err = add(e.rxfd, 1)
+		}
+	}
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// Wait sleeps until a completion queue of the endpoint has something,
+// Wake is called, or timeout elapses. It writes nothing the context's
+// goroutine reads.
+func (w *waiter) Wait(timeout time.Duration) bool {
+	if w.fds && w.p.Load() != nil && w.pending() {
+		return true // completions wait to be read
+	}
+	slice := timeout
+	if !w.fds && w.p.Load() != nil {
+		slice = min(timeout, noFDSlice)
+	}
+	var events [4]unix.EpollEvent
+	n, err := 0, error(nil)
+	for deadline := time.Now().Add(slice); ; {
+		ms := int((time.Until(deadline) + time.Millisecond - 1) / time.Millisecond)
+		if slice < time.Millisecond {
+			ms = 0
+			time.Sleep(slice)
+		}
+		n, err = unix.EpollWait(w.epfd, events[:], max(ms, 0))
+		if err != unix.EINTR || !time.Now().Before(deadline) {
+			break
+		}
+	}
+	if err != nil || n <= 0 {
+		// Without file descriptors, the end of a slice is a wake-up: the
+		// context polls the queues itself.
+		return !w.fds && w.p.Load() != nil
+	}
+	for _, ev := range events[:n] {
+		if ev.Fd < 0 {
+			var b [8]byte
+			_, _ = unix.Read(w.evfd, b[:])
+		}
+	}
+	return true
+}
+
+// pending reports whether the endpoint has completions to read or must
+// be progressed before its file descriptors can be waited on.
+func (w *waiter) pending() bool {
+	w.a.mu.Lock()
+	defer w.a.mu.Unlock()
+	return w.e.ep != nil && C.amigo_trywait(w.a.fab, w.e.txcq, w.e.rxcq) != 0
+}
+
+// Wake makes the current or next Wait return.
+func (w *waiter) Wake() {
+	one := [8]byte{1}
+	_, _ = unix.Write(w.evfd, one[:])
+}
+
+func (w *waiter) close() {
+	unix.Close(w.epfd)
+	unix.Close(w.evfd)
+}
+
+// watch is the adapter's goroutine. Every watchTick it runs Progress for
+// each context that did not poll since the last tick, ringing its
+// doorbell if that did anything: what the context injected leaves, and
+// with a manual-progress provider data moves only while someone reads
+// the completion queues. Packets it finds wait for the context's Poll. It
+// also rings the doorbell of a sleeping context whose endpoint has
+// completions to read, for a context that sleeps on another adapter's
+// doorbell.
+func (a *Adapter) watch() {
+	defer a.wg.Done()
+	t := time.NewTicker(watchTick)
+	defer t.Stop()
+	var ports []*port
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-t.C:
+		}
+		a.mu.Lock()
+		ports = append(ports[:0], a.ports...)
+		a.mu.Unlock()
+		// The port is taken (state 2) before anything of it is touched:
+		// Close takes it too before it releases the endpoint.
+		for _, p := range ports {
+			if p == nil || !p.state.CompareAndSwap(0, 2) {
+				continue
+			}
+			if p.closed.Load() && p.e.ep != nil {
+				p.drainClosed()
+			} else if p.e.ep != nil {
+				polls := p.polls.Load()
+				if polls == p.lastPolls && p.progress() > 0 {
+					p.bell.Ring()
+				}
+				p.lastPolls = polls
+				if !p.ownBell && p.bell.Armed() && (p.e.txfd < 0 || p.e.rxfd < 0 || C.amigo_trywait(a.fab, p.e.txcq, p.e.rxcq) != 0) {
+					p.bell.Ring()
+				}
+			}
+			p.state.Store(0)
+		}
+	}
+}
