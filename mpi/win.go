@@ -279,6 +279,30 @@ func (w *Win) check() error {
 	return w.comm.check()
 }
 
+// enter takes the engine's lock for a window call and checks the window;
+// on nil it returns holding the lock, which leave releases.
+func (w *Win) enter() error {
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
+	}
+	w.comm.e.lock()
+	if err := w.check(); err != nil {
+		w.comm.e.unlock()
+		return err
+	}
+	return nil
+}
+
+func (w *Win) leave() { w.comm.e.unlock() }
+
+// rank checks a target rank.
+func (w *Win) rank(target int) error {
+	if target < 0 || target >= len(w.sizes) {
+		return fmt.Errorf("%w: target %d", ErrRank, target)
+	}
+	return nil
+}
+
 // opDone is every operation's done callback.
 func (w *Win) opDone(err error) {
 	w.pending--
@@ -313,29 +337,15 @@ func (w *Win) target(r, disp, n int) (uint64, error) {
 // Put copies origin into rank target's window at displacement disp
 // (MPI_Put). It completes at the origin by FlushLocal (origin may then be
 // reused) and at the target by Flush, Unlock or Fence.
-func (w *Win) Put(origin []byte, target, disp int) error {
-	if w == nil {
-		return fmt.Errorf("%w: nil", ErrWin)
-	}
-	w.comm.e.lock()
-	defer w.comm.e.unlock()
-	off, err := w.target(target, disp, len(origin))
-	if err != nil || len(origin) == 0 {
-		return err
-	}
-	w.pending++
-	w.put[target] = true
-	if err := w.ac.Put(w.eps[target], origin, w.keys[target], off, w.done); err != nil {
-		w.pending--
-		return fmt.Errorf("mpi: Put to rank %d: %w", target, err)
-	}
-	return nil
-}
+func (w *Win) Put(origin []byte, target, disp int) error { return w.rma(true, origin, target, disp) }
 
 // Get copies len(origin) bytes of rank target's window at displacement
 // disp into origin (MPI_Get); origin holds them after FlushLocal, Flush,
 // Unlock or Fence.
-func (w *Win) Get(origin []byte, target, disp int) error {
+func (w *Win) Get(origin []byte, target, disp int) error { return w.rma(false, origin, target, disp) }
+
+// rma issues a Put (put) or a Get between origin and target's window.
+func (w *Win) rma(put bool, origin []byte, target, disp int) error {
 	if w == nil {
 		return fmt.Errorf("%w: nil", ErrWin)
 	}
@@ -346,9 +356,19 @@ func (w *Win) Get(origin []byte, target, disp int) error {
 		return err
 	}
 	w.pending++
-	if err := w.ac.Get(w.eps[target], origin, w.keys[target], off, w.done); err != nil {
+	if put {
+		w.put[target] = true
+		err = w.ac.Put(w.eps[target], origin, w.keys[target], off, w.done)
+	} else {
+		err = w.ac.Get(w.eps[target], origin, w.keys[target], off, w.done)
+	}
+	if err != nil {
 		w.pending--
-		return fmt.Errorf("mpi: Get from rank %d: %w", target, err)
+		what := "Get from"
+		if put {
+			what = "Put to"
+		}
+		return fmt.Errorf("mpi: %s rank %d: %w", what, target, err)
 	}
 	return nil
 }
@@ -369,46 +389,34 @@ func (w *Win) waitPending(ctx context.Context) error {
 // the window: their origin buffers may be reused, and Gets' data is there.
 // (It completes those to every target, not only to target.)
 func (w *Win) FlushLocal(ctx context.Context, target int) error {
-	if w == nil {
-		return fmt.Errorf("%w: nil", ErrWin)
-	}
-	w.comm.e.lock()
-	defer w.comm.e.unlock()
-	if err := w.check(); err != nil {
+	if err := w.enter(); err != nil {
 		return err
 	}
-	if target < 0 || target >= len(w.sizes) {
-		return fmt.Errorf("%w: target %d", ErrRank, target)
+	defer w.leave()
+	if err := w.rank(target); err != nil {
+		return err
 	}
 	return w.waitPending(ctx)
 }
 
 // FlushLocalAll is FlushLocal for every target.
 func (w *Win) FlushLocalAll(ctx context.Context) error {
-	if w == nil {
-		return fmt.Errorf("%w: nil", ErrWin)
-	}
-	w.comm.e.lock()
-	defer w.comm.e.unlock()
-	if err := w.check(); err != nil {
+	if err := w.enter(); err != nil {
 		return err
 	}
+	defer w.leave()
 	return w.waitPending(ctx)
 }
 
 // Flush completes every operation this rank issued to target at the
 // target: its Puts and accumulates are visible there.
 func (w *Win) Flush(ctx context.Context, target int) error {
-	if w == nil {
-		return fmt.Errorf("%w: nil", ErrWin)
-	}
-	w.comm.e.lock()
-	defer w.comm.e.unlock()
-	if err := w.check(); err != nil {
+	if err := w.enter(); err != nil {
 		return err
 	}
-	if target < 0 || target >= len(w.sizes) {
-		return fmt.Errorf("%w: target %d", ErrRank, target)
+	defer w.leave()
+	if err := w.rank(target); err != nil {
+		return err
 	}
 	return w.flushRank(ctx, target)
 }
@@ -427,14 +435,10 @@ func (w *Win) flushRank(ctx context.Context, target int) error {
 
 // FlushAll is Flush for every target.
 func (w *Win) FlushAll(ctx context.Context) error {
-	if w == nil {
-		return fmt.Errorf("%w: nil", ErrWin)
-	}
-	w.comm.e.lock()
-	defer w.comm.e.unlock()
-	if err := w.check(); err != nil {
+	if err := w.enter(); err != nil {
 		return err
 	}
+	defer w.leave()
 	return w.flushAll(ctx)
 }
 
@@ -473,14 +477,10 @@ func (w *Win) flushAMI(ctx context.Context, ep amigo.Endpoint) error {
 // message, a lock) visible to each other (MPI_Win_sync): a full memory
 // barrier.
 func (w *Win) Sync() error {
-	if w == nil {
-		return fmt.Errorf("%w: nil", ErrWin)
-	}
-	w.comm.e.lock()
-	defer w.comm.e.unlock()
-	if err := w.check(); err != nil {
+	if err := w.enter(); err != nil {
 		return err
 	}
+	defer w.leave()
 	var x atomic.Uint64
 	x.Add(1) // a locked instruction: a full barrier on every processor Go runs on
 	return nil
@@ -528,21 +528,17 @@ func (w *Win) Fence(ctx context.Context, assert int) error {
 // remote atomics: the target need not call into mpi for it. A lock that is
 // held elsewhere is retried until ctx ends.
 func (w *Win) Lock(ctx context.Context, lt LockType, target int) error {
-	if w == nil {
-		return fmt.Errorf("%w: nil", ErrWin)
-	}
-	w.comm.e.lock()
-	defer w.comm.e.unlock()
-	if err := w.check(); err != nil {
+	if err := w.enter(); err != nil {
 		return err
 	}
+	defer w.leave()
 	return w.lockRank(ctx, lt, target)
 }
 
 // lockRank is Lock with the engine's lock held.
 func (w *Win) lockRank(ctx context.Context, lt LockType, target int) error {
-	if target < 0 || target >= len(w.sizes) {
-		return fmt.Errorf("%w: target %d", ErrRank, target)
+	if err := w.rank(target); err != nil {
+		return err
 	}
 	if lt != LockExclusive && lt != LockShared {
 		return fmt.Errorf("%w: lock type %d", ErrWin, lt)
@@ -610,16 +606,12 @@ func (w *Win) lockOp(ctx context.Context, target int, op amigo.AtomicOp, operand
 // Unlock completes every operation this rank issued to target, at the
 // target, and releases the lock Lock took (MPI_Win_unlock).
 func (w *Win) Unlock(ctx context.Context, target int) error {
-	if w == nil {
-		return fmt.Errorf("%w: nil", ErrWin)
-	}
-	w.comm.e.lock()
-	defer w.comm.e.unlock()
-	if err := w.check(); err != nil {
+	if err := w.enter(); err != nil {
 		return err
 	}
-	if target < 0 || target >= len(w.sizes) {
-		return fmt.Errorf("%w: target %d", ErrRank, target)
+	defer w.leave()
+	if err := w.rank(target); err != nil {
+		return err
 	}
 	lt := w.locks[target]
 	if lt == 0 {
@@ -640,14 +632,10 @@ func (w *Win) Unlock(ctx context.Context, target int) error {
 
 // LockAll takes a shared lock on every rank's window (MPI_Win_lock_all).
 func (w *Win) LockAll(ctx context.Context) error {
-	if w == nil {
-		return fmt.Errorf("%w: nil", ErrWin)
-	}
-	w.comm.e.lock()
-	defer w.comm.e.unlock()
-	if err := w.check(); err != nil {
+	if err := w.enter(); err != nil {
 		return err
 	}
+	defer w.leave()
 	if w.lockAll {
 		return fmt.Errorf("%w: LockAll inside LockAll", ErrRMASync)
 	}
@@ -670,14 +658,10 @@ func (w *Win) LockAll(ctx context.Context) error {
 // UnlockAll completes every operation this rank issued on the window at
 // its targets and releases LockAll's locks (MPI_Win_unlock_all).
 func (w *Win) UnlockAll(ctx context.Context) error {
-	if w == nil {
-		return fmt.Errorf("%w: nil", ErrWin)
-	}
-	w.comm.e.lock()
-	defer w.comm.e.unlock()
-	if err := w.check(); err != nil {
+	if err := w.enter(); err != nil {
 		return err
 	}
+	defer w.leave()
 	if !w.lockAll {
 		return fmt.Errorf("%w: UnlockAll without LockAll", ErrRMASync)
 	}
