@@ -110,7 +110,7 @@ type AtomicParams struct {
 // without PermAtomic is refused by the owner (or by its mirror, over shared
 // memory) with an *AccessError to Done, and nothing is touched.
 func (c *Context) Atomic(p *AtomicParams) error {
-	_, err := c.atomic(p, false)
+	_, err := c.atomic(p, false, false)
 	return err
 }
 
@@ -123,10 +123,12 @@ func (c *Context) Atomic(p *AtomicParams) error {
 // immediate completion of ucp_atomic_op_nbx (UCS_OK) and gex_AD_OpNB (no
 // event).
 func (c *Context) AtomicNow(p *AtomicParams) (done bool, err error) {
-	return c.atomic(p, true)
+	return c.atomic(p, true, false)
 }
 
-func (c *Context) atomic(p *AtomicParams, now bool) (bool, error) {
+// atomic posts p, or performs it at once where atomicDirect can; held
+// says the calling goroutine owns the context (Held).
+func (c *Context) atomic(p *AtomicParams, now, held bool) (bool, error) {
 	idx, err := c.peerIndex(p.Dest)
 	if err != nil {
 		return false, err
@@ -138,7 +140,7 @@ func (c *Context) atomic(p *AtomicParams, now bool) (bool, error) {
 	if p.Offset&uint64(width-1) != 0 {
 		return false, &AccessError{Key: transport.Key(p.Remote), Off: p.Offset, Len: uint64(width), Err: ErrMisaligned}
 	}
-	if ok, err := c.atomicDirect(idx, op, width, p, now); ok {
+	if ok, err := c.atomicDirect(idx, op, width, p, now, held); ok {
 		return now, err
 	}
 	var res []byte
@@ -171,9 +173,15 @@ func (c *Context) atomic(p *AtomicParams, now bool) (bool, error) {
 // allocation) and nothing posted earlier to the peer is still in flight, so
 // that it overtakes nothing; its done callback runs in the next Advance, as
 // every callback does (Atomic), or not at all (AtomicNow). It reports
-// whether it did, and the outcome.
-func (c *Context) atomicDirect(idx int32, op transport.AtomicOp, width int, p *AtomicParams, now bool) (ok bool, err error) {
-	pr := c.direct(idx)
+// whether it did, and the outcome. A holder (held) owns the context
+// already; any other goroutine takes it for the operation (direct).
+func (c *Context) atomicDirect(idx int32, op transport.AtomicOp, width int, p *AtomicParams, now, held bool) (ok bool, err error) {
+	var pr *peer
+	if held {
+		pr = c.owned(idx)
+	} else {
+		pr = c.direct(idx)
+	}
 	if pr == nil {
 		return false, nil
 	}
@@ -195,7 +203,9 @@ func (c *Context) atomicDirect(idx int32, op transport.AtomicOp, width int, p *A
 			}
 		}
 	}
-	c.leave()
+	if !held {
+		c.leave()
+	}
 	return ok, err
 }
 

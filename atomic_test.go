@@ -514,18 +514,31 @@ func BenchmarkAtomicNow(b *testing.B) {
 	for x.Advance() > 0 {
 	}
 	p := &amigo.AtomicParams{Dest: amigo.EndpointOf(1), Remote: region.Key(), Offset: 8, Op: amigo.AtomicAdd, Type: amigo.Int64, Operand: 1, Result: &old}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		done, err := x.AtomicNow(p)
-		if err != nil || !done {
-			b.Fatalf("AtomicNow: done %v, %v", done, err)
+	var adds uint64 // performed so far on the word at offset 8
+	run := func(b *testing.B, now func(*amigo.AtomicParams) (bool, error)) {
+		base := adds
+		adds += uint64(b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			done, err := now(p)
+			if err != nil || !done {
+				b.Fatalf("AtomicNow: done %v, %v", done, err)
+			}
+		}
+		b.StopTimer()
+		if old != base+uint64(b.N-1) {
+			b.Fatalf("fetched %d at the end of %d adds from %d", old, b.N, base)
 		}
 	}
-	b.StopTimer()
-	if old != uint64(b.N-1) {
-		b.Fatalf("fetched %d at the end of %d adds", old, b.N)
-	}
+	// Each operation takes the context and gives it back.
+	b.Run("context", func(b *testing.B) { run(b, x.AtomicNow) })
+	// The goroutine holds the context across the loop.
+	b.Run("held", func(b *testing.B) {
+		h := x.Hold()
+		defer h.Release()
+		run(b, h.AtomicNow)
+	})
 }
 
 // AtomicNow completes at once on a shared allocation of a peer of this host
@@ -624,6 +637,107 @@ func TestAtomicNow(t *testing.T) {
 			}
 			if over == "tcp" && nowCount.Load() != 0 {
 				t.Fatalf("%d AtomicNow completed at once over tcp", nowCount.Load())
+			}
+		})
+	}
+}
+
+// A holder's AtomicNow performs what it can at once without taking the
+// context, and never overtakes what was posted before it: with a Put to
+// the same word still queued it posts instead, and fetches the Put's
+// value. 4 ranks' held fetch-adds on one word fetch every old value once,
+// and an operation performed at once allocates nothing.
+func TestHeldAtomicNow(t *testing.T) {
+	for _, over := range []string{"shm", "loop", "tcp"} {
+		t.Run(over, func(t *testing.T) {
+			const n, iters = 4, 2000
+			cl := openOver(t, n, amigo.Config{SpinIterations: 50, YieldIterations: 50}, over)
+			seen := make([]atomic.Int32, n*iters)
+			var nowCount atomic.Int64
+			everyRank(t, cl, func(ctx context.Context, c *amigo.Client) error {
+				x := c.Context(0)
+				g, err := c.AllocAll(ctx, 64)
+				if err != nil {
+					return err
+				}
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
+				var old uint64
+				k := amigo.NewCounter()
+				p := &amigo.AtomicParams{Dest: amigo.EndpointOf(0), Remote: g.Key(0), Offset: 0, Op: amigo.AtomicAdd, Type: amigo.Uint64, Operand: 1, Result: &old, Done: k.Done()}
+				h := x.Hold()
+				for i := 0; i < iters; i++ {
+					k.Add(1)
+					now, err := h.AtomicNow(p)
+					if err != nil {
+						h.Release()
+						return err
+					}
+					if now {
+						k.Add(-1)
+						nowCount.Add(1)
+					} else if err := h.Wait(ctx, func() bool { return k.Pending() == 0 }); err != nil {
+						h.Release()
+						return err
+					}
+					if old >= n*iters {
+						h.Release()
+						return fmt.Errorf("fetched %d", old)
+					}
+					seen[old].Add(1)
+				}
+				// Each rank's own word 8+8*rank at rank 0: a Put, then
+				// a fetch-add posted while the Put is still queued.
+				val := make([]byte, 8)
+				binary.LittleEndian.PutUint64(val, 1000+uint64(c.Rank()))
+				off := uint64(8 + 8*c.Rank())
+				putDone := false
+				if err := x.Put(amigo.EndpointOf(0), val, g.Key(0), off, func(err error) { putDone = err == nil }); err != nil {
+					h.Release()
+					return err
+				}
+				k.Add(1)
+				fa := &amigo.AtomicParams{Dest: amigo.EndpointOf(0), Remote: g.Key(0), Offset: off, Op: amigo.AtomicAdd, Type: amigo.Uint64, Operand: 1, Result: &old, Done: k.Done()}
+				now, err := h.AtomicNow(fa)
+				if err == nil && now {
+					err = fmt.Errorf("a fetch-add behind a queued Put completed at once")
+				}
+				if err == nil {
+					err = h.Wait(ctx, func() bool { return k.Pending() == 0 && putDone })
+				}
+				if err == nil && old != 1000+uint64(c.Rank()) {
+					err = fmt.Errorf("the fetch-add behind a Put of %d fetched %d", 1000+c.Rank(), old)
+				}
+				if err == nil && over == "shm" && c.Rank() != 0 {
+					// Performed at once again now that nothing is queued,
+					// and without allocating.
+					fa.Done = nil
+					allocs := testing.AllocsPerRun(100, func() {
+						if now, e := h.AtomicNow(fa); e != nil || !now {
+							err = fmt.Errorf("AtomicNow with nothing queued: done %v, %v", now, e)
+						}
+					})
+					if err == nil && allocs != 0 {
+						err = fmt.Errorf("held AtomicNow allocates %.1f per call", allocs)
+					}
+				}
+				h.Release()
+				if err != nil {
+					return err
+				}
+				return c.Barrier(ctx)
+			})
+			for v := range seen {
+				if k := seen[v].Load(); k != 1 {
+					t.Fatalf("old value %d fetched %d times", v, k)
+				}
+			}
+			if over == "shm" && nowCount.Load() == 0 {
+				t.Fatal("no held AtomicNow completed at once over shared memory")
+			}
+			if over == "tcp" && nowCount.Load() != 0 {
+				t.Fatalf("%d held AtomicNow completed at once over tcp", nowCount.Load())
 			}
 		})
 	}

@@ -217,14 +217,23 @@ func (c *Context) direct(idx int32) *peer {
 	if !c.busy.CompareAndSwap(0, busyPoster) {
 		return nil
 	}
+	p := c.owned(idx)
+	if p == nil {
+		c.leave()
+	}
+	return p
+}
+
+// owned is direct for a goroutine that already owns the context (Held, or
+// inside Advance): the peer at idx if an operation may be injected to it
+// at once, without overtaking an instruction still queued, or nil.
+func (c *Context) owned(idx int32) *peer {
 	q := c.inq
 	if c.closed.Load() || q.enq.Load() != q.deq || q.overflowing.Load() {
-		c.leave()
 		return nil
 	}
 	p := c.peers[idx]
 	if p == nil || p.failed != nil || p.q.len() > 0 {
-		c.leave()
 		return nil
 	}
 	return p
@@ -292,12 +301,8 @@ func (p *peer) writeAM(d Dispatch, header, data []byte) bool {
 // inside Advance (a handler's Reply): the same conditions without taking
 // busy, which the owner holds.
 func (c *Context) injectOwned(idx int32, d Dispatch, header, data []byte) bool {
-	q := c.inq
-	if q.enq.Load() != q.deq || q.overflowing.Load() {
-		return false
-	}
-	p := c.peers[idx]
-	if p == nil || p.failed != nil || p.q.len() > 0 || !p.writeAM(d, header, data) {
+	p := c.owned(idx)
+	if p == nil || !p.writeAM(d, header, data) {
 		return false
 	}
 	c.stats.SentInline++

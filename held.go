@@ -65,3 +65,11 @@ func (h *Held) SendImmediate(ep Endpoint, d Dispatch, header, data []byte) error
 	}
 	return c.postImmediate(idx, d, header, data)
 }
+
+// AtomicNow is Context.AtomicNow for the holder: an operation that can be
+// performed at once is, on the calling goroutine, without taking the
+// context (the holder owns it); otherwise it is posted behind the
+// instructions before it and the next Advance or Wait carries it on.
+func (h *Held) AtomicNow(p *AtomicParams) (done bool, err error) {
+	return h.c.atomic(p, true, true)
+}

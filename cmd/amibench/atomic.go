@@ -97,6 +97,11 @@ func atomicOrigin(e *Env, rate bool, haveKey func() bool, keyp *amigo.Key) error
 	}
 	var adds int64
 	var start time.Time
+	// The loop holds the context, as a PGAS runtime's progress owner
+	// does: an operation that can be performed at once is, without taking
+	// and giving back the context around each one.
+	h := e.Ctx.Hold()
+	pending := func() bool { return k.Pending() == 0 }
 	for i := 0; i < iters+warm; i++ {
 		if i == warm {
 			e.CountAllocs()
@@ -105,8 +110,9 @@ func atomicOrigin(e *Env, rate bool, haveKey func() bool, keyp *amigo.Key) error
 		for j := 0; j < n; j++ {
 			// As ucx_perftest does: an operation that completed at once
 			// (AtomicNow, ucp's UCS_OK) is not waited for.
-			now, err := e.Ctx.AtomicNow(p)
+			now, err := h.AtomicNow(p)
 			if err != nil {
+				h.Release()
 				return err
 			}
 			if !now {
@@ -115,15 +121,18 @@ func atomicOrigin(e *Env, rate bool, haveKey func() bool, keyp *amigo.Key) error
 			adds++
 		}
 		if k.Pending() > 0 {
-			if err := e.Ctx.WaitCounter(e.Deadline, k); err != nil {
+			if err := h.Wait(e.Deadline, pending); err != nil {
+				h.Release()
 				return err
 			}
 		}
 		if !rate && old != uint64(adds-1) {
+			h.Release()
 			return fmt.Errorf("fetch-add %d fetched %d", adds, old)
 		}
 	}
 	t := time.Since(start)
+	h.Release()
 	e.AllocsPer(iters * n)
 	// Every add landed once.
 	var final int64
