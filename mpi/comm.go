@@ -187,6 +187,16 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 // wait, the one on the communicator of the lowest id goes next, so two
 // ranks cannot keep handing the offer to different agreements.
 func (c *Comm) agreeID(ctx context.Context, take bool) (int, error) {
+	var id [1]int
+	err := c.agreeIDs(ctx, take, id[:], nil)
+	return id[0], err
+}
+
+// agreeIDs is agreeID for len(ids) ids at once. If cross is given, it is
+// called on every rank of c with the set c agreed on, and must leave in it
+// the set every rank of a second group agreed on as well (the two groups
+// of an intercommunicator): the ids are then free on both.
+func (c *Comm) agreeIDs(ctx context.Context, take bool, ids []int, cross func(ctx context.Context, mask []uint64) error) error {
 	e := c.e
 	for {
 		var mask [idWords + 1]uint64
@@ -204,6 +214,9 @@ func (c *Comm) agreeID(ctx context.Context, take bool) (int, error) {
 		}
 		e.unlock()
 		err := Allreduce(ctx, c, nil, mask[:], Band)
+		if err == nil && cross != nil {
+			err = cross(ctx, mask[:])
+		}
 		e.lock()
 		if owner {
 			e.idOwned = false
@@ -213,21 +226,27 @@ func (c *Comm) agreeID(ctx context.Context, take bool) (int, error) {
 				e.idNext = -1
 			}
 			e.unlock()
-			return 0, fmt.Errorf("mpi: agreeing on a context id: %w", err)
+			return fmt.Errorf("mpi: agreeing on a context id: %w", err)
 		}
-		for w, bitsFree := range mask[:idWords] {
-			if bitsFree != 0 {
-				b := bits.TrailingZeros64(bitsFree)
-				if take {
-					e.ids[w] &^= 1 << b
-				}
-				e.unlock()
-				return w*64 + b, nil
+		found := 0
+		for w := 0; w < idWords && found < len(ids); w++ {
+			for free := mask[w]; free != 0 && found < len(ids); free &= free - 1 {
+				ids[found] = w*64 + bits.TrailingZeros64(free)
+				found++
 			}
+		}
+		if found == len(ids) {
+			if take {
+				for _, id := range ids {
+					e.ids[id/64] &^= 1 << (id % 64)
+				}
+			}
+			e.unlock()
+			return nil
 		}
 		e.unlock()
 		if mask[idWords] != 0 {
-			return 0, ErrContextIDs
+			return ErrContextIDs
 		}
 		runtime.Gosched()
 	}

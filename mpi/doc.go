@@ -170,6 +170,14 @@
 // Coords, CartRank, Shift and CartSub work on it, and NeighborAllgather and
 // NeighborAlltoall exchange with the grid's neighbours.
 //
+// IntercommCreate joins two disjoint groups in an Intercomm: its
+// point-to-point calls name ranks of the other group, its collectives
+// (Barrier, InterBcast, InterReduce, InterAllreduce, InterGather,
+// InterScatter, InterAllgather, InterAlltoall) move data from one group to
+// the other, with MPI's root convention (Root, ProcNull, or the root's rank
+// in the other group), and Merge makes one intracommunicator of both. See
+// intercomm.go.
+//
 // # One-sided communication
 //
 // A window (WinCreate, WinAllocate) is memory every rank of a communicator
