@@ -194,7 +194,7 @@ func (c *Client) AllocMemory(n int) (*MemRegion, error) {
 		return nil, fmt.Errorf("amigo: AllocMemory(%d): %w", n, ErrNilBuffer)
 	}
 	for _, a := range c.adapters {
-		if al, ok := a.(interface{ Alloc(int) ([]byte, error) }); ok {
+		if al, ok := a.(transport.Allocator); ok {
 			mem, err := al.Alloc(n)
 			if err != nil {
 				return nil, err

@@ -134,7 +134,7 @@ func newContext(cl *Client, index int) (*Context, error) {
 	}
 	var reports []bool
 	for _, a := range cl.adapters {
-		if h, ok := a.(interface{ Oversubscribed() bool }); ok {
+		if h, ok := a.(transport.Oversubscriber); ok {
 			reports = append(reports, h.Oversubscribed())
 		}
 	}

@@ -184,7 +184,7 @@ func limitProcs(adapters []transport.Adapter, procs int) (set, was int) {
 		return 0, 0
 	}
 	for _, a := range adapters {
-		if h, ok := a.(interface{ Oversubscribed() bool }); ok && h.Oversubscribed() {
+		if h, ok := a.(transport.Oversubscriber); ok && h.Oversubscribed() {
 			if was = runtime.GOMAXPROCS(0); was > procs {
 				runtime.GOMAXPROCS(procs)
 				return procs, was

@@ -1,6 +1,10 @@
 package amigo
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/amigo-hpc/amigo/transport"
+)
 
 // Limits are the sizes a program may rely on when it lays out its messages
 // (PAMI_Context_query, ucp_context_query): they follow from the client's
@@ -67,7 +71,7 @@ func (c *Client) Peer(rank int) (PeerInfo, error) {
 	case "shm":
 		pi.SameHost, pi.AtomicsByInitiator = true, true
 	default:
-		if h, ok := a.(interface{ SameHost(rank int) bool }); ok {
+		if h, ok := a.(transport.HostMapper); ok {
 			pi.SameHost = h.SameHost(rank)
 		}
 	}

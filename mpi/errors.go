@@ -3,6 +3,8 @@ package mpi
 import (
 	"errors"
 	"fmt"
+
+	"github.com/amigo-hpc/amigo"
 )
 
 // Errors reported by package mpi; test with errors.Is. Errors that come from
@@ -33,9 +35,18 @@ var (
 	ErrCanceled = errors.New("mpi: request canceled")
 	// ErrContextIDs reports that every communicator context id is in use.
 	ErrContextIDs = errors.New("mpi: out of communicator context ids")
-	// ErrClosed reports an mpi layer whose world was freed.
-	ErrClosed = errors.New("mpi: closed")
+	// ErrClosed reports an mpi layer whose world was freed. It wraps
+	// amigo.ErrClosed: a program that tests for the AMI's closed state
+	// finds the layer's too.
+	ErrClosed error = closedError{}
 )
+
+// closedError is ErrClosed: the layer's own message, amigo's sentinel
+// underneath.
+type closedError struct{}
+
+func (closedError) Error() string { return "mpi: closed" }
+func (closedError) Unwrap() error { return amigo.ErrClosed }
 
 // TruncateError describes a truncated receive: Size is the message's length
 // and Cap the receive buffer's, in bytes. It wraps ErrTruncate.

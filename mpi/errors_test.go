@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/amigo-hpc/amigo"
+	"github.com/amigo-hpc/amigo/amigotest"
 	"github.com/amigo-hpc/amigo/mpi"
 )
 
@@ -127,5 +130,35 @@ func TestErrorsAtTheEdges(t *testing.T) {
 			return err
 		}
 		return check(sum[0] == 3, "Allreduce after the errors: %d", sum[0])
+	})
+}
+
+// A call after the world was freed fails with ErrClosed, which is also
+// amigo's ErrClosed, and says so once.
+func TestErrClosedWrapsAmigo(t *testing.T) {
+	amigotest.Run(t, 2, amigotest.Options{Timeout: time.Minute}, func(r *amigotest.Rank) error {
+		w, err := mpi.World(r.Deadline, r.Ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := w.Barrier(r.Deadline); err != nil {
+			return err
+		}
+		// A second communicator outlives the world's Free.
+		d, err := w.Dup(r.Deadline)
+		if err != nil {
+			return err
+		}
+		if err := mpi.Finalize(r.Deadline, w); err != nil {
+			return err
+		}
+		err = d.Barrier(r.Deadline)
+		if !errors.Is(err, mpi.ErrClosed) || !errors.Is(err, amigo.ErrClosed) {
+			return fmt.Errorf("Barrier after Finalize: %v, want mpi.ErrClosed wrapping amigo.ErrClosed", err)
+		}
+		if got := err.Error(); got != "mpi: closed" {
+			return fmt.Errorf("Barrier after Finalize says %q", got)
+		}
+		return nil
 	})
 }

@@ -18,6 +18,27 @@
 //   - One-sided access to registered memory (Regions), addressed by (key,
 //     offset, length) and checked by the side that owns the memory.
 //
+// # The contract
+//
+// An adapter implements Adapter, and its ports Port. Beyond those, the AMI
+// looks for the optional interfaces below on the Adapter, by type
+// assertion, and does without what an adapter lacks:
+//
+//   - Starter: setting up that needs every rank's published address
+//     (connecting, mapping peers' segments), run after the job's fence.
+//   - DoorbellProvider: doorbells in memory that peers in other processes
+//     can ring, so a sleeping context wakes whichever adapter brings work.
+//   - Allocator: memory peers of this host reach without the owner (a
+//     shared segment), used by Client.AllocMemory and AllocAll.
+//   - Oversubscriber: whether more ranks share this host than it has
+//     processors, which sets the idle policy of waiting contexts.
+//   - HostMapper: which ranks share this host (Client.SameHost, the
+//     topology queries).
+//
+// Each adapter of this module asserts at compile time the interfaces it
+// implements (var _ transport.Starter = (*Adapter)(nil)), so a change to
+// one of them cannot silently drop a capability.
+//
 // Nothing under transport imports the AMI.
 package transport
 
@@ -219,6 +240,27 @@ type Starter interface {
 // whichever adapter delivers the work.
 type DoorbellProvider interface {
 	Doorbell(ctx int) (*Doorbell, error)
+}
+
+// Allocator is implemented by adapters that can allocate memory the peers
+// of this host map: regions registered in it are read and written by the
+// initiator itself. The memory stays valid until the adapter closes.
+type Allocator interface {
+	Alloc(n int) ([]byte, error)
+}
+
+// Oversubscriber is implemented by adapters that know how many ranks share
+// this host: Oversubscribed reports more of them than this process has
+// processors (Processors), and waiting contexts then give their processor
+// away soon rather than spin.
+type Oversubscriber interface {
+	Oversubscribed() bool
+}
+
+// HostMapper is implemented by adapters that know which ranks share this
+// rank's host.
+type HostMapper interface {
+	SameHost(rank int) bool
 }
 
 // Processors returns the number of processors this process may run on: its

@@ -15,6 +15,14 @@ import (
 	"github.com/amigo-hpc/amigo/transport"
 )
 
+// The optional interfaces of the transport contract this adapter implements.
+var (
+	_ transport.Starter          = (*Adapter)(nil)
+	_ transport.DoorbellProvider = (*Adapter)(nil)
+	_ transport.Allocator        = (*Adapter)(nil)
+	_ transport.Oversubscriber   = (*Adapter)(nil)
+)
+
 // ErrExited reports a peer process that exited or was killed.
 var ErrExited = errors.New("process exited")
 

@@ -14,6 +14,14 @@ import (
 	"github.com/amigo-hpc/amigo/transport"
 )
 
+// The optional interfaces of the transport contract this adapter implements.
+var (
+	_ transport.Starter          = (*Adapter)(nil)
+	_ transport.DoorbellProvider = (*Adapter)(nil)
+	_ transport.Oversubscriber   = (*Adapter)(nil)
+	_ transport.HostMapper       = (*Adapter)(nil)
+)
+
 // KVSKey is the key under which each rank publishes its listening address
 // through the job's bootstrap.
 const KVSKey = "amigo.tcp"
