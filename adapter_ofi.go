@@ -57,6 +57,7 @@ func openOFI(ctx context.Context, job transport.Bootstrap, regions *transport.Re
 	}
 	return ofi.New(job, regions, ofi.Options{
 		Provider:  prov,
+		Addr:      cfg.OFI.Addr,
 		Contexts:  cfg.Contexts,
 		RingSlots: cfg.RingSlots,
 		RDMASlots: cfg.RDMASlots,

@@ -20,6 +20,10 @@ type OFIConfig struct {
 	// with auto, the first provider of this machine that meets amigo's
 	// needs and is not plain TCP or shared memory, if any.
 	Provider string
+	// Addr is the local address the endpoints bind to, for providers that
+	// address by IP (AMIGO_OFI_ADDR). Empty: the local address of the
+	// route to the launcher, where the rank was launched over the network.
+	Addr string
 	// Timeout bounds how long a link may wait for its peer before the peer
 	// counts as dead (AMIGO_OFI_TIMEOUT, default 10s).
 	Timeout time.Duration
@@ -31,6 +35,11 @@ func init() {
 			name: "AMIGO_OFI_PROVIDER", doc: "libfabric, provider (e.g. tcp;ofi_rxm, shm, verbs;ofi_rxm, cxi, efa)",
 			get: func(c *Config) string { return c.OFI.Provider },
 			set: func(c *Config, v string) error { c.OFI.Provider = strings.TrimSpace(v); return nil },
+		},
+		setting{
+			name: "AMIGO_OFI_ADDR", doc: "libfabric, local address of IP-addressed providers' endpoints",
+			get: func(c *Config) string { return c.OFI.Addr },
+			set: func(c *Config, v string) error { c.OFI.Addr = strings.TrimSpace(v); return nil },
 		},
 		setting{
 			name: "AMIGO_OFI_TIMEOUT", doc: "libfabric, wait for a peer after which it is dead",

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/amigo-hpc/amigo"
+	"github.com/amigo-hpc/amigo/internal/hostmesh"
 	"github.com/amigo-hpc/amigo/internal/netns"
 )
 
@@ -40,6 +41,9 @@ func runRank(spec string) error {
 	f := strings.Split(spec, ":")
 	if len(f) == 2 && f[0] == "mcastkill" {
 		return mcastKillRank(f[1])
+	}
+	if len(f) == 2 && f[0] == "mesh" {
+		return hostmesh.Rank(f[1])
 	}
 	if len(f) != 3 || f[0] != "mcast" {
 		return fmt.Errorf("unknown rank program %q", spec)

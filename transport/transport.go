@@ -46,6 +46,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"runtime"
 	"sync/atomic"
 
@@ -261,6 +263,28 @@ type Oversubscriber interface {
 // rank's host.
 type HostMapper interface {
 	SameHost(rank int) bool
+}
+
+// LauncherRouteIP returns the local address of the route to the launcher's
+// PMI server (PMI_PORT), if the rank reached it over the network: the
+// address through which the hosts of the job reach each other, which an
+// adapter that addresses peers by IP publishes.
+func LauncherRouteIP() string {
+	port := os.Getenv("PMI_PORT")
+	if port == "" {
+		return ""
+	}
+	// A UDP "connection" sends nothing; it only picks the route.
+	c, err := net.Dial("udp", port)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	ip := c.LocalAddr().(*net.UDPAddr).IP
+	if ip.IsUnspecified() {
+		return ""
+	}
+	return ip.String()
 }
 
 // Processors returns the number of processors this process may run on: its

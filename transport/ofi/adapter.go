@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -37,12 +39,18 @@ const KVSKey = "amigo.ofi"
 // getinfo returns the first fi_info of provider prov that meets amigo's
 // requirements (amigo_hints), checked once more here: a provider that
 // does not keep sends in order or does not manage its resources is refused
-// with the reason.
-func getinfo(prov string) (*C.struct_fi_info, error) {
+// with the reason. A node other than "" is the local address the
+// endpoints bind to (FI_SOURCE).
+func getinfo(prov, node string) (*C.struct_fi_info, error) {
 	cp := C.CString(prov)
 	defer C.free(unsafe.Pointer(cp))
+	var cn *C.char
+	if node != "" {
+		cn = C.CString(node)
+		defer C.free(unsafe.Pointer(cn))
+	}
 	var info *C.struct_fi_info
-	if rc := C.amigo_getinfo(cp, &info); rc != 0 {
+	if rc := C.amigo_getinfo(cp, cn, &info); rc != 0 {
 		return nil, fmt.Errorf("%w: %q: %v", ErrProvider, prov, fiErr("fi_getinfo", C.ssize_t(rc)))
 	}
 	for i := info; i != nil; i = C.amigo_next(i) {
@@ -113,6 +121,34 @@ type endpoint struct {
 	name       []byte
 }
 
+// ipProviders are the core providers that address endpoints by IP: their
+// endpoints bind to the address through which the job's hosts reach each
+// other (Options.Addr).
+var ipProviders = []string{"tcp", "sockets", "udp", "verbs", "net"}
+
+// sourceInfo is getinfo for opts.Provider bound to opts.Addr; without it,
+// a provider that addresses by IP binds to the local address of the route
+// to the launcher (transport.LauncherRouteIP) where there is one and the
+// provider takes it, and otherwise wherever the provider chooses.
+func sourceInfo(opts Options) (*C.struct_fi_info, error) {
+	if opts.Addr != "" {
+		info, err := getinfo(opts.Provider, opts.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("ofi: address %s: %w", opts.Addr, err)
+		}
+		return info, nil
+	}
+	core, _, _ := strings.Cut(opts.Provider, ";")
+	if slices.Contains(ipProviders, core) {
+		if ip := transport.LauncherRouteIP(); ip != "" {
+			if info, err := getinfo(opts.Provider, ip); err == nil {
+				return info, nil
+			}
+		}
+	}
+	return getinfo(opts.Provider, "")
+}
+
 // New opens provider opts.Provider for the rank job describes, makes one
 // endpoint per context and publishes their names with job.Put. Peers
 // become reachable once every rank published and Start ran (after the
@@ -122,7 +158,7 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 	if err != nil {
 		return nil, err
 	}
-	info, err := getinfo(opts.Provider)
+	info, err := sourceInfo(opts)
 	if err != nil {
 		return nil, err
 	}

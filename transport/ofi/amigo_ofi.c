@@ -31,10 +31,11 @@ struct fi_info *amigo_hints(const char *prov) {
 	return h;
 }
 
-int amigo_getinfo(const char *prov, struct fi_info **out) {
+int amigo_getinfo(const char *prov, const char *node, struct fi_info **out) {
 	struct fi_info *h = amigo_hints(prov);
 	if (!h) return -FI_ENOMEM;
-	int rc = fi_getinfo(AMIGO_FI_VERSION, NULL, NULL, 0, h, out);
+	int rc = node && node[0] ? fi_getinfo(AMIGO_FI_VERSION, node, NULL, FI_SOURCE, h, out)
+	                         : fi_getinfo(AMIGO_FI_VERSION, NULL, NULL, 0, h, out);
 	fi_freeinfo(h);
 	return rc;
 }

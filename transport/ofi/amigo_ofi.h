@@ -13,7 +13,7 @@
 #include <rdma/fi_eq.h>
 
 struct fi_info *amigo_hints(const char *prov);
-int amigo_getinfo(const char *prov, struct fi_info **out);
+int amigo_getinfo(const char *prov, const char *node, struct fi_info **out);
 int amigo_listinfo(struct fi_info **out);
 const char *amigo_prov(struct fi_info *i);
 const char *amigo_fabric_name(struct fi_info *i);

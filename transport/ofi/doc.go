@@ -23,7 +23,12 @@
 //     receive completion queue (with a file descriptor to sleep on where
 //     the provider has one), and publishes the endpoints' names under
 //     KVSKey. After the job's fence, Start reads every peer's names; a
-//     peer's addresses enter the address vector on first use.
+//     peer's addresses enter the address vector on first use. Providers
+//     that address by IP (tcp, sockets, udp, verbs) bind their endpoints
+//     to Options.Addr, or else to the local address of the route to the
+//     launcher, the address through which the job's hosts reach each
+//     other (a host with several networks would otherwise publish one
+//     the others cannot reach).
 //  2. Port.Link returns a link whose descriptor buffer lives in pinned Go
 //     memory the provider reads in place. Progress posts each packet the
 //     AMI wrote: with fi_inject when it fits the provider's inject size

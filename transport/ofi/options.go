@@ -19,6 +19,11 @@ type Options struct {
 	// (AMIGO_OFI_PROVIDER): "tcp;ofi_rxm", "shm", "verbs;ofi_rxm", "cxi",
 	// "efa". Empty: DefaultProvider.
 	Provider string
+	// Addr is the local address the endpoints bind to, for providers that
+	// address by IP (AMIGO_OFI_ADDR; tcp, sockets, udp, verbs). Empty:
+	// the local address of the route to the launcher, where the rank was
+	// launched over the network, else the provider's choice.
+	Addr string
 	// Contexts is the number of contexts each rank opens: one endpoint is
 	// made and published for each (default 1).
 	Contexts int

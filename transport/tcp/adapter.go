@@ -127,7 +127,7 @@ func chooseAddr(addr string, job transport.Bootstrap) (listen, publish string, e
 	if host != "" && host != "0.0.0.0" && host != "::" {
 		return net.JoinHostPort(host, port), host, nil
 	}
-	ip := routeIP()
+	ip := transport.LauncherRouteIP()
 	if ip == "" {
 		same := true
 		for r := 0; r < job.Size(); r++ {
@@ -150,26 +150,6 @@ func chooseAddr(addr string, job transport.Bootstrap) (listen, publish string, e
 		host = ip
 	}
 	return net.JoinHostPort(host, port), ip, nil
-}
-
-// routeIP returns the local address of the route to the launcher's PMI
-// server, if the rank reached it over the network.
-func routeIP() string {
-	port := os.Getenv("PMI_PORT")
-	if port == "" {
-		return ""
-	}
-	// A UDP "connection" sends nothing; it only picks the route.
-	c, err := net.Dial("udp", port)
-	if err != nil {
-		return ""
-	}
-	defer c.Close()
-	ip := c.LocalAddr().(*net.UDPAddr).IP
-	if ip.IsUnspecified() {
-		return ""
-	}
-	return ip.String()
 }
 
 // interfaceIP returns the first IPv4 address of an interface that is up and

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/amigo-hpc/amigo"
+	"github.com/amigo-hpc/amigo/internal/hostmesh"
 	"github.com/amigo-hpc/amigo/internal/launch"
 	"github.com/amigo-hpc/amigo/transport/tcp"
 )
@@ -38,7 +39,7 @@ func rankMain(mode string) int {
 	case mode == "killget":
 		err = killGet()
 	case strings.HasPrefix(mode, "mesh:"):
-		err = mesh(strings.TrimPrefix(mode, "mesh:"))
+		err = hostmesh.Rank(strings.TrimPrefix(mode, "mesh:"))
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
