@@ -55,7 +55,8 @@
 //     link's keys, checks every access against the region's bounds and
 //     permissions before anything reaches the wire, and posts the
 //     operation from the caller's buffer, pinned until its completion
-//     (and registered, where the provider asks for FI_MR_LOCAL).
+//     (and registered, where the provider asks for FI_MR_LOCAL: once per
+//     buffer, kept in the port's bounded cache, regcache.go).
 //     Deregistering closes the region's registrations. Descriptors
 //     complete in the FIFO's order.
 //  5. Remote atomics are performed by the owner's Poll on the word's

@@ -58,7 +58,7 @@ type olink struct {
 	rdone   []bool
 	rerr    []error
 	rpins   []runtime.Pinner // the local buffer of each RDMA slot in flight
-	rmr     []*C.struct_fid_mr
+	rreg    []*regEntry      // its registration (FI_MR_LOCAL), from the port's cache
 	keys    [keyCache]remoteRegion
 	asking  transport.Key // key requested from the peer, 0 if none
 	refused transport.Key // key the peer said it does not have
@@ -91,7 +91,7 @@ func newOlink(p *port, to transport.Addr, dest C.fi_addr_t) (*olink, error) {
 	l.rd = r.NewReader()
 	l.q = transport.NewRDMAQueue(a.opts.RDMASlots)
 	n := l.q.Slots()
-	l.rdone, l.rerr, l.rpins, l.rmr = make([]bool, n), make([]error, n), make([]runtime.Pinner, n), make([]*C.struct_fid_mr, n)
+	l.rdone, l.rerr, l.rpins, l.rreg = make([]bool, n), make([]error, n), make([]runtime.Pinner, n), make([]*regEntry, n)
 	l.l = &transport.Link{To: to, Msg: r, RDMA: l.q, MaxRDMA: a.opts.RDMAPiece}
 	return l, nil
 }
@@ -272,17 +272,13 @@ func (l *olink) postRMA(op *transport.RDMAOp, pos, i uint64, reg *remoteRegion) 
 	l.rpins[i].Pin(unsafe.Pointer(unsafe.SliceData(op.Local)))
 	var desc uintptr
 	if p.a.mrMode&C.FI_MR_LOCAL != 0 {
-		access := uint64(C.FI_READ)
-		if op.Kind == transport.Put {
-			access = C.FI_WRITE
-		}
-		mr, d, err := p.registerLocal(op.Local, access)
+		e, err := p.regs.get(p, op.Local)
 		if err != nil {
 			l.rpins[i].Unpin()
 			l.finish(pos, &transport.PeerError{Addr: l.to, Err: err})
 			return true
 		}
-		l.rmr[i], desc = mr, d
+		l.rreg[i], desc = e, e.desc
 	}
 	idx := p.allocOp(opRMA, l, pos)
 	if idx < 0 {
@@ -313,9 +309,9 @@ func (l *olink) postRMA(op *transport.RDMAOp, pos, i uint64, reg *remoteRegion) 
 }
 
 func (l *olink) unpinRMA(i uint64) {
-	if mr := l.rmr[i]; mr != nil {
-		C.amigo_close(C.amigo_fid_mr(mr))
-		l.rmr[i] = nil
+	if e := l.rreg[i]; e != nil {
+		l.p.regs.put(e)
+		l.rreg[i] = nil
 	}
 	l.rpins[i].Unpin()
 }

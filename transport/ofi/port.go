@@ -62,6 +62,7 @@ type port struct {
 	bell *transport.Doorbell
 	e    *endpoint
 	pins runtime.Pinner // the port's memory the provider touches
+	regs regCache       // local registrations of GET and PUT buffers
 
 	ctxMem  []byte // operation contexts, ctxStride each
 	ctxBase uintptr
@@ -819,6 +820,7 @@ func (p *port) release() {
 	for _, l := range p.outList {
 		l.releaseAll()
 	}
+	p.regs.close()
 	p.pins.Unpin()
 }
 
