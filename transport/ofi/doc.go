@@ -65,7 +65,12 @@
 //  7. A provider error on an operation toward a peer, a goodbye from a
 //     closing peer, or a link left waiting for its peer longer than
 //     Options.Timeout fails the link with a *transport.PeerError naming
-//     the peer; the AMI fails what it holds for it.
+//     the peer; the AMI fails what it holds for it. Silence means death
+//     only of a process: the adapter's watcher of a context that has not
+//     polled for a quarter of the timeout (its program computes) tells
+//     every peer that sent to it that it lives (kindAlive), at most once a
+//     quarter timeout; the watcher also answers requests for keys and
+//     atomics without the program.
 //
 // # Threading
 //

@@ -106,6 +106,8 @@ type port struct {
 	ownBell   bool          // the doorbell is the adapter's (Doorbell)
 	polls     atomic.Uint64 // Poll and Progress calls, for the watcher
 	lastPolls uint64        // the watcher's
+	idleSince time.Time     // the watcher saw no Poll or Progress since
+	lastAlive time.Time     // the watcher's last heartbeat
 }
 
 type ctrlMsg struct {
@@ -417,6 +419,8 @@ func (p *port) handle(r transport.Receiver, msg []byte) int {
 			l.atomAnswer(h, body)
 		case kindBye:
 			l.fail(&transport.PeerError{Addr: l.to, Err: transport.ErrClosed})
+		case kindAlive:
+			l.moves++ // heard from: not silent
 		}
 	}
 	if h.kind == kindBye {
@@ -665,6 +669,26 @@ func (p *port) completed(i int, err error) {
 		return
 	}
 	p.freeOp(i)
+}
+
+// heartbeat tells every peer that sent to this port that the rank lives,
+// when the port's owner has not polled for a quarter of Options.Timeout
+// (it computes, or sleeps in something else): their links wait for
+// acknowledgements only Poll sends, and would otherwise take the silence
+// for death. It runs on the watcher, the port taken, at most once per
+// quarter timeout.
+func (p *port) heartbeat(now time.Time) {
+	q := p.a.opts.Timeout / 4
+	if now.Sub(p.idleSince) < q || now.Sub(p.lastAlive) < q {
+		return
+	}
+	p.lastAlive = now
+	for _, in := range p.ins {
+		if in != nil && !in.closed {
+			p.queueCtrl(in.dest, header{kind: kindAlive}, nil)
+		}
+	}
+	p.flushCtrl()
 }
 
 // checkSilence fails the links whose peer kept them waiting longer than

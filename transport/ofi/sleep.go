@@ -186,8 +186,14 @@ func (a *Adapter) watch() {
 				p.drainClosed()
 			} else if p.e.ep != nil {
 				polls := p.polls.Load()
-				if polls == p.lastPolls && p.progress() > 0 {
-					p.bell.Ring()
+				now := time.Now()
+				if polls != p.lastPolls || p.idleSince.IsZero() {
+					p.idleSince = now
+				} else {
+					if p.progress() > 0 {
+						p.bell.Ring()
+					}
+					p.heartbeat(now)
 				}
 				p.lastPolls = polls
 				if !p.ownBell && p.bell.Armed() && (p.e.txfd < 0 || p.e.rxfd < 0 || C.amigo_trywait(a.fab, p.e.txcq, p.e.rxcq) != 0) {

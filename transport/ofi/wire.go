@@ -32,6 +32,7 @@ const (
 	kindAtomReq = 5 // arg: RDMA position; body: key, off, operand, compare, op, width
 	kindAtomRep = 6 // arg: RDMA position; body: old value
 	kindBye     = 7 // the sender's context closed
+	kindAlive   = 8 // the sender lives, though its context does not poll
 )
 
 // Answer statuses.
@@ -79,4 +80,4 @@ func parseHeader(msg []byte) (header, error) {
 }
 
 // bodyLen is the length of each control message's body.
-var bodyLen = [...]int{kindAck: 0, kindKeyReq: 0, kindKeyRep: 32, kindAtomReq: 34, kindAtomRep: 8, kindBye: 0}
+var bodyLen = [...]int{kindAck: 0, kindKeyReq: 0, kindKeyRep: 32, kindAtomReq: 34, kindAtomRep: 8, kindBye: 0, kindAlive: 0}
