@@ -69,6 +69,24 @@ func (c *Context) sendSys(rank int, d Dispatch, header, data []byte) error {
 	return c.postImmediate(idx, d, header, data)
 }
 
+// sysSent reports whether the messages the helpers posted have left the
+// context's queues: written into the peers' descriptor buffers, from which
+// the adapters deliver them even if the rank closes right after (Close
+// fails what is still queued). A helper that returns with its last message
+// still queued (its own wait was over before the next Advance) would leave
+// a peer waiting for it forever.
+func (c *Context) sysSent() bool {
+	if c.inq.nonEmpty() {
+		return false
+	}
+	for _, p := range c.peers {
+		if p != nil && p.failed == nil && (p.q.len() > 0 || p.more.len() > 0) {
+			return false
+		}
+	}
+	return true
+}
+
 // Barrier returns once every rank of the job has called it. It runs on
 // context 0, from the goroutine that owns it (which it advances while it
 // waits, running the context's callbacks): ceil(log2 p) rounds of empty
@@ -97,6 +115,9 @@ func (cl *Client) Barrier(ctx context.Context) error {
 			return fmt.Errorf("amigo: barrier: %w", err)
 		}
 		*slot--
+	}
+	if err := c.Wait(ctx, c.sysSent); err != nil {
+		return fmt.Errorf("amigo: barrier: %w", err)
 	}
 	return nil
 }
@@ -167,7 +188,7 @@ func (cl *Client) shareRegion(ctx context.Context, reg *MemRegion) (*GlobalRegio
 			return fail(err)
 		}
 	}
-	if err := c.Wait(ctx, func() bool { return s.got[k] == p-1 }); err != nil {
+	if err := c.Wait(ctx, func() bool { return s.got[k] == p-1 && c.sysSent() }); err != nil {
 		return fail(err)
 	}
 	g := &GlobalRegion{Local: reg, keys: make([]Key, p), lens: make([]int, p)}

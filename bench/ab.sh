@@ -6,7 +6,8 @@
 #   bash bench/ab.sh REV_A [REV_B] [-- amibench flags]
 #   bash bench/ab.sh 72b414b^ HEAD -- -b latency --min-size 8 --max-size 8
 #
-# REV_B defaults to the working tree. Both are built with the same Go, and
+# REV_B defaults to the working tree; TAGS are build tags for both (e.g.
+# TAGS=ofi with --transport ofi). Both are built with the same Go, and
 # each round runs A then B then B then A, so drift in the machine's load
 # falls on both alike. Environment (AMIGO_*) reaches both.
 set -euo pipefail
@@ -27,11 +28,11 @@ flags=("$@")
 bench_work
 build() { # build REV OUT: amibench at REV (empty: the working tree)
   if [ -z "$1" ]; then
-    go build -o "$2" ./cmd/amibench
+    go build -tags "${TAGS:-}" -o "$2" ./cmd/amibench
     return
   fi
   git worktree add -q --detach "$work/src" "$1"
-  (cd "$work/src" && go build -o "$2" ./cmd/amibench)
+  (cd "$work/src" && go build -tags "${TAGS:-}" -o "$2" ./cmd/amibench)
   git worktree remove --force "$work/src"
 }
 build "$a" "$work/amibench-a"

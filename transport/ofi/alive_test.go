@@ -33,7 +33,7 @@ func TestIdleReceiverLives(t *testing.T) {
 			sent := 0
 			var c cnt
 			// The receiver polls once, so that the sender is known to it.
-			for tail := tr.Tail(); tr.Space(l.Msg.PadFor(tail, k)+k); tail = tr.Tail() {
+			for tail := tr.Tail(); tr.Space(l.Msg.PadFor(tail, k) + k); tail = tr.Tail() {
 				if pad := l.Msg.PadFor(tail, k); pad > 0 {
 					l.Msg.WritePad(tail, pad)
 					tr.Inject(pad, nil)

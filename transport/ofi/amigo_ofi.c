@@ -156,6 +156,19 @@ ssize_t amigo_inject(struct fid_ep *ep, uintptr_t hdr, size_t hlen, uintptr_t da
 	return fi_inject(ep, buf, hlen + dlen, dest);
 }
 
+// amigo_inject_packet is amigo_inject for a link's packet (a header of
+// 16 bytes): the header's argument, bytes 8 to 15, carries ack, little
+// endian (the packets of the peer's link this context took so far), in
+// the copy only.
+ssize_t amigo_inject_packet(struct fid_ep *ep, uintptr_t hdr, uintptr_t data, size_t dlen, uint64_t ack, fi_addr_t dest) {
+	char buf[4096];
+	if (16 + dlen > sizeof buf) return -FI_EMSGSIZE;
+	memcpy(buf, (void *)hdr, 16);
+	for (int i = 0; i < 8; i++) buf[8 + i] = (char)(ack >> (8 * i));
+	if (dlen) memcpy(buf + 16, (void *)data, dlen);
+	return fi_inject(ep, buf, 16 + dlen, dest);
+}
+
 ssize_t amigo_rma(struct fid_ep *ep, int write, uintptr_t buf, size_t len, uintptr_t desc,
 		fi_addr_t peer, uint64_t raddr, uint64_t key, uintptr_t ctx, uint64_t flags) {
 	struct iovec iov = {(void *)buf, len};

@@ -44,6 +44,7 @@ struct fid *amigo_fid_mr(struct fid_mr *m);
 ssize_t amigo_recv(struct fid_ep *ep, uintptr_t buf, size_t len, uintptr_t desc, uintptr_t ctx);
 ssize_t amigo_send(struct fid_ep *ep, uintptr_t hdr, size_t hlen, uintptr_t hdesc, uintptr_t data, size_t dlen, uintptr_t ddesc, fi_addr_t dest, uintptr_t ctx);
 ssize_t amigo_inject(struct fid_ep *ep, uintptr_t hdr, size_t hlen, uintptr_t data, size_t dlen, fi_addr_t dest);
+ssize_t amigo_inject_packet(struct fid_ep *ep, uintptr_t hdr, uintptr_t data, size_t dlen, uint64_t ack, fi_addr_t dest);
 ssize_t amigo_rma(struct fid_ep *ep, int write, uintptr_t buf, size_t len, uintptr_t desc, fi_addr_t peer, uint64_t raddr, uint64_t key, uintptr_t ctx, uint64_t flags);
 ssize_t amigo_cq_read(struct fid_cq *cq, uintptr_t e, size_t n);
 ssize_t amigo_cq_readerr(struct fid_cq *cq, uintptr_t *ctx, int *err, int *perr);

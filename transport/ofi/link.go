@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -137,9 +138,21 @@ func (l *olink) post(pkt []byte) bool {
 	p := l.p
 	seq := l.posted
 	if hdrSize+len(pkt) <= p.a.injectSize {
-		rc := C.amigo_inject(p.e.ep, C.uintptr_t(l.hdr), hdrSize, C.uintptr_t(addrOf(pkt)), C.size_t(len(pkt)), l.dest)
+		// An injected packet carries the acknowledgement of what this
+		// context took from the peer (it is copied now; a packet sent in
+		// place shares the link's header with others in flight and
+		// carries none).
+		in := p.ins[p.index(l.to)]
+		var ack uint64
+		if in != nil && !in.closed {
+			ack = in.taken
+		}
+		rc := C.amigo_inject_packet(p.e.ep, C.uintptr_t(l.hdr), C.uintptr_t(addrOf(pkt)), C.size_t(len(pkt)), C.uint64_t(ack), l.dest)
 		if rc == errAgain {
 			return false
+		}
+		if in != nil && rc >= 0 {
+			in.acked = max(in.acked, ack)
 		}
 		l.posted++
 		l.sent(seq, fiErr("fi_inject", rc))
@@ -416,7 +429,10 @@ func (l *olink) fail(err error) {
 	}
 	l.failed = true
 	l.l.Fail(err)
-	l.p.a.opts.Logf("rank %d context %d: link to %v failed: %v", l.p.a.rank, l.p.ctx, l.to, err)
+	if !errors.Is(err, transport.ErrClosed) {
+		// A peer's goodbye is its orderly close, not a failure to report.
+		l.p.a.opts.Logf("rank %d context %d: link to %v failed: %v", l.p.a.rank, l.p.ctx, l.to, err)
+	}
 	l.p.bell.Ring()
 }
 

@@ -106,6 +106,7 @@ type port struct {
 	ownBell   bool          // the doorbell is the adapter's (Doorbell)
 	polls     atomic.Uint64 // Poll and Progress calls, for the watcher
 	lastPolls uint64        // the watcher's
+	pollCount uint64        // Poll calls (flushAcks)
 	idleSince time.Time     // the watcher saw no Poll or Progress since
 	lastAlive time.Time     // the watcher's last heartbeat
 }
@@ -118,12 +119,13 @@ type ctrlMsg struct {
 
 // inlink is what a port knows of a peer context that sends to it.
 type inlink struct {
-	from   transport.Addr
-	dest   C.fi_addr_t
-	taken  uint64 // packets handed to the receiver
-	acked  uint64 // packets acknowledged
-	dirty  bool
-	closed bool
+	from    transport.Addr
+	dest    C.fi_addr_t
+	taken   uint64 // packets handed to the receiver
+	acked   uint64 // packets acknowledged
+	dirty   bool
+	dirtyAt uint64 // the Poll that made it dirty
+	closed  bool
 }
 
 // pinnedBytes returns n bytes of zeroed, 64-byte aligned Go memory pinned
@@ -306,6 +308,7 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	}
 	p.enter()
 	defer p.leave()
+	p.pollCount++
 	got := 0
 	for got < budget && p.pendHead != p.pendTail {
 		pm := p.pending[p.pendHead%uint64(len(p.pending))]
@@ -315,7 +318,7 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	if p.pendHead == p.pendTail {
 		got += p.readRx(r, budget-got)
 	}
-	p.flushAcks()
+	p.flushAcks(false)
 	p.flushCtrl()
 	return got
 }
@@ -342,7 +345,10 @@ func (p *port) readRx(r transport.Receiver, budget int) int {
 			}
 			if r == nil {
 				msg := p.rxMem[i*p.bufSize : i*p.bufSize+min(int(e.len), p.bufSize)]
-				if len(msg) > 0 && msg[0] == kindPacket {
+				// Packets wait for Poll; so does a goodbye behind them,
+				// which must not close the peer's link before its last
+				// packets are delivered.
+				if len(msg) > 0 && (msg[0] == kindPacket || msg[0] == kindBye && p.pendTail != p.pendHead) {
 					p.pending[p.pendTail%uint64(len(p.pending))] = pendingMsg{i, int(e.len)}
 					p.pendTail++
 					got++
@@ -388,10 +394,17 @@ func (p *port) handle(r transport.Receiver, msg []byte) int {
 		if in.closed {
 			return 0
 		}
+		if h.arg != 0 {
+			// The acknowledgement it carries (post).
+			if l := p.outs[p.index(in.from)]; l != nil {
+				l.ack(h.arg)
+			}
+		}
 		r.Receive(in.from, body)
 		in.taken++
 		if !in.dirty {
 			in.dirty = true
+			in.dirtyAt = p.pollCount
 			p.dirty = append(p.dirty, in)
 		}
 		return 1
@@ -418,6 +431,13 @@ func (p *port) handle(r transport.Receiver, msg []byte) int {
 		case kindAtomRep:
 			l.atomAnswer(h, body)
 		case kindBye:
+			// What the peer acknowledged before it went was delivered,
+			// whether or not the provider reported the send complete yet:
+			// it counts transferred (the link writes nothing more, and its
+			// memory stays pinned until the port closes).
+			if k := l.acked; k > l.released {
+				l.released += uint64(l.rd.ReleaseFirst(int(k - l.released)))
+			}
 			l.fail(&transport.PeerError{Addr: l.to, Err: transport.ErrClosed})
 		case kindAlive:
 			l.moves++ // heard from: not silent
@@ -478,9 +498,24 @@ func statusError(st uint8) error {
 }
 
 // flushAcks tells each peer how many of its packets the context took.
-func (p *port) flushAcks() {
+//
+// Unless force is set, it leaves for one Poll the acknowledgements of
+// packets this Poll took: a reply the context sends in between (the
+// next Advance injects it before it polls again) carries them (post),
+// which spares a request–reply exchange two messages. A backlog of
+// ackBatch packets is acknowledged at once, and the watcher forces what is
+// left when the context stops polling.
+func (p *port) flushAcks(force bool) {
 	kept := p.dirty[:0]
 	for _, in := range p.dirty {
+		if in.acked == in.taken && !in.closed {
+			in.dirty = false
+			continue
+		}
+		if !force && !in.closed && in.dirtyAt == p.pollCount && in.taken-in.acked < ackBatch {
+			kept = append(kept, in)
+			continue
+		}
 		if in.closed || p.sendCtrl(in.dest, header{kind: kindAck, arg: in.taken}, nil) {
 			in.acked = in.taken
 			in.dirty = false
@@ -719,6 +754,10 @@ func (p *port) learn(msg []byte) {
 	}
 }
 
+// ackBatch is the backlog of packets taken from a peer that Poll
+// acknowledges at once, without waiting for a reply to carry it.
+const ackBatch = 16
+
 // byeWait bounds how long Close tries to tell peers that the context
 // closed.
 const byeWait = 100 * time.Millisecond
@@ -766,6 +805,18 @@ func (p *port) Close() error {
 		if !busy {
 			break
 		}
+		runtime.Gosched()
+	}
+	// Then the acknowledgements and answers the context owes: a peer told
+	// goodbye before it heard that its last packets were taken would
+	// count them lost.
+	for time.Now().Before(deadline) {
+		p.flushAcks(true)
+		p.flushCtrl()
+		if len(p.dirty) == 0 && len(p.ctrlq) == 0 {
+			break
+		}
+		p.readTx()
 		runtime.Gosched()
 	}
 	seen := make(map[transport.Addr]C.fi_addr_t)

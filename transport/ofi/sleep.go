@@ -193,6 +193,8 @@ func (a *Adapter) watch() {
 					if p.progress() > 0 {
 						p.bell.Ring()
 					}
+					p.flushAcks(true)
+					p.flushCtrl()
 					p.heartbeat(now)
 				}
 				p.lastPolls = polls
