@@ -41,7 +41,19 @@ const KVSKey = "amigo.ofi"
 // does not keep sends in order or does not manage its resources is refused
 // with the reason. A node other than "" is the local address the
 // endpoints bind to (FI_SOURCE).
-func getinfo(prov, node string) (*C.struct_fi_info, error) {
+//
+// It asks first for multi-receive buffers (FI_MULTI_RECV) unless single
+// is set, and without them if the provider has none.
+func getinfo(prov, node string, single bool) (*C.struct_fi_info, error) {
+	if !single {
+		if info, err := getinfoWith(prov, node, 1); err == nil {
+			return info, nil
+		}
+	}
+	return getinfoWith(prov, node, 0)
+}
+
+func getinfoWith(prov, node string, multi C.int) (*C.struct_fi_info, error) {
 	cp := C.CString(prov)
 	defer C.free(unsafe.Pointer(cp))
 	var cn *C.char
@@ -50,7 +62,7 @@ func getinfo(prov, node string) (*C.struct_fi_info, error) {
 		defer C.free(unsafe.Pointer(cn))
 	}
 	var info *C.struct_fi_info
-	if rc := C.amigo_getinfo(cp, cn, &info); rc != 0 {
+	if rc := C.amigo_getinfo(cp, cn, multi, &info); rc != 0 {
 		return nil, fmt.Errorf("%w: %q: %v", ErrProvider, prov, fiErr("fi_getinfo", C.ssize_t(rc)))
 	}
 	for i := info; i != nil; i = C.amigo_next(i) {
@@ -98,6 +110,7 @@ type Adapter struct {
 	mrMode     uint64
 	eps        []*endpoint // by context, made by New
 	maxPacket  int         // largest packet payload: half a link's ring
+	multi      bool        // receive buffers are multi-receive (FI_MULTI_RECV)
 
 	mu      sync.Mutex
 	peers   [][][]byte      // endpoint names by rank and context, after Start
@@ -132,7 +145,7 @@ var ipProviders = []string{"tcp", "sockets", "udp", "verbs", "net"}
 // provider takes it, and otherwise wherever the provider chooses.
 func sourceInfo(opts Options) (*C.struct_fi_info, error) {
 	if opts.Addr != "" {
-		info, err := getinfo(opts.Provider, opts.Addr)
+		info, err := getinfo(opts.Provider, opts.Addr, opts.SingleRecv)
 		if err != nil {
 			return nil, fmt.Errorf("ofi: address %s: %w", opts.Addr, err)
 		}
@@ -141,12 +154,12 @@ func sourceInfo(opts Options) (*C.struct_fi_info, error) {
 	core, _, _ := strings.Cut(opts.Provider, ";")
 	if slices.Contains(ipProviders, core) {
 		if ip := transport.LauncherRouteIP(); ip != "" {
-			if info, err := getinfo(opts.Provider, ip); err == nil {
+			if info, err := getinfo(opts.Provider, ip, opts.SingleRecv); err == nil {
 				return info, nil
 			}
 		}
 	}
-	return getinfo(opts.Provider, "")
+	return getinfo(opts.Provider, "", opts.SingleRecv)
 }
 
 // New opens provider opts.Provider for the rank job describes, makes one
@@ -173,6 +186,7 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 		injectSize: min(int(C.amigo_inject_size(info)), 4096),
 		mrMode:     uint64(C.amigo_mr_mode(info)),
 		maxPacket:  ring.MaxPayload(opts.RingSlots),
+		multi:      !opts.SingleRecv && uint64(C.amigo_caps(info))&C.FI_MULTI_RECV != 0,
 		regs:       make(map[transport.Key]*targetRegion),
 		bells:      make(map[int]*sleepBell),
 		stop:       make(chan struct{}),
@@ -219,7 +233,13 @@ func (a *Adapter) openEndpoint() (*endpoint, error) {
 		return nil, fiErr("fi_cq_open", C.ssize_t(rc))
 	}
 	e.rxfd = int(fd)
-	if rc := C.amigo_ep_open(a.dom, a.info, a.av, e.txcq, e.rxcq, &e.ep); rc != 0 {
+	var minMulti C.size_t
+	if a.multi {
+		// A multi-receive buffer is given back once the largest message
+		// no longer fits.
+		minMulti = C.size_t(hdrSize + a.maxPacket)
+	}
+	if rc := C.amigo_ep_open(a.dom, a.info, a.av, e.txcq, e.rxcq, minMulti, &e.ep); rc != 0 {
 		C.amigo_close(C.amigo_fid_cq(e.txcq))
 		C.amigo_close(C.amigo_fid_cq(e.rxcq))
 		return nil, fiErr("fi_endpoint", C.ssize_t(rc))

@@ -13,11 +13,12 @@
 // managing resources (FI_RM_ENABLED: a send to a receiver without a posted
 // buffer waits, it is not dropped), and the memory-registration modes the
 // adapter honours.
-struct fi_info *amigo_hints(const char *prov) {
+struct fi_info *amigo_hints(const char *prov, int multi) {
 	struct fi_info *h = fi_allocinfo();
 	if (!h) return NULL;
 	h->ep_attr->type = FI_EP_RDM;
 	h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+	if (multi) h->caps |= FI_MULTI_RECV;
 	h->mode = FI_CONTEXT | FI_CONTEXT2;
 	h->tx_attr->msg_order = FI_ORDER_SAS;
 	h->rx_attr->msg_order = FI_ORDER_SAS;
@@ -31,8 +32,8 @@ struct fi_info *amigo_hints(const char *prov) {
 	return h;
 }
 
-int amigo_getinfo(const char *prov, const char *node, struct fi_info **out) {
-	struct fi_info *h = amigo_hints(prov);
+int amigo_getinfo(const char *prov, const char *node, int multi, struct fi_info **out) {
+	struct fi_info *h = amigo_hints(prov, multi);
 	if (!h) return -FI_ENOMEM;
 	int rc = node && node[0] ? fi_getinfo(AMIGO_FI_VERSION, node, NULL, FI_SOURCE, h, out)
 	                         : fi_getinfo(AMIGO_FI_VERSION, NULL, NULL, 0, h, out);
@@ -103,13 +104,20 @@ int amigo_cq_open(struct fid_domain *dom, size_t size, int wantfd, struct fid_cq
 }
 
 int amigo_ep_open(struct fid_domain *dom, struct fi_info *info, struct fid_av *av,
-		struct fid_cq *txcq, struct fid_cq *rxcq, struct fid_ep **ep) {
+		struct fid_cq *txcq, struct fid_cq *rxcq, size_t min_multi, struct fid_ep **ep) {
 	int rc = fi_endpoint(dom, info, ep, NULL);
 	if (rc) return rc;
 	if ((rc = fi_ep_bind(*ep, &av->fid, 0)) ||
 	    (rc = fi_ep_bind(*ep, &txcq->fid, FI_TRANSMIT)) ||
 	    (rc = fi_ep_bind(*ep, &rxcq->fid, FI_RECV)) ||
 	    (rc = fi_enable(*ep))) {
+		fi_close(&(*ep)->fid);
+		return rc;
+	}
+	// After fi_enable: some providers (ofi_rxm) keep the option in a
+	// receive context that enabling makes.
+	if (min_multi > 0 &&
+	    (rc = fi_setopt(&(*ep)->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min_multi, sizeof min_multi))) {
 		fi_close(&(*ep)->fid);
 		return rc;
 	}
@@ -135,6 +143,17 @@ struct fid *amigo_fid_mr(struct fid_mr *m) { return &m->fid; }
 
 ssize_t amigo_recv(struct fid_ep *ep, uintptr_t buf, size_t len, uintptr_t desc, uintptr_t ctx) {
 	return fi_recv(ep, (void *)buf, len, (void *)desc, FI_ADDR_UNSPEC, (void *)ctx);
+}
+
+// amigo_recv_multi posts buf as a multi-receive buffer (FI_MULTI_RECV):
+// messages land in it one after the other until less than the endpoint's
+// FI_OPT_MIN_MULTI_RECV is left, and the completion that says so carries
+// the flag FI_MULTI_RECV.
+ssize_t amigo_recv_multi(struct fid_ep *ep, uintptr_t buf, size_t len, uintptr_t desc, uintptr_t ctx) {
+	struct iovec iov = {(void *)buf, len};
+	void *d = (void *)desc;
+	struct fi_msg msg = {.msg_iov = &iov, .desc = &d, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = (void *)ctx};
+	return fi_recvmsg(ep, &msg, FI_MULTI_RECV);
 }
 
 // amigo_send sends a header and a payload as one message.

@@ -12,8 +12,8 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_eq.h>
 
-struct fi_info *amigo_hints(const char *prov);
-int amigo_getinfo(const char *prov, const char *node, struct fi_info **out);
+struct fi_info *amigo_hints(const char *prov, int multi);
+int amigo_getinfo(const char *prov, const char *node, int multi, struct fi_info **out);
 int amigo_listinfo(struct fi_info **out);
 const char *amigo_prov(struct fi_info *i);
 const char *amigo_fabric_name(struct fi_info *i);
@@ -31,7 +31,7 @@ size_t amigo_mr_key_size(struct fi_info *i);
 struct fi_info *amigo_next(struct fi_info *i);
 int amigo_open(struct fi_info *info, struct fid_fabric **fab, struct fid_domain **dom, struct fid_av **av);
 int amigo_cq_open(struct fid_domain *dom, size_t size, int wantfd, struct fid_cq **cq, int *fd);
-int amigo_ep_open(struct fid_domain *dom, struct fi_info *info, struct fid_av *av, struct fid_cq *txcq, struct fid_cq *rxcq, struct fid_ep **ep);
+int amigo_ep_open(struct fid_domain *dom, struct fi_info *info, struct fid_av *av, struct fid_cq *txcq, struct fid_cq *rxcq, size_t min_multi, struct fid_ep **ep);
 int amigo_getname(struct fid_ep *ep, void *buf, size_t *len);
 int amigo_av_insert(struct fid_av *av, const void *addr, fi_addr_t *out);
 int amigo_close(struct fid *f);
@@ -42,6 +42,7 @@ struct fid *amigo_fid_domain(struct fid_domain *d);
 struct fid *amigo_fid_fabric(struct fid_fabric *f);
 struct fid *amigo_fid_mr(struct fid_mr *m);
 ssize_t amigo_recv(struct fid_ep *ep, uintptr_t buf, size_t len, uintptr_t desc, uintptr_t ctx);
+ssize_t amigo_recv_multi(struct fid_ep *ep, uintptr_t buf, size_t len, uintptr_t desc, uintptr_t ctx);
 ssize_t amigo_send(struct fid_ep *ep, uintptr_t hdr, size_t hlen, uintptr_t hdesc, uintptr_t data, size_t dlen, uintptr_t ddesc, fi_addr_t dest, uintptr_t ctx);
 ssize_t amigo_inject(struct fid_ep *ep, uintptr_t hdr, size_t hlen, uintptr_t data, size_t dlen, fi_addr_t dest);
 ssize_t amigo_inject_packet(struct fid_ep *ep, uintptr_t hdr, uintptr_t data, size_t dlen, uint64_t ack, fi_addr_t dest);

@@ -38,6 +38,29 @@ func TestConformance(t *testing.T) {
 			t.Run("defaults", func(t *testing.T) {
 				transporttest.Run(t, factory(Options{Provider: prov, Timeout: 4 * time.Second}))
 			})
+			// One receive buffer per message, as on providers without
+			// multi-receive buffers (the small buffers above are
+			// multi-receive ones two messages large, given back and
+			// reposted all the time).
+			t.Run("single-recv", func(t *testing.T) {
+				transporttest.Run(t, factory(Options{Provider: prov, SingleRecv: true, RingSlots: 64, RecvBuffers: 8, Timeout: 4 * time.Second}))
+			})
 		})
+	}
+}
+
+// The providers tested here have multi-receive buffers, and the adapter
+// uses them unless told not to.
+func TestMultiRecvChosen(t *testing.T) {
+	for _, prov := range providers() {
+		for _, single := range []bool{false, true} {
+			ads, _ := newWorld(t, 2, Options{Provider: prov, SingleRecv: single})
+			got := ads[0].multi
+			ads[0].Close()
+			ads[1].Close()
+			if got == single {
+				t.Errorf("%s, SingleRecv %v: multi-receive buffers %v", prov, single, got)
+			}
+		}
 	}
 }

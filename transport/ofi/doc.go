@@ -36,15 +36,21 @@
 //     header and the packet where it lies in the ring. Every message
 //     carries its sender (wire.go), since a reliable-datagram endpoint
 //     does not say who sent.
-//  3. Each endpoint keeps Options.RecvBuffers receive buffers posted, each
-//     as large as the largest packet (half a link's ring). Poll reads the
-//     receive queue, hands packets to the receiver in place, reposts the
-//     buffers and then acknowledges to each sender how many of its packets
-//     the context took. A packet's slots go back to the AMI (its transfer
-//     counted) only once it was acknowledged: a done callback means
-//     delivered, and a link never has more in flight than its ring holds —
-//     the flow control that keeps a slow receiver from being flooded, with
-//     the provider's managed resources behind it.
+//  3. Each endpoint keeps room for Options.RecvBuffers of the largest
+//     packets (half a link's ring) posted: where the provider has
+//     multi-receive buffers (FI_MULTI_RECV), in a few large buffers that
+//     take messages one after the other and go back to the provider once
+//     it released them and every message in them was handled; otherwise
+//     one buffer per message. Poll reads the receive queue, hands packets
+//     to the receiver in place, reposts the buffers and acknowledges to
+//     each sender how many of its packets the context took — on a packet
+//     of its own to that sender when one leaves before the next Poll (a
+//     reply), else by a message. A packet's slots go back to the AMI (its
+//     transfer counted) only once it was acknowledged: a done callback
+//     means delivered, and a link never has more in flight than its ring
+//     holds — the flow control that keeps a slow receiver from being
+//     flooded, with the provider's managed resources behind it. A
+//     peer's goodbye is handled after the packets it sent before it.
 //  4. GET and PUT are fi_read and fi_write. The first access to a key
 //     asks its owner where the region is (a request its owner's Poll
 //     answers): the owner registers the region with fi_mr_reg then, once

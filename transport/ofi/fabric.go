@@ -102,7 +102,7 @@ func Providers() ([]Provider, error) {
 	}
 	for k := range out {
 		var good *C.struct_fi_info
-		info, err := getinfo(out[k].Name, "")
+		info, err := getinfo(out[k].Name, "", true)
 		if err == nil {
 			good = info
 			out[k].Usable = true

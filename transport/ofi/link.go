@@ -144,7 +144,7 @@ func (l *olink) post(pkt []byte) bool {
 		// carries none).
 		in := p.ins[p.index(l.to)]
 		var ack uint64
-		if in != nil && !in.closed {
+		if in != nil && !in.gone {
 			ack = in.taken
 		}
 		rc := C.amigo_inject_packet(p.e.ep, C.uintptr_t(l.hdr), C.uintptr_t(addrOf(pkt)), C.size_t(len(pkt)), C.uint64_t(ack), l.dest)

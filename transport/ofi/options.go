@@ -45,6 +45,10 @@ type Options struct {
 	// RDMAPiece is the largest GET or PUT the adapter takes in one
 	// descriptor; the AMI splits larger ones (default 1 MiB).
 	RDMAPiece int
+	// SingleRecv posts one receive buffer per message even where the
+	// provider has multi-receive buffers (FI_MULTI_RECV), which the
+	// adapter uses otherwise; for tests of that path.
+	SingleRecv bool
 	// RegisterLocal registers the local buffers of GET and PUT even when
 	// the provider does not ask for it (FI_MR_LOCAL), to exercise that
 	// path on providers that do not need it.

@@ -69,10 +69,18 @@ type port struct {
 	ops     []opInfo
 	free    []int32
 
-	rxMem   []byte // receive buffers, bufSize each
-	bufSize int
-	rxDesc  uintptr
-	rxMR    *C.struct_fid_mr
+	rxMem   []byte // receive buffers, rxSize each
+	bufSize int    // the largest message
+	rxSize  int    // a posted receive buffer: bufSize, or several with multi
+	nrx     int    // receive buffers posted (operations 0 to nrx-1)
+	// With multi-receive buffers, a buffer goes back to the provider once
+	// it said it is done with it (released) and no message in it waits in
+	// pending (refs).
+	multi    bool
+	released []bool
+	refs     []int
+	rxDesc   uintptr
+	rxMR     *C.struct_fid_mr
 
 	ctrlMem  []byte // scratch for control messages: slot 0 for injects
 	ctrlDesc uintptr
@@ -125,7 +133,8 @@ type inlink struct {
 	acked   uint64 // packets acknowledged
 	dirty   bool
 	dirtyAt uint64 // the Poll that made it dirty
-	closed  bool
+	closed  bool   // the peer's goodbye was handled: nothing more is delivered
+	gone    bool   // the peer's goodbye was read: nothing more is sent to it
 }
 
 // pinnedBytes returns n bytes of zeroed, 64-byte aligned Go memory pinned
@@ -155,6 +164,16 @@ func newPort(a *Adapter, ctx int, bell *transport.Doorbell) (*port, error) {
 		pending: make([]pendingMsg, a.opts.RecvBuffers),
 	}
 	nbuf := a.opts.RecvBuffers
+	p.rxSize, p.multi = p.bufSize, a.multi
+	if p.multi {
+		// The same memory as RecvBuffers single buffers, in a few large
+		// ones that take messages one after the other.
+		per := max(nbuf/multiBuffers, 2)
+		nbuf = max(nbuf/per, 2)
+		p.rxSize = per * p.bufSize
+		p.released, p.refs = make([]bool, nbuf), make([]int, nbuf)
+	}
+	p.nrx = nbuf
 	nops := nbuf + sendOps
 	em := pinnedBytes(&p.pins, int(unsafe.Sizeof(*p.entries)))
 	p.entries = (*[32]C.struct_fi_cq_data_entry)(unsafe.Pointer(&em[0]))
@@ -166,7 +185,7 @@ func newPort(a *Adapter, ctx int, bell *transport.Doorbell) (*port, error) {
 	for i := nops - 1; i >= nbuf; i-- {
 		p.free = append(p.free, int32(i))
 	}
-	p.rxMem = pinnedBytes(&p.pins, nbuf*p.bufSize)
+	p.rxMem = pinnedBytes(&p.pins, nbuf*p.rxSize)
 	p.ctrlMem = pinnedBytes(&p.pins, ctrlSlots*ctrlMax)
 	for i := ctrlSlots - 1; i >= 1; i-- {
 		p.ctrlFree = append(p.ctrlFree, int32(i))
@@ -237,7 +256,13 @@ func (p *port) freeOp(i int) {
 
 func (p *port) postRecv(i int) error {
 	for {
-		rc := C.amigo_recv(p.e.ep, C.uintptr_t(addrOf(p.rxMem)+uintptr(i*p.bufSize)), C.size_t(p.bufSize), C.uintptr_t(p.rxDesc), p.opCtx(int32(i)))
+		buf := C.uintptr_t(addrOf(p.rxMem) + uintptr(i*p.rxSize))
+		var rc C.ssize_t
+		if p.multi {
+			rc = C.amigo_recv_multi(p.e.ep, buf, C.size_t(p.rxSize), C.uintptr_t(p.rxDesc), p.opCtx(int32(i)))
+		} else {
+			rc = C.amigo_recv(p.e.ep, buf, C.size_t(p.rxSize), C.uintptr_t(p.rxDesc), p.opCtx(int32(i)))
+		}
 		if rc == errAgain {
 			// The receive queue is full only while completions wait to
 			// be read; reading them makes room.
@@ -313,7 +338,10 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	for got < budget && p.pendHead != p.pendTail {
 		pm := p.pending[p.pendHead%uint64(len(p.pending))]
 		p.pendHead++
-		got += p.deliver(r, pm.i, pm.n)
+		if p.multi {
+			p.refs[pm.i]--
+		}
+		got += p.deliver(r, pm)
 	}
 	if p.pendHead == p.pendTail {
 		got += p.readRx(r, budget-got)
@@ -343,33 +371,89 @@ func (p *port) readRx(r transport.Receiver, budget int) int {
 				p.a.opts.Logf("rank %d: receive completion of no posted buffer", p.a.rank)
 				continue
 			}
-			if r == nil {
-				msg := p.rxMem[i*p.bufSize : i*p.bufSize+min(int(e.len), p.bufSize)]
+			m := p.rxMsg(i, e)
+			if r == nil && m.n > 0 {
+				msg := m.bytes(p)
 				// Packets wait for Poll; so does a goodbye behind them,
 				// which must not close the peer's link before its last
 				// packets are delivered.
-				if len(msg) > 0 && (msg[0] == kindPacket || msg[0] == kindBye && p.pendTail != p.pendHead) {
-					p.pending[p.pendTail%uint64(len(p.pending))] = pendingMsg{i, int(e.len)}
+				if msg[0] == kindPacket || msg[0] == kindBye && p.pendTail != p.pendHead {
+					if msg[0] == kindBye {
+						if h, err := parseHeader(msg); err == nil {
+							if in := p.inlink(h); in != nil {
+								p.leaving(in)
+							}
+						}
+					}
+					p.pending[p.pendTail%uint64(len(p.pending))] = m
 					p.pendTail++
+					if p.multi {
+						p.refs[i]++
+					}
 					got++
 					continue
 				}
 			}
-			got += p.deliver(r, i, int(e.len))
+			got += p.deliver(r, m)
 		}
 	}
 	return got
 }
 
-type pendingMsg struct{ i, n int }
+// pendingMsg is a message in receive buffer i, at off in rxMem, n bytes.
+type pendingMsg struct{ i, off, n int }
 
-// deliver handles the message in receive buffer i and reposts the buffer.
-func (p *port) deliver(r transport.Receiver, i, n int) int {
-	buf := p.rxMem[i*p.bufSize : i*p.bufSize+min(n, p.bufSize)]
-	got := p.handle(r, buf)
+func (m pendingMsg) bytes(p *port) []byte { return p.rxMem[m.off : m.off+m.n] }
+
+// multiBuffers is the number of multi-receive buffers a port posts (of
+// RecvBuffers messages' room in all), where the provider has them.
+const multiBuffers = 4
+
+// rxMsg locates the message of receive completion e in buffer i: at the
+// start of a single buffer, where the provider says within a multi-receive
+// one. A completion that only gives a multi-receive buffer back (no
+// message) marks it released and has n 0; so does one whose place is not
+// inside its buffer (then refused).
+func (p *port) rxMsg(i int, e *C.struct_fi_cq_data_entry) pendingMsg {
+	n := min(int(e.len), p.bufSize)
+	if !p.multi {
+		return pendingMsg{i, i * p.rxSize, n}
+	}
+	if e.flags&C.FI_MULTI_RECV != 0 {
+		p.released[i] = true
+	}
+	if n == 0 || e.buf == nil {
+		return pendingMsg{i, 0, 0}
+	}
+	off := int(uintptr(e.buf) - addrOf(p.rxMem))
+	if off < i*p.rxSize || off+n > (i+1)*p.rxSize {
+		p.a.opts.Logf("rank %d context %d: a receive completion outside its buffer", p.a.rank, p.ctx)
+		return pendingMsg{i, 0, 0}
+	}
+	return pendingMsg{i, off, n}
+}
+
+// rxDone gives receive buffer i back to the provider once the message
+// handled was the last that held it.
+func (p *port) rxDone(i int) {
+	if p.multi {
+		if !p.released[i] || p.refs[i] > 0 {
+			return
+		}
+		p.released[i] = false
+	}
 	if err := p.postRecv(i); err != nil {
 		p.a.opts.Logf("rank %d: %v", p.a.rank, err)
 	}
+}
+
+// deliver handles message m and gives its buffer back if that is due.
+func (p *port) deliver(r transport.Receiver, m pendingMsg) int {
+	got := 0
+	if m.n > 0 {
+		got = p.handle(r, m.bytes(p))
+	}
+	p.rxDone(m.i)
 	return got
 }
 
@@ -415,12 +499,16 @@ func (p *port) handle(r transport.Receiver, msg []byte) int {
 		binary.LittleEndian.PutUint64(b[8:], length)
 		binary.LittleEndian.PutUint64(b[16:], mrkey)
 		b[24] = uint8(perm)
-		p.queueCtrl(in.dest, header{kind: kindKeyRep, status: st, arg: h.arg}, b[:])
+		if !in.gone {
+			p.queueCtrl(in.dest, header{kind: kindKeyRep, status: st, arg: h.arg}, b[:])
+		}
 	case kindAtomReq:
 		old, st := p.atomic(body)
 		var b [8]byte
 		binary.LittleEndian.PutUint64(b[:], old)
-		p.queueCtrl(in.dest, header{kind: kindAtomRep, status: st, arg: h.arg}, b[:])
+		if !in.gone {
+			p.queueCtrl(in.dest, header{kind: kindAtomRep, status: st, arg: h.arg}, b[:])
+		}
 	}
 	if l := p.outs[p.index(in.from)]; l != nil {
 		switch h.kind {
@@ -430,23 +518,36 @@ func (p *port) handle(r transport.Receiver, msg []byte) int {
 			l.keyAnswer(h, body)
 		case kindAtomRep:
 			l.atomAnswer(h, body)
-		case kindBye:
-			// What the peer acknowledged before it went was delivered,
-			// whether or not the provider reported the send complete yet:
-			// it counts transferred (the link writes nothing more, and its
-			// memory stays pinned until the port closes).
-			if k := l.acked; k > l.released {
-				l.released += uint64(l.rd.ReleaseFirst(int(k - l.released)))
-			}
-			l.fail(&transport.PeerError{Addr: l.to, Err: transport.ErrClosed})
 		case kindAlive:
 			l.moves++ // heard from: not silent
 		}
 	}
 	if h.kind == kindBye {
+		p.leaving(in)
 		in.closed = true
 	}
 	return 0
+}
+
+// leaving takes note of the goodbye of the peer of in, read from the
+// queue (it may wait in pending behind the peer's last packets, which are
+// still delivered): nothing is written to the peer again — its endpoint
+// may be gone, and with it, for a provider in one process, the memory a
+// message to it would be written into — and the link to it fails. What the
+// peer acknowledged before it went was delivered, whether or not the
+// provider reported the send complete yet: it counts transferred (the link
+// writes nothing more, and its memory stays pinned until the port closes).
+func (p *port) leaving(in *inlink) {
+	if in.gone {
+		return
+	}
+	in.gone = true
+	if l := p.outs[p.index(in.from)]; l != nil {
+		if k := l.acked; k > l.released {
+			l.released += uint64(l.rd.ReleaseFirst(int(k - l.released)))
+		}
+		l.fail(&transport.PeerError{Addr: l.to, Err: transport.ErrClosed})
+	}
 }
 
 // atomic performs a peer's atomic on this rank's registered memory.
@@ -508,15 +609,15 @@ func statusError(st uint8) error {
 func (p *port) flushAcks(force bool) {
 	kept := p.dirty[:0]
 	for _, in := range p.dirty {
-		if in.acked == in.taken && !in.closed {
+		if in.acked == in.taken && !in.gone {
 			in.dirty = false
 			continue
 		}
-		if !force && !in.closed && in.dirtyAt == p.pollCount && in.taken-in.acked < ackBatch {
+		if !force && !in.gone && in.dirtyAt == p.pollCount && in.taken-in.acked < ackBatch {
 			kept = append(kept, in)
 			continue
 		}
-		if in.closed || p.sendCtrl(in.dest, header{kind: kindAck, arg: in.taken}, nil) {
+		if in.gone || p.sendCtrl(in.dest, header{kind: kindAck, arg: in.taken}, nil) {
 			in.acked = in.taken
 			in.dirty = false
 			continue
@@ -719,7 +820,7 @@ func (p *port) heartbeat(now time.Time) {
 	}
 	p.lastAlive = now
 	for _, in := range p.ins {
-		if in != nil && !in.closed {
+		if in != nil && !in.gone {
 			p.queueCtrl(in.dest, header{kind: kindAlive}, nil)
 		}
 	}
@@ -748,10 +849,8 @@ func (p *port) learn(msg []byte) {
 	if in == nil || h.kind != kindBye {
 		return
 	}
+	p.leaving(in)
 	in.closed = true
-	if l := p.outs[p.index(in.from)]; l != nil {
-		l.fail(&transport.PeerError{Addr: l.to, Err: transport.ErrClosed})
-	}
 }
 
 // ackBatch is the backlog of packets taken from a peer that Poll
@@ -774,7 +873,7 @@ func (p *port) Close() error {
 	// Learn the senders of what arrived and was not polled.
 	for ; p.pendHead != p.pendTail; p.pendHead++ {
 		pm := p.pending[p.pendHead%uint64(len(p.pending))]
-		p.learn(p.rxMem[pm.i*p.bufSize : pm.i*p.bufSize+min(pm.n, p.bufSize)])
+		p.learn(pm.bytes(p))
 	}
 	for k := 0; k < 1<<16; k++ {
 		n := C.amigo_cq_read(p.e.rxcq, p.entriesAddr, C.size_t(len(p.entries)))
@@ -788,7 +887,7 @@ func (p *port) Close() error {
 		for i := 0; i < int(n); i++ {
 			j := p.opIndex(uintptr(p.entries[i].op_context))
 			if j >= 0 && p.ops[j].kind == opRecv {
-				p.learn(p.rxMem[j*p.bufSize : j*p.bufSize+min(int(p.entries[i].len), p.bufSize)])
+				p.learn(p.rxMsg(j, &p.entries[i]).bytes(p))
 			}
 		}
 	}
@@ -821,8 +920,10 @@ func (p *port) Close() error {
 	}
 	seen := make(map[transport.Addr]C.fi_addr_t)
 	for _, in := range p.ins {
-		if in != nil && !in.closed {
+		if in != nil && !in.gone {
 			seen[in.from] = in.dest
+		}
+		if in != nil {
 			in.closed = true
 		}
 	}
@@ -869,13 +970,13 @@ func (p *port) drainClosed() {
 			if j < 0 || p.ops[j].kind != opRecv {
 				continue
 			}
-			msg := p.rxMem[j*p.bufSize : j*p.bufSize+min(int(p.entries[i].len), p.bufSize)]
-			if h, err := parseHeader(msg); err == nil && h.kind != kindBye {
-				if in := p.inlink(h); in != nil && !in.closed && p.sendCtrl(in.dest, header{kind: kindBye}, nil) {
+			m := p.rxMsg(j, &p.entries[i])
+			if h, err := parseHeader(m.bytes(p)); err == nil && h.kind != kindBye {
+				if in := p.inlink(h); in != nil && !in.gone && !in.closed && p.sendCtrl(in.dest, header{kind: kindBye}, nil) {
 					in.closed = true
 				}
 			}
-			_ = p.postRecv(j)
+			p.rxDone(j)
 		}
 	}
 	p.readTx()
