@@ -29,18 +29,52 @@ func ofiCloseProgram() error {
 	}
 	defer cl.Close()
 	c := cl.Context(0)
-	got := 0
-	c.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) { got++ })
+	// Sizes around the provider's eager limit and the ring's largest
+	// packet, which the adapter must deliver whole whatever protocol
+	// carries them.
+	sizes := []int{1, 8000, 20000, 30000, 33000, 70000}
+	arrived, got := 0, 0
+	var bad error
+	c.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+		i := arrived // handlers run in the order of the sends
+		arrived++
+		buf := make([]byte, m.Size())
+		check := func(err error) {
+			want := sizes[i%len(sizes)]
+			if err == nil && (len(buf) != want || buf[len(buf)-1] != byte(i)) {
+				err = fmt.Errorf("message %d: %d bytes ending in %d, want %d ending in %d", i, len(buf), buf[len(buf)-1], want, byte(i))
+			}
+			if err != nil && bad == nil {
+				bad = err
+			}
+			got++
+		}
+		if m.Inline() {
+			copy(buf, m.Data)
+			check(nil)
+			return
+		}
+		if err := m.Receive(buf, check); err != nil && bad == nil {
+			bad = err
+		}
+	})
 	if err := cl.Barrier(ctx); err != nil {
 		return fmt.Errorf("first barrier: %w", err)
 	}
+	k := amigo.NewCounter()
 	for i := 0; i < 20; i++ {
-		if err := c.Send(amigo.EndpointOf(1-cl.Rank()), 1, nil, []byte{byte(i)}, nil); err != nil {
+		b := make([]byte, sizes[i%len(sizes)])
+		b[len(b)-1] = byte(i)
+		k.Add(1)
+		if err := c.Send(amigo.EndpointOf(1-cl.Rank()), 1, nil, b, k.Done()); err != nil {
 			return err
 		}
 	}
-	if err := c.Wait(ctx, func() bool { return got == 20 }); err != nil {
+	if err := c.Wait(ctx, func() bool { return got == 20 && k.Pending() == 0 || bad != nil }); err != nil {
 		return fmt.Errorf("received %d of 20: %w", got, err)
+	}
+	if bad != nil {
+		return bad
 	}
 	if err := cl.Barrier(ctx); err != nil {
 		return fmt.Errorf("last barrier: %w", err)
@@ -49,8 +83,9 @@ func ofiCloseProgram() error {
 	return nil
 }
 
-// Two processes that exchange, pass a last barrier and close at once, 20
-// times over each provider: the barrier never fails on the rank that
+// Two processes that exchange messages of sizes around the providers'
+// limits, pass a last barrier and close at once, 20 times over each
+// provider: every message arrives whole, and the barrier never fails on the rank that
 // leaves it last, and nothing is logged as a failure. (That rank's last
 // message was taken by a peer that closed right after: the peer's
 // acknowledgement leaves before its goodbye, and what was acknowledged

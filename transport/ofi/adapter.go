@@ -15,6 +15,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -134,6 +135,27 @@ type endpoint struct {
 	name       []byte
 }
 
+// fitEager returns the ring size to use over provider prov: slots, or
+// less over ofi_rxm, so that the largest packet (half the ring) and its
+// header fit rxm's eager limit (FI_OFI_RXM_EAGER_LIMIT, 16 KiB by
+// default). Larger messages rxm cuts into segments (its SAR protocol),
+// which loses messages between two processes over tcp;ofi_rxm (libfabric
+// 1.17 to 1.18); the AMI moves large data by RDMA anyway. Every rank
+// computes the same from the same environment.
+func fitEager(prov string, slots int) int {
+	if !strings.Contains(prov, "ofi_rxm") {
+		return slots
+	}
+	eager := 16384
+	if v, err := strconv.Atoi(os.Getenv("FI_OFI_RXM_EAGER_LIMIT")); err == nil && v > 0 {
+		eager = v
+	}
+	for slots > 16 && hdrSize+ring.MaxPayload(slots) > eager {
+		slots /= 2
+	}
+	return slots
+}
+
 // ipProviders are the core providers that address endpoints by IP: their
 // endpoints bind to the address through which the job's hosts reach each
 // other (Options.Addr).
@@ -171,6 +193,7 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 	if err != nil {
 		return nil, err
 	}
+	opts.RingSlots = fitEager(opts.Provider, opts.RingSlots)
 	info, err := sourceInfo(opts)
 	if err != nil {
 		return nil, err
