@@ -77,6 +77,13 @@ type Context struct {
 	mcTargets   []*op // multicasts this context is a target of
 	mcGone      []mcTombstone
 
+	// Messages held for a handler not registered yet (early.go): their
+	// number, their state (nil until the first), and whether SetDispatch
+	// registered a handler since the owner last looked.
+	earlyN      int
+	early       *earlyState
+	dispatchSet atomic.Bool
+
 	_ [64]byte // see the padding at the top
 }
 
@@ -104,6 +111,9 @@ func newContext(cl *Client, index int) (*Context, error) {
 	c.rcv.c = c
 	c.msg.c = c
 	c.held.c = c
+	for d, fn := range cl.cfg.Handlers {
+		c.dispatch[d].Store(&handlerEntry{fn: fn})
+	}
 	switch cl.cfg.StopVariant {
 	case "discard":
 		c.stopVariant = wire.StopDiscard
@@ -320,6 +330,9 @@ func (c *Context) advance() int {
 		return 0
 	}
 	n := c.drain()
+	if c.earlyN != 0 {
+		n += c.serviceEarly()
+	}
 	for _, p := range c.ports {
 		n += p.Progress()
 	}
@@ -658,6 +671,7 @@ func (c *Context) shutdown(reason error) {
 			c.failPeer(p, reason)
 		}
 	}
+	c.dropAllEarly()
 	c.ops.failAll(reason)
 	c.runLater()
 	// Wake Ready's goroutine while the doorbell's waiter (an adapter's,
