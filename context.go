@@ -391,7 +391,7 @@ func (c *Context) service() int {
 			// the consumer's memory, on a shared link) is heard out
 			// before its operations fail. Bounded: a ring holds a
 			// bounded number of descriptors.
-			for k := 0; k < 8; k++ {
+			for k := 0; k < 64; k++ {
 				got := 0
 				for _, pt := range c.ports {
 					got += pt.Poll(&c.rcv, c.cfg.PollBudget)
@@ -644,8 +644,47 @@ func (c *Context) close() error {
 		runtime.Gosched()
 	}
 	defer c.leave()
+	c.farewell()
 	c.shutdown(ErrClosed)
 	return nil
+}
+
+// farewellBound bounds how long close waits to send what the context owes
+// its peers.
+const farewellBound = 100 * time.Millisecond
+
+// farewell sends the control packets the context owes its peers (the
+// acknowledgement of a message it received, a STOP's answer) that still
+// wait behind a full FIFO, before close fails the peers: a peer must not
+// see its send fail because the receiver closed the moment it had the
+// data. Bounded by farewellBound; instructions of the program's own
+// still fail with ErrClosed, as Close documents.
+func (c *Context) farewell() {
+	var deadline time.Time
+	for {
+		owed := false
+		for _, p := range c.active {
+			if p.failed == nil && p.ctl.len() > 0 {
+				owed = true
+				break
+			}
+		}
+		if !owed {
+			return
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(farewellBound)
+		} else if time.Now().After(deadline) {
+			return
+		}
+		n := 0
+		for _, pt := range c.ports {
+			n += pt.Progress()
+		}
+		if n+c.service() == 0 {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
 }
 
 func (c *Context) shutdown(reason error) {

@@ -303,7 +303,7 @@ func (c *Context) receive(from transport.Addr, pkt []byte) {
 	}
 	switch pk.Kind {
 	case wire.KindAM, wire.KindRTS, wire.KindSEND:
-		c.deliver(idx, pk)
+		c.deliver(idx, pk, nil, nil)
 	case wire.KindEAGER:
 		c.onEager(idx, pk)
 	case wire.KindACK:
@@ -323,32 +323,28 @@ func (c *Context) receive(from transport.Addr, pkt []byte) {
 	}
 }
 
-func (c *Context) deliver(src int32, pk *wire.Packet) {
+// deliver runs the handler of an AM, RTS or SEND. Packets from the
+// adapters come with a nil h and stream; a message held for its handler
+// (early.go) comes with both: the handler found for it, and, for a SEND,
+// the receiver's state announced when it arrived.
+func (c *Context) deliver(src int32, pk *wire.Packet, h *handlerEntry, stream *op) {
 	rts := pk.Kind == wire.KindRTS || pk.Kind == wire.KindSEND
 	ack := rts || pk.Flags&wire.FlagAck != 0
-	if pk.Dispatch >= MaxDispatch && pk.Dispatch < sysMax && !ack {
-		c.sysDeliver(src, pk.Dispatch, pk.Header, pk.Data) // collective.go
-		return
+	if h == nil {
+		if pk.Dispatch >= MaxDispatch && pk.Dispatch < sysMax && !ack {
+			c.sysDeliver(src, pk.Dispatch, pk.Header, pk.Data) // collective.go
+			return
+		}
+		if pk.Dispatch < MaxDispatch {
+			h = c.dispatch[pk.Dispatch].Load()
+		}
+		if (h == nil || c.earlyN != 0) && c.holdOrRefuse(src, pk, h, ack) {
+			return // early.go
+		}
+		if pk.Kind == wire.KindSEND {
+			stream = c.announce(src, pk)
+		}
 	}
-	var h *handlerEntry
-	if pk.Dispatch < MaxDispatch {
-		h = c.dispatch[pk.Dispatch].Load()
-	}
-	if (h == nil || c.earlyN != 0) && c.holdOrRefuse(src, pk, h, ack) {
-		return // early.go
-	}
-	var stream *op
-	if pk.Kind == wire.KindSEND {
-		stream = c.announce(src, pk)
-	}
-	c.deliverTo(src, pk, h, stream)
-}
-
-// deliverTo runs handler h for an AM, RTS or SEND; stream is the
-// receiver's state of a SEND.
-func (c *Context) deliverTo(src int32, pk *wire.Packet, h *handlerEntry, stream *op) {
-	rts := pk.Kind == wire.KindRTS || pk.Kind == wire.KindSEND
-	ack := rts || pk.Flags&wire.FlagAck != 0
 	m := &c.msg
 	m.Source = c.endpointAt(src)
 	m.Dispatch = Dispatch(pk.Dispatch)

@@ -222,7 +222,7 @@ func (c *Context) deliverEarly(m *earlyMsg, h *handlerEntry) {
 			return
 		}
 	}
-	c.deliverTo(m.src, &pk, h, stream)
+	c.deliver(m.src, &pk, h, stream)
 }
 
 // dropAllEarly forgets the held messages of a context that closes.

@@ -215,6 +215,14 @@ func (c *conn) attach(nc *net.TCPConn) error {
 	if c.failure.Load() != nil {
 		c.armMu.Unlock()
 		unix.Close(fd)
+		if c.p.closed.Load() {
+			// The port closed during the handshake, which the peer may
+			// have finished: say goodbye rather than vanish.
+			var bye [frameBase]byte
+			putBase(bye[:], fBye, 0)
+			_ = nc.SetWriteDeadline(time.Now().Add(closeFlush))
+			_, _ = nc.Write(bye[:])
+		}
 		return nil
 	}
 	c.fd = fd
@@ -346,6 +354,9 @@ func (c *conn) finish(err error) {
 		c.wr.iov[i] = unix.Iovec{}
 	}
 	if c.initiator {
+		if errors.Is(err, errBye) && !c.p.closed.Load() && !c.a.closed.Load() {
+			c.awaitReverse()
+		}
 		// Count complete what the target acknowledged before the failure,
 		// before the link reports it.
 		if n := c.acked.Load() - c.released.Load(); n > 0 {
@@ -932,7 +943,10 @@ func (c *conn) handle(f frame) (int, need, error) {
 			return 0, needFull, nil
 		}
 		if f.ack > 0 {
-			r := c.reverse()
+			// The reverse connection may be failing already (the peer
+			// said goodbye on it first): it counts these acks until this
+			// connection ended (awaitReverse).
+			r := c.reverseAny()
 			if r == nil {
 				return 0, needBytes, corruptf("ack of %d packets on a link we never sent on", f.ack)
 			}
@@ -1046,7 +1060,7 @@ func (c *conn) handle(f frame) (int, need, error) {
 		return 0, needNothing, nil
 	case fBye:
 		rd.r += f.headerLength
-		return 0, needBytes, fmt.Errorf("%w (it said goodbye)", transport.ErrClosed)
+		return 0, needBytes, errBye
 	}
 	return 0, needBytes, corruptf("unexpected frame type %d", f.typ)
 }
@@ -1080,6 +1094,49 @@ func (c *conn) claimAcks(max uint64) uint64 {
 			return d
 		}
 	}
+}
+
+// errBye is the failure of a connection whose peer said goodbye.
+var errBye = fmt.Errorf("%w (it said goodbye)", transport.ErrClosed)
+
+// awaitReverse waits, for an initiator whose peer said goodbye, until the
+// peer's connections to this context ended too (the peer says goodbye on
+// each after what it queued there), bounded by the timeout: what the peer
+// sent on them before it left (an acknowledgement that completes a send
+// on this link, say) is then in the reception rings before the link
+// reports the peer gone, and the context takes it first.
+func (c *conn) awaitReverse() {
+	var t *time.Timer
+	for _, r := range c.p.list(&c.p.ins) {
+		if r.peer != c.peer {
+			continue
+		}
+		if t == nil {
+			t = time.NewTimer(c.a.opts.Timeout)
+			defer t.Stop()
+		}
+		select {
+		case <-r.finished:
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// reverseAny is reverse for a target's read side, failed or not.
+func (c *conn) reverseAny() *conn {
+	if r := c.reverse(); r != nil {
+		return r
+	}
+	if r := c.rev.Load(); r != nil {
+		return r
+	}
+	for _, r := range c.p.list(&c.p.outs) {
+		if r.peer == c.peer && r.ready.Load() {
+			return r
+		}
+	}
+	return nil
 }
 
 // reverse returns the pair's other connection: for an initiator, the
