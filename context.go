@@ -651,7 +651,7 @@ func (c *Context) close() error {
 
 // farewellBound bounds how long close waits to send what the context owes
 // its peers.
-const farewellBound = 100 * time.Millisecond
+const farewellBound = time.Second
 
 // farewell sends the control packets the context owes its peers (the
 // acknowledgement of a message it received, a STOP's answer) that still
