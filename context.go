@@ -649,22 +649,24 @@ func (c *Context) close() error {
 	return nil
 }
 
-// farewellBound bounds how long close waits to send what the context owes
-// its peers.
+// farewellBound bounds how long close waits to send what was posted
+// before it and what the context owes its peers.
 const farewellBound = time.Second
 
-// farewell sends the control packets the context owes its peers (the
-// acknowledgement of a message it received, a STOP's answer) that still
-// wait behind a full FIFO, before close fails the peers: a peer must not
-// see its send fail because the receiver closed the moment it had the
-// data. Bounded by farewellBound; instructions of the program's own
-// still fail with ErrClosed, as Close documents.
+// farewell sends, before close fails the peers, what was posted before
+// Close and still waits in the instruction queue or behind a full FIFO
+// (a last SendImmediate, which has no callback to be told it was
+// dropped), and the control packets the context owes (the
+// acknowledgement of a message it received: a peer must not see its send
+// fail because the receiver closed the moment it had the data). Bounded
+// by farewellBound: a peer that takes nothing leaves the rest to fail
+// with ErrClosed, as Close documents.
 func (c *Context) farewell() {
 	var deadline time.Time
 	for {
-		owed := false
+		owed := c.inq.nonEmpty()
 		for _, p := range c.active {
-			if p.failed == nil && p.ctl.len() > 0 {
+			if p.failed == nil && (p.ctl.len() > 0 || p.q.len() > 0) {
 				owed = true
 				break
 			}
@@ -677,7 +679,7 @@ func (c *Context) farewell() {
 		} else if time.Now().After(deadline) {
 			return
 		}
-		n := 0
+		n := c.drain()
 		for _, pt := range c.ports {
 			n += pt.Progress()
 		}

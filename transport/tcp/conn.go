@@ -337,7 +337,11 @@ func (c *conn) finish(err error) {
 			_ = unix.EpollCtl(c.p.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
 		}
 		c.a.eng.remove(c)
-		unix.Close(c.fd)
+		if errors.Is(err, transport.ErrClosed) {
+			closeInOrder(c.fd)
+		} else {
+			unix.Close(c.fd)
+		}
 	}
 	c.closed = true
 	c.armMu.Unlock()
@@ -856,9 +860,15 @@ func (c *conn) pump(fd int, budget int) (int, pumpStatus) {
 			return work, pumpFailed
 		}
 		if n == 0 {
-			if rd.st != stFrame || rd.r != rd.w {
+			switch {
+			case rd.st != stFrame || rd.r != rd.w:
 				c.failPeer(fmt.Errorf("%w: closed by the peer in the middle of a frame (truncated)", ErrConnLost))
-			} else {
+			case c.p.saidBye(c.peer):
+				// It said goodbye on the pair's other connection: it
+				// is leaving in order, and this end of it is part of
+				// that.
+				c.failPeer(errBye)
+			default:
 				c.failPeer(fmt.Errorf("%w: closed by the peer without notice", ErrConnLost))
 			}
 			return work, pumpFailed
@@ -1060,6 +1070,7 @@ func (c *conn) handle(f frame) (int, need, error) {
 		return 0, needNothing, nil
 	case fBye:
 		rd.r += f.headerLength
+		c.p.heardBye(c.peer)
 		return 0, needBytes, errBye
 	}
 	return 0, needBytes, corruptf("unexpected frame type %d", f.typ)
@@ -1094,6 +1105,38 @@ func (c *conn) claimAcks(max uint64) uint64 {
 			return d
 		}
 	}
+}
+
+// closeInOrder closes a connection that ends in order (this side closed,
+// or the peer said goodbye): it shuts the sending side down, so that the
+// peer reads everything written and then the end, and reads and drops
+// what the peer still sends until it closes too, for at most closeFlush.
+// A socket closed with unread data in its receive buffer is reset
+// instead, and the reset throws away what it still had to send: the last
+// packets and the goodbye, which the peer then missed.
+func closeInOrder(fd int) {
+	_ = unix.Shutdown(fd, unix.SHUT_WR)
+	deadline := time.Now().Add(closeFlush)
+	var buf [4096]byte
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Read(fd, buf[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			left := time.Until(deadline)
+			if left <= 0 {
+				break
+			}
+			_, _ = unix.Poll(pfd, int(left/time.Millisecond)+1)
+			continue
+		}
+		if err != nil || n == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	unix.Close(fd)
 }
 
 // errBye is the failure of a connection whose peer said goodbye.
