@@ -860,15 +860,9 @@ func (c *conn) pump(fd int, budget int) (int, pumpStatus) {
 			return work, pumpFailed
 		}
 		if n == 0 {
-			switch {
-			case rd.st != stFrame || rd.r != rd.w:
+			if rd.st != stFrame || rd.r != rd.w {
 				c.failPeer(fmt.Errorf("%w: closed by the peer in the middle of a frame (truncated)", ErrConnLost))
-			case c.p.saidBye(c.peer):
-				// It said goodbye on the pair's other connection: it
-				// is leaving in order, and this end of it is part of
-				// that.
-				c.failPeer(errBye)
-			default:
+			} else {
 				c.failPeer(fmt.Errorf("%w: closed by the peer without notice", ErrConnLost))
 			}
 			return work, pumpFailed
@@ -1070,7 +1064,6 @@ func (c *conn) handle(f frame) (int, need, error) {
 		return 0, needNothing, nil
 	case fBye:
 		rd.r += f.headerLength
-		c.p.heardBye(c.peer)
 		return 0, needBytes, errBye
 	}
 	return 0, needBytes, corruptf("unexpected frame type %d", f.typ)

@@ -35,7 +35,6 @@ type port struct {
 	ins    atomic.Pointer[[]*conn]
 	outs   atomic.Pointer[[]*conn]
 	failed map[transport.Addr]error // pairs that failed: no new link to or from them
-	byes   map[transport.Addr]bool  // peers that said goodbye on a connection
 
 	links  map[transport.Addr]*transport.Link // owner goroutine only
 	rr     int
@@ -389,23 +388,6 @@ func (p *port) prune() {
 		}
 		l.Store(&kept)
 	}
-}
-
-// heardBye records that peer said goodbye on one of its connections.
-func (p *port) heardBye(peer transport.Addr) {
-	p.mu.Lock()
-	if p.byes == nil {
-		p.byes = make(map[transport.Addr]bool)
-	}
-	p.byes[peer] = true
-	p.mu.Unlock()
-}
-
-// saidBye reports whether peer said goodbye on one of its connections.
-func (p *port) saidBye(peer transport.Addr) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.byes[peer]
 }
 
 // failPair fails every connection between this port and peer, and refuses
