@@ -123,6 +123,7 @@ type conn struct {
 	wblocked  atomic.Bool   // the socket took no more: the engine writes once it does
 	sent      atomic.Uint64 // bytes written
 	ping, bye atomic.Bool   // control frames to send
+	byeSent   atomic.Bool   // the goodbye is written (or in the batch being written)
 	wr        writeState
 
 	// Initiator: the link.
@@ -703,6 +704,7 @@ func (c *conn) buildBatch() bool {
 	}
 	if w.n == 0 && c.bye.Load() {
 		c.bye.Store(false)
+		c.byeSent.Store(true)
 		putBase(w.scratchTail(), fBye, 0)
 		w.addScratchLen(frameBase)
 	}
@@ -860,9 +862,14 @@ func (c *conn) pump(fd int, budget int) (int, pumpStatus) {
 			return work, pumpFailed
 		}
 		if n == 0 {
-			if rd.st != stFrame || rd.r != rd.w {
+			switch {
+			case rd.st != stFrame || rd.r != rd.w:
 				c.failPeer(fmt.Errorf("%w: closed by the peer in the middle of a frame (truncated)", ErrConnLost))
-			} else {
+			case c.byeSent.Load():
+				// This side said goodbye and the peer closed in
+				// answer: the end of an orderly close.
+				c.failPeer(transport.ErrClosed)
+			default:
 				c.failPeer(fmt.Errorf("%w: closed by the peer without notice", ErrConnLost))
 			}
 			return work, pumpFailed

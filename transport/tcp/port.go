@@ -403,7 +403,9 @@ func (p *port) failPair(peer transport.Addr, err error) {
 	if _, ok := p.failed[peer]; !ok {
 		p.failed[peer] = err
 	}
-	if errors.Is(err, transport.ErrClosed) {
+	if errors.Is(err, transport.ErrClosed) || p.closed.Load() {
+		// A closing port says goodbye on every connection itself,
+		// after what it queued there: failing them here would drop it.
 		p.mu.Unlock()
 		return
 	}
