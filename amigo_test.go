@@ -384,7 +384,9 @@ func TestBadInput(t *testing.T) {
 			if err := c.SendImmediate(peer, 4, nil, []byte("fine")); err != nil {
 				return err
 			}
-			if err := c.Wait(r.Deadline, func() bool { return good == 1 }); err != nil {
+			// The peer refused the immediate once its grace ended, and
+			// told this rank.
+			if err := c.Wait(r.Deadline, func() bool { return good == 1 && c.Stats().RefusedByPeer == 1 }); err != nil {
 				return err
 			}
 			if err := r.Barrier(); err != nil {
@@ -397,11 +399,12 @@ func TestBadInput(t *testing.T) {
 		})
 		asyncMu.Lock()
 		defer asyncMu.Unlock()
-		if len(async) != 2 {
-			t.Fatalf("OnError got %d errors, want one unregistered-dispatch report per rank: %v", len(async), async)
+		if len(async) != 4 {
+			t.Fatalf("OnError got %d errors, want two unregistered-dispatch reports per rank (as receiver, as sender): %v", len(async), async)
 		}
 		for _, err := range async {
-			if !errors.Is(err, amigo.ErrNoDispatch) {
+			var de *amigo.DispatchError
+			if !errors.Is(err, amigo.ErrNoDispatch) || !errors.As(err, &de) || de.Dispatch != 98 || de.From == de.At {
 				t.Fatalf("OnError got %v", err)
 			}
 		}

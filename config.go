@@ -128,10 +128,21 @@ type Config struct {
 	// tag ofi (AMIGO_OFI_*; see OFIConfig).
 	OFI OFIConfig
 	// OnError, if set, receives errors that belong to no operation: a packet
-	// for an unregistered dispatch id that asked for no acknowledgement, a
-	// malformed packet, an acknowledgement of an unknown operation. It runs
-	// inside Advance. The errors are counted in Stats either way.
+	// for an unregistered dispatch id that asked for no acknowledgement
+	// (a *DispatchError, at its receiver and at its sender), a malformed
+	// packet, an acknowledgement of an unknown operation. It runs inside
+	// Advance. The errors are counted in Stats either way.
 	OnError func(error)
+	// Handlers, if set, are registered for their dispatch ids on every
+	// context of the client before any peer can reach it, as SetDispatch
+	// would: a message sent the moment a peer's Open returned finds them.
+	Handlers map[Dispatch]Handler
+	// DispatchGrace is how long a message for a dispatch id with no handler
+	// is held for one to be registered before it is refused with
+	// ErrNoDispatch (AMIGO_DISPATCH_GRACE, default 1s; negative: refused at
+	// once). Held messages count against UnexpectedBudget; a message that
+	// finds it full is refused at once.
+	DispatchGrace time.Duration
 }
 
 // Setting is one effective configuration value.
@@ -183,6 +194,18 @@ var settings = []setting{
 				return err
 			}
 			c.SleepMax = d
+			return nil
+		},
+	},
+	{
+		name: "AMIGO_DISPATCH_GRACE", doc: "how long a message waits for its handler to be registered (negative: not at all)",
+		get: func(c *Config) string { return c.DispatchGrace.String() },
+		set: func(c *Config, v string) error {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil {
+				return err
+			}
+			c.DispatchGrace = d
 			return nil
 		},
 	},
@@ -259,6 +282,9 @@ func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
 	if c.SleepMax == 0 {
 		c.SleepMax = time.Millisecond
 	}
+	if c.DispatchGrace == 0 {
+		c.DispatchGrace = time.Second
+	}
 	if c.LoopEngine == "" {
 		c.LoopEngine = "inline"
 	}
@@ -330,6 +356,14 @@ func (c *Config) validate() error {
 		return fmt.Errorf("amigo: EagerPacket %d, EagerPacketMax %d: want 64 <= first <= largest", c.EagerPacket, c.EagerPacketMax)
 	case c.Transport != "auto" && c.Transport != "shm" && c.Transport != "tcp" && c.Transport != "ofi":
 		return fmt.Errorf("amigo: Transport %q: want auto, shm, tcp or ofi", c.Transport)
+	}
+	for d, fn := range c.Handlers {
+		if d >= MaxDispatch {
+			return fmt.Errorf("amigo: Handlers: dispatch %d: %w", d, ErrBadDispatch)
+		}
+		if fn == nil {
+			return fmt.Errorf("amigo: Handlers: dispatch %d: nil handler", d)
+		}
 	}
 	return nil
 }

@@ -77,6 +77,13 @@ type Context struct {
 	mcTargets   []*op // multicasts this context is a target of
 	mcGone      []mcTombstone
 
+	// Messages held for a handler not registered yet (early.go): their
+	// number, their state (nil until the first), and whether SetDispatch
+	// registered a handler since the owner last looked.
+	earlyN      int
+	early       *earlyState
+	dispatchSet atomic.Bool
+
 	_ [64]byte // see the padding at the top
 }
 
@@ -104,6 +111,9 @@ func newContext(cl *Client, index int) (*Context, error) {
 	c.rcv.c = c
 	c.msg.c = c
 	c.held.c = c
+	for d, fn := range cl.cfg.Handlers {
+		c.dispatch[d].Store(&handlerEntry{fn: fn})
+	}
 	switch cl.cfg.StopVariant {
 	case "discard":
 		c.stopVariant = wire.StopDiscard
@@ -325,6 +335,9 @@ func (c *Context) advance() int {
 		return 0
 	}
 	n := c.drain()
+	if c.earlyN != 0 {
+		n += c.serviceEarly()
+	}
 	for _, p := range c.ports {
 		n += p.Progress()
 	}
@@ -383,7 +396,7 @@ func (c *Context) service() int {
 			// the consumer's memory, on a shared link) is heard out
 			// before its operations fail. Bounded: a ring holds a
 			// bounded number of descriptors.
-			for k := 0; k < 8; k++ {
+			for k := 0; k < 64; k++ {
 				got := 0
 				for _, pt := range c.ports {
 					got += pt.Poll(&c.rcv, c.cfg.PollBudget)
@@ -636,8 +649,49 @@ func (c *Context) close() error {
 		runtime.Gosched()
 	}
 	defer c.leave()
+	c.farewell()
 	c.shutdown(ErrClosed)
 	return nil
+}
+
+// farewellBound bounds how long close waits to send what was posted
+// before it and what the context owes its peers.
+const farewellBound = time.Second
+
+// farewell sends, before close fails the peers, what was posted before
+// Close and still waits in the instruction queue or behind a full FIFO
+// (a last SendImmediate, which has no callback to be told it was
+// dropped), and the control packets the context owes (the
+// acknowledgement of a message it received: a peer must not see its send
+// fail because the receiver closed the moment it had the data). Bounded
+// by farewellBound: a peer that takes nothing leaves the rest to fail
+// with ErrClosed, as Close documents.
+func (c *Context) farewell() {
+	var deadline time.Time
+	for {
+		owed := c.inq.nonEmpty()
+		for _, p := range c.active {
+			if p.failed == nil && (p.ctl.len() > 0 || p.q.len() > 0) {
+				owed = true
+				break
+			}
+		}
+		if !owed {
+			return
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(farewellBound)
+		} else if time.Now().After(deadline) {
+			return
+		}
+		n := c.drain()
+		for _, pt := range c.ports {
+			n += pt.Progress()
+		}
+		if n+c.service() == 0 {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
 }
 
 func (c *Context) shutdown(reason error) {
@@ -663,6 +717,7 @@ func (c *Context) shutdown(reason error) {
 			c.failPeer(p, reason)
 		}
 	}
+	c.dropAllEarly()
 	c.ops.failAll(reason)
 	c.runLater()
 	// Wake Ready's goroutine while the doorbell's waiter (an adapter's,

@@ -24,8 +24,17 @@ type Handler func(c *Context, m *Message)
 type handlerEntry struct{ fn Handler }
 
 // SetDispatch registers fn as the handler of dispatch id d, replacing any
-// earlier one; a nil fn removes it. It is safe from any goroutine; a message
-// that arrives before it takes effect gets ErrNoDispatch.
+// earlier one; a nil fn removes it. It is safe from any goroutine.
+//
+// A message that arrives before its handler is registered is held, within
+// the context's unexpected-data budget (Config.UnexpectedBudget), until
+// SetDispatch registers one (the next Advance delivers it, before later
+// messages for d) or Config.DispatchGrace has passed; then it is refused
+// and its sender told: ErrNoDispatch through the callback of a Send that
+// waits for an acknowledgement, a *DispatchError at the sender's
+// Config.OnError for an inline message that asked for none. Handlers that
+// must be there before any peer can reach the context are given when the
+// client opens (Config.Handlers).
 func (c *Context) SetDispatch(d Dispatch, fn Handler) error {
 	if d >= MaxDispatch {
 		return fmt.Errorf("amigo: dispatch %d: %w", d, ErrBadDispatch)
@@ -35,6 +44,9 @@ func (c *Context) SetDispatch(d Dispatch, fn Handler) error {
 		return nil
 	}
 	c.dispatch[d].Store(&handlerEntry{fn: fn})
+	// Messages held for d are delivered by the owner's next Advance.
+	c.dispatchSet.Store(true)
+	c.bell.Ring()
 	return nil
 }
 
@@ -291,7 +303,7 @@ func (c *Context) receive(from transport.Addr, pkt []byte) {
 	}
 	switch pk.Kind {
 	case wire.KindAM, wire.KindRTS, wire.KindSEND:
-		c.deliver(idx, pk)
+		c.deliver(idx, pk, nil, nil)
 	case wire.KindEAGER:
 		c.onEager(idx, pk)
 	case wire.KindACK:
@@ -311,25 +323,27 @@ func (c *Context) receive(from transport.Addr, pkt []byte) {
 	}
 }
 
-func (c *Context) deliver(src int32, pk *wire.Packet) {
+// deliver runs the handler of an AM, RTS or SEND. Packets from the
+// adapters come with a nil h and stream; a message held for its handler
+// (early.go) comes with both: the handler found for it, and, for a SEND,
+// the receiver's state announced when it arrived.
+func (c *Context) deliver(src int32, pk *wire.Packet, h *handlerEntry, stream *op) {
 	rts := pk.Kind == wire.KindRTS || pk.Kind == wire.KindSEND
 	ack := rts || pk.Flags&wire.FlagAck != 0
-	if pk.Dispatch >= MaxDispatch && pk.Dispatch < sysMax && !ack {
-		c.sysDeliver(src, pk.Dispatch, pk.Header, pk.Data) // collective.go
-		return
-	}
-	var h *handlerEntry
-	if pk.Dispatch < MaxDispatch {
-		h = c.dispatch[pk.Dispatch].Load()
-	}
 	if h == nil {
-		c.stats.NoDispatch++
-		if ack {
-			c.sendACK(src, pk.Op, wire.StatusNoDispatch)
-		} else {
-			c.asyncError(peerErr(c.endpointAt(src), fmt.Errorf("dispatch %d: %w", pk.Dispatch, ErrNoDispatch)))
+		if pk.Dispatch >= MaxDispatch && pk.Dispatch < sysMax && !ack {
+			c.sysDeliver(src, pk.Dispatch, pk.Header, pk.Data) // collective.go
+			return
 		}
-		return
+		if pk.Dispatch < MaxDispatch {
+			h = c.dispatch[pk.Dispatch].Load()
+		}
+		if (h == nil || c.earlyN != 0) && c.holdOrRefuse(src, pk, h, ack) {
+			return // early.go
+		}
+		if pk.Kind == wire.KindSEND {
+			stream = c.announce(src, pk)
+		}
 	}
 	m := &c.msg
 	m.Source = c.endpointAt(src)
@@ -338,11 +352,8 @@ func (c *Context) deliver(src int32, pk *wire.Packet) {
 	m.src = src
 	m.claimed = false
 	m.op = pk.Op
-	m.stream = nil
+	m.stream = stream
 	m.mc = nil
-	if pk.Kind == wire.KindSEND {
-		m.stream = c.announce(src, pk)
-	}
 	if rts {
 		m.Data = nil
 		m.inline = false

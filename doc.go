@@ -108,10 +108,46 @@
 // flight with it; the rest of the job goes on. Errors that belong to no
 // operation go to Config.OnError and are counted in Stats.
 //
+// Close is an orderly goodbye: a context first sends the acknowledgements
+// it owes (bounded by a second), and its adapters tell each peer they are
+// leaving after what they queued for it, so a peer that is still running
+// completes what the closing rank received and logs no failure.
+//
 // # Ordering
 //
 // Messages from one context to another arrive in the order they were posted.
 // Nothing is lost or duplicated; a failure is reported, never silent.
+//
+// # Handlers and messages that come first
+//
+// A peer may send the moment its Open returned, before this rank's program
+// reached SetDispatch. Nothing is lost to that race, and no barrier is
+// needed between registering handlers and sending:
+//
+//  1. Handlers given in Config.Handlers are registered on every context
+//     before its adapters can deliver anything to it.
+//  2. A message for a dispatch id with no handler is held, inside Advance,
+//     within the context's unexpected-data budget (Config.UnexpectedBudget;
+//     a held SEND's eager data counts as for a deferred message, and a large
+//     one is stopped at once). Once SetDispatch registers a handler for its
+//     id, the next Advance delivers it, before later messages for that id,
+//     which wait behind it; messages for other ids are not held up.
+//  3. A message still without a handler Config.DispatchGrace after it
+//     arrived (default 1s), or one that finds the budget full, is refused.
+//     A send that waits for the receiver (a rendezvous or streamed Send, a
+//     Send with RemoteDone) completes with ErrNoDispatch. An inline message
+//     that asked for no acknowledgement (SendImmediate, or a Send whose done
+//     callback is its local completion) is reported at both ends: the
+//     receiver passes a *DispatchError to its Config.OnError, and tells the
+//     sender, which passes the same error to its own ("amigo: dispatch 5
+//     from rank 0 at rank 1: no handler registered") and counts it in
+//     Stats.RefusedByPeer. The sender's done callback is not delayed for
+//     it: an inline Send is complete once its data left, and waiting for
+//     the receiver's verdict would cost every small message a round trip;
+//     a program that must know asks for remote completion.
+//
+// Multicast announcements are not held: a target with no handler declines
+// at once.
 //
 // # Eager SEND with receiver-driven STOP (stop.go)
 //

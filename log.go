@@ -1,6 +1,7 @@
 package amigo
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 	"strings"
@@ -86,15 +87,23 @@ func (c *Context) logConnect(p *peer) {
 }
 
 // peerFailed counts a peer's failure and logs it; closing the context,
-// which fails every peer, is none.
+// which fails every peer, is none. A peer that closed in order (it said
+// goodbye: ErrClosed) is logged at debug level, since a job that ends
+// closes its ranks one after another.
 func (c *Context) peerFailed(p *peer, err error) {
 	if c.closed.Load() {
 		return
 	}
 	c.stats.PeerFailures++
-	if logger != nil {
-		logger.Warn("peer failed", "rank", c.client.rank, "context", c.index, "peer", p.ep.Rank, "peer_context", p.ep.Context, "err", err)
+	if logger == nil {
+		return
 	}
+	attrs := []any{"rank", c.client.rank, "context", c.index, "peer", p.ep.Rank, "peer_context", p.ep.Context, "err", err}
+	if errors.Is(err, ErrClosed) {
+		logger.Debug("peer closed", attrs...)
+		return
+	}
+	logger.Warn("peer failed", attrs...)
 }
 
 // sleep sleeps on the context's doorbell as idle does, adding the time to

@@ -302,6 +302,10 @@ func (c *Context) finishRDMA(o *op) {
 
 // onACK completes the sender's side of an AM or RTS.
 func (c *Context) onACK(from int32, pk *wire.Packet) {
+	if pk.Status == wire.StatusRefused {
+		c.onRefused(from, pk.Op) // early.go
+		return
+	}
 	o := c.ops.lookup(pk.Op)
 	if o == nil || o.peer.idx != from || (o.kind != opSendRV && o.kind != opSendAck && o.kind != opSendStream) {
 		c.stats.StaleAcks++

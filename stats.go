@@ -18,7 +18,9 @@ type Stats struct {
 	AcksSent           uint64
 	AcksReceived       uint64
 	Queued             uint64        // instructions that waited for room in a FIFO
-	NoDispatch         uint64        // messages for an unregistered dispatch id
+	NoDispatch         uint64        // messages refused for an unregistered dispatch id
+	HeldForDispatch    uint64        // messages held until their handler was registered or their grace ended
+	RefusedByPeer      uint64        // inline messages with no ACK that a peer refused for want of a handler
 	Malformed          uint64        // packets that did not decode
 	StaleAcks          uint64        // acknowledgements of no live operation
 	Errors             uint64        // errors reported to Config.OnError

@@ -118,7 +118,11 @@ const (
 	StatusRemoteIO   uint32 = 4 // the receiver's GET of the send buffer failed
 	StatusClosed     uint32 = 5 // the receiving context closed before completion
 	StatusRemoteIO2  uint32 = 6 // the sender's PUT into the receive buffer failed
-	statusMax               = StatusRemoteIO2
+	// StatusRefused tells the sender of an AM that asked for no ACK that
+	// the receiver refused it for want of a handler; op carries the
+	// dispatch id, since such an AM names no operation.
+	StatusRefused uint32 = 7
+	statusMax            = StatusRefused
 )
 
 // STOP variants.

@@ -123,6 +123,7 @@ type conn struct {
 	wblocked  atomic.Bool   // the socket took no more: the engine writes once it does
 	sent      atomic.Uint64 // bytes written
 	ping, bye atomic.Bool   // control frames to send
+	byeSent   atomic.Bool   // the goodbye is written (or in the batch being written)
 	wr        writeState
 
 	// Initiator: the link.
@@ -215,6 +216,14 @@ func (c *conn) attach(nc *net.TCPConn) error {
 	if c.failure.Load() != nil {
 		c.armMu.Unlock()
 		unix.Close(fd)
+		if c.p.closed.Load() {
+			// The port closed during the handshake, which the peer may
+			// have finished: say goodbye rather than vanish.
+			var bye [frameBase]byte
+			putBase(bye[:], fBye, 0)
+			_ = nc.SetWriteDeadline(time.Now().Add(closeFlush))
+			_, _ = nc.Write(bye[:])
+		}
 		return nil
 	}
 	c.fd = fd
@@ -329,7 +338,11 @@ func (c *conn) finish(err error) {
 			_ = unix.EpollCtl(c.p.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
 		}
 		c.a.eng.remove(c)
-		unix.Close(c.fd)
+		if errors.Is(err, transport.ErrClosed) {
+			closeInOrder(c.fd)
+		} else {
+			unix.Close(c.fd)
+		}
 	}
 	c.closed = true
 	c.armMu.Unlock()
@@ -346,6 +359,9 @@ func (c *conn) finish(err error) {
 		c.wr.iov[i] = unix.Iovec{}
 	}
 	if c.initiator {
+		if errors.Is(err, errBye) && !c.p.closed.Load() && !c.a.closed.Load() {
+			c.awaitReverse()
+		}
 		// Count complete what the target acknowledged before the failure,
 		// before the link reports it.
 		if n := c.acked.Load() - c.released.Load(); n > 0 {
@@ -688,6 +704,7 @@ func (c *conn) buildBatch() bool {
 	}
 	if w.n == 0 && c.bye.Load() {
 		c.bye.Store(false)
+		c.byeSent.Store(true)
 		putBase(w.scratchTail(), fBye, 0)
 		w.addScratchLen(frameBase)
 	}
@@ -845,9 +862,14 @@ func (c *conn) pump(fd int, budget int) (int, pumpStatus) {
 			return work, pumpFailed
 		}
 		if n == 0 {
-			if rd.st != stFrame || rd.r != rd.w {
+			switch {
+			case rd.st != stFrame || rd.r != rd.w:
 				c.failPeer(fmt.Errorf("%w: closed by the peer in the middle of a frame (truncated)", ErrConnLost))
-			} else {
+			case c.byeSent.Load():
+				// This side said goodbye and the peer closed in
+				// answer: the end of an orderly close.
+				c.failPeer(transport.ErrClosed)
+			default:
 				c.failPeer(fmt.Errorf("%w: closed by the peer without notice", ErrConnLost))
 			}
 			return work, pumpFailed
@@ -932,7 +954,10 @@ func (c *conn) handle(f frame) (int, need, error) {
 			return 0, needFull, nil
 		}
 		if f.ack > 0 {
-			r := c.reverse()
+			// The reverse connection may be failing already (the peer
+			// said goodbye on it first): it counts these acks until this
+			// connection ended (awaitReverse).
+			r := c.reverseAny()
 			if r == nil {
 				return 0, needBytes, corruptf("ack of %d packets on a link we never sent on", f.ack)
 			}
@@ -1046,7 +1071,7 @@ func (c *conn) handle(f frame) (int, need, error) {
 		return 0, needNothing, nil
 	case fBye:
 		rd.r += f.headerLength
-		return 0, needBytes, fmt.Errorf("%w (it said goodbye)", transport.ErrClosed)
+		return 0, needBytes, errBye
 	}
 	return 0, needBytes, corruptf("unexpected frame type %d", f.typ)
 }
@@ -1080,6 +1105,81 @@ func (c *conn) claimAcks(max uint64) uint64 {
 			return d
 		}
 	}
+}
+
+// closeInOrder closes a connection that ends in order (this side closed,
+// or the peer said goodbye): it shuts the sending side down, so that the
+// peer reads everything written and then the end, and reads and drops
+// what the peer still sends until it closes too, for at most closeFlush.
+// A socket closed with unread data in its receive buffer is reset
+// instead, and the reset throws away what it still had to send: the last
+// packets and the goodbye, which the peer then missed.
+func closeInOrder(fd int) {
+	_ = unix.Shutdown(fd, unix.SHUT_WR)
+	deadline := time.Now().Add(closeFlush)
+	var buf [4096]byte
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Read(fd, buf[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			left := time.Until(deadline)
+			if left <= 0 {
+				break
+			}
+			_, _ = unix.Poll(pfd, int(left/time.Millisecond)+1)
+			continue
+		}
+		if err != nil || n == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	unix.Close(fd)
+}
+
+// errBye is the failure of a connection whose peer said goodbye.
+var errBye = fmt.Errorf("%w (it said goodbye)", transport.ErrClosed)
+
+// awaitReverse waits, for an initiator whose peer said goodbye, until the
+// peer's connections to this context ended too (the peer says goodbye on
+// each after what it queued there), bounded by the timeout: what the peer
+// sent on them before it left (an acknowledgement that completes a send
+// on this link, say) is then in the reception rings before the link
+// reports the peer gone, and the context takes it first.
+func (c *conn) awaitReverse() {
+	var t *time.Timer
+	for _, r := range c.p.list(&c.p.ins) {
+		if r.peer != c.peer {
+			continue
+		}
+		if t == nil {
+			t = time.NewTimer(c.a.opts.Timeout)
+			defer t.Stop()
+		}
+		select {
+		case <-r.finished:
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// reverseAny is reverse for a target's read side, failed or not.
+func (c *conn) reverseAny() *conn {
+	if r := c.reverse(); r != nil {
+		return r
+	}
+	if r := c.rev.Load(); r != nil {
+		return r
+	}
+	for _, r := range c.p.list(&c.p.outs) {
+		if r.peer == c.peer && r.ready.Load() {
+			return r
+		}
+	}
+	return nil
 }
 
 // reverse returns the pair's other connection: for an initiator, the

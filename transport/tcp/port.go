@@ -403,7 +403,9 @@ func (p *port) failPair(peer transport.Addr, err error) {
 	if _, ok := p.failed[peer]; !ok {
 		p.failed[peer] = err
 	}
-	if errors.Is(err, transport.ErrClosed) {
+	if errors.Is(err, transport.ErrClosed) || p.closed.Load() {
+		// A closing port says goodbye on every connection itself,
+		// after what it queued there: failing them here would drop it.
 		p.mu.Unlock()
 		return
 	}
@@ -491,11 +493,18 @@ func (p *port) Close() error {
 	p.mu.Unlock()
 	// Say goodbye after what is queued (acks of what the context took
 	// among it), waiting a little for a writer that holds a socket.
-	deadline := time.Now().Add(closeFlush)
 	for _, c := range conns {
+		// A connection still in its handshake (which Options.Timeout
+		// bounds) gets the same goodbye once it is up: its peer may
+		// count it up already, and would take a silent close for a
+		// loss.
+		for !c.ready.Load() && c.failure.Load() == nil {
+			time.Sleep(50 * time.Microsecond)
+		}
 		if !c.ready.Load() || c.failure.Load() != nil {
 			continue
 		}
+		deadline := time.Now().Add(closeFlush)
 		c.bye.Store(true)
 		for c.kick(); c.bye.Load() || c.wblocked.Load(); c.kick() {
 			if c.failure.Load() != nil || time.Now().After(deadline) {
