@@ -120,6 +120,9 @@ func (e *engine) freeReq(r *request) {
 // released; a user's request waits for Wait or Test.
 func (e *engine) complete(r *request, err error) {
 	e.events++
+	if err != nil {
+		err = e.peerFailure(err)
+	}
 	if r.trunc != nil {
 		// A truncated announced message, taken whole: the receive gets
 		// its first bytes and the error.
@@ -225,7 +228,7 @@ func (q *Request) wait(ctx context.Context) (Status, error) {
 	}
 	e := r.e
 	if err := e.wait(ctx, r.cond); err != nil {
-		return Status{}, err
+		return Status{}, r.waitErr(err)
 	}
 	e.flush()
 	st, err := r.status, r.err

@@ -308,7 +308,7 @@ func (w *Win) opDone(err error) {
 	w.pending--
 	w.comm.e.events++ // a goroutine asleep in waitPending may be done
 	if err != nil && w.err == nil {
-		w.err = err
+		w.err = w.comm.e.peerFailure(err)
 	}
 }
 
@@ -326,6 +326,11 @@ func (w *Win) target(r, disp, n int) (uint64, error) {
 	}
 	if disp < 0 || n < 0 {
 		return 0, fmt.Errorf("%w: displacement %d, %d bytes", ErrRMARange, disp, n)
+	}
+	if e := w.comm.e; e.ft.on {
+		if err := w.comm.targetFailure(r); err != nil {
+			return 0, err
+		}
 	}
 	off := uint64(disp) * uint64(w.units[r])
 	if off/uint64(w.units[r]) != uint64(disp) || off > w.sizes[r] || uint64(n) > w.sizes[r]-off {
@@ -368,7 +373,7 @@ func (w *Win) rma(put bool, origin []byte, target, disp int) error {
 		if put {
 			what = "Put to"
 		}
-		return fmt.Errorf("mpi: %s rank %d: %w", what, target, err)
+		return fmt.Errorf("mpi: %s rank %d: %w", what, target, w.comm.e.peerFailure(err))
 	}
 	return nil
 }

@@ -1,0 +1,377 @@
+package mpi_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/amigo-hpc/amigo"
+	"github.com/amigo-hpc/amigo/internal/launch"
+	"github.com/amigo-hpc/amigo/mpi"
+)
+
+// Fault tolerance with ranks as real processes: rank 2 of 4 kills itself
+// (SIGKILL) in the middle of an operation, the survivors must each get
+// ErrProcFailed naming it within a bound (ftBoundEnv), shrink the world to
+// the 3 survivors and compute on it; and agreements must give every
+// survivor the same value while a rank dies part way through one.
+
+const (
+	ftBoundEnv = "AMIGO_MPI_TEST_FT_BOUND"
+	victim     = 2
+)
+
+// ftProgram returns the rank program "ft:<phase>", or nil.
+func ftProgram(name string) func(ctx context.Context, w *mpi.Comm) error {
+	phase, ok := strings.CutPrefix(name, "ft:")
+	if !ok {
+		return nil
+	}
+	if kind, ok := strings.CutPrefix(phase, "agree:"); ok {
+		return func(ctx context.Context, w *mpi.Comm) error { return ftAgree(ctx, w, kind) }
+	}
+	run := map[string]func(ctx context.Context, w *mpi.Comm) (time.Time, error){
+		"allreduce": ftAllreduce, "bcast": ftBcast, "p2p": ftP2P, "get": ftGet,
+	}[phase]
+	if run == nil {
+		return nil
+	}
+	return func(ctx context.Context, w *mpi.Comm) error {
+		last, err := run(ctx, w)
+		if err := expectFailed(err, last, victim); err != nil {
+			return err
+		}
+		return shrinkAndCompute(ctx, w, []int{0, 1, 3})
+	}
+}
+
+// die ends this process as a crash does.
+func die() {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+// expectFailed checks that err reports the failure of world rank dead, no
+// later than the bound after last (when this rank last saw it alive).
+func expectFailed(err error, last time.Time, dead int) error {
+	took := time.Since(last)
+	var pf *mpi.ProcFailedError
+	if !errors.Is(err, mpi.ErrProcFailed) || !errors.As(err, &pf) {
+		return fmt.Errorf("got %v, want ErrProcFailed", err)
+	}
+	if pf.WorldRank != dead || !strings.Contains(err.Error(), fmt.Sprintf("rank %d", dead)) {
+		return fmt.Errorf("got %v (world rank %d), want a failure of rank %d", err, pf.WorldRank, dead)
+	}
+	var pe *amigo.PeerError
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("%v: no *amigo.PeerError in it", err)
+	}
+	bound, _ := time.ParseDuration(os.Getenv(ftBoundEnv))
+	if took > bound {
+		return fmt.Errorf("failure of rank %d reported after %v, want within %v", dead, took, bound)
+	}
+	return nil
+}
+
+// shrinkAndCompute shrinks w and checks the survivors' communicator: its
+// members (world ranks want, in order) and an Allreduce on it.
+func shrinkAndCompute(ctx context.Context, w *mpi.Comm, want []int) error {
+	s, err := w.Shrink(ctx)
+	if err != nil {
+		return err
+	}
+	var got []int
+	for r := 0; r < s.Size(); r++ {
+		got = append(got, s.WorldRank(r))
+	}
+	if !slices.Equal(got, want) || s.WorldRank(s.Rank()) != w.Rank() {
+		return fmt.Errorf("Shrink: world ranks %v, this one %d; want %v", got, s.WorldRank(s.Rank()), want)
+	}
+	sum := 0
+	for _, r := range want {
+		sum += 1 << r
+	}
+	for i := 0; i < 20; i++ {
+		out := []int64{0, 0}
+		if err := mpi.Allreduce(ctx, s, []int64{1 << w.Rank(), int64(i)}, out, mpi.Sum); err != nil {
+			return fmt.Errorf("Allreduce on the shrunk communicator: %w", err)
+		}
+		if out[0] != int64(sum) || out[1] != int64(i*len(want)) {
+			return fmt.Errorf("Allreduce on the shrunk communicator: %v, want [%d %d]", out, sum, i*len(want))
+		}
+	}
+	return s.Free()
+}
+
+// ftAllreduce: Allreduce after Allreduce; rank 2 starts one (its first
+// messages leave) and dies.
+func ftAllreduce(ctx context.Context, w *mpi.Comm) (time.Time, error) {
+	in, out := make([]float64, 64), make([]float64, 64)
+	for i := 0; ; i++ {
+		for k := range in {
+			in[k] = float64(w.Rank() + k + i)
+		}
+		if w.Rank() == victim && i == 300 {
+			q, err := mpi.Iallreduce(w, in, out, mpi.Sum)
+			if err != nil {
+				return time.Time{}, err
+			}
+			_, _, _ = q.Test()
+			die()
+		}
+		last := time.Now()
+		if err := mpi.Allreduce(ctx, w, in, out, mpi.Sum); err != nil {
+			return last, err
+		}
+		for k := range out {
+			if want := float64(6 + 4*(k+i)); out[k] != want {
+				return last, fmt.Errorf("Allreduce %d: element %d is %v, want %v", i, k, out[k], want)
+			}
+		}
+	}
+}
+
+// ftBcast: Bcast after Bcast from rank 0; rank 2 starts one and dies.
+func ftBcast(ctx context.Context, w *mpi.Comm) (time.Time, error) {
+	buf := make([]int32, 100)
+	for i := 0; ; i++ {
+		if w.Rank() == 0 {
+			for k := range buf {
+				buf[k] = int32(i + k)
+			}
+		}
+		if w.Rank() == victim && i == 300 {
+			q, err := mpi.Ibcast(w, buf, 0)
+			if err != nil {
+				return time.Time{}, err
+			}
+			_, _, _ = q.Test()
+			die()
+		}
+		last := time.Now()
+		if err := mpi.Bcast(ctx, w, buf, 0); err != nil {
+			return last, err
+		}
+		if buf[99] != int32(i+99) {
+			return last, fmt.Errorf("Bcast %d: %d, want %d", i, buf[99], i+99)
+		}
+	}
+}
+
+// ftP2P: rank 2 serves requests from the others and dies between a
+// request and its reply.
+func ftP2P(ctx context.Context, w *mpi.Comm) (time.Time, error) {
+	buf := make([]byte, 512)
+	if w.Rank() == victim {
+		for i := 0; ; i++ {
+			st, err := w.Recv(ctx, buf, mpi.AnySource, 1)
+			if err != nil {
+				return time.Time{}, err
+			}
+			if i == 600 {
+				die()
+			}
+			if err := w.Send(ctx, buf[:st.Count], st.Source, 2); err != nil {
+				return time.Time{}, err
+			}
+		}
+	}
+	for i := 0; ; i++ {
+		last := time.Now()
+		buf[0] = byte(i)
+		if err := w.Send(ctx, buf, victim, 1); err != nil {
+			return last, err
+		}
+		st, err := w.Recv(ctx, buf, victim, 2)
+		if err != nil {
+			return last, err
+		}
+		if st.Count != len(buf) || buf[0] != byte(i) {
+			return last, fmt.Errorf("reply %d: %d bytes, first %d", i, st.Count, buf[0])
+		}
+	}
+}
+
+// ftGet: the others read rank 2's window with Get after Get; rank 2 dies
+// once each of them said it has read a hundred times.
+func ftGet(ctx context.Context, w *mpi.Comm) (time.Time, error) {
+	win, err := mpi.WinAllocate(ctx, w, 1<<16, 1)
+	if err != nil {
+		return time.Time{}, err
+	}
+	mem := win.Memory()
+	for k := range mem {
+		mem[k] = byte(k*7 + w.Rank())
+	}
+	if err := w.Barrier(ctx); err != nil {
+		return time.Time{}, err
+	}
+	if w.Rank() == victim {
+		for i := 0; i < 3; i++ {
+			if _, err := w.Recv(ctx, nil, mpi.AnySource, 5); err != nil {
+				return time.Time{}, err
+			}
+		}
+		die()
+	}
+	if err := win.Lock(ctx, mpi.LockShared, victim); err != nil {
+		return time.Time{}, err
+	}
+	buf := make([]byte, 1<<14)
+	for i := 0; ; i++ {
+		last := time.Now()
+		off := (i * 4096) % (len(mem) - len(buf))
+		if err := win.Get(buf, victim, off); err != nil {
+			return last, err
+		}
+		if err := win.FlushLocal(ctx, victim); err != nil {
+			return last, err
+		}
+		for k := range buf {
+			if want := byte((off+k)*7 + victim); buf[k] != want {
+				return last, fmt.Errorf("Get %d: byte %d is %d, want %d", i, off+k, buf[k], want)
+			}
+		}
+		if i == 100 {
+			if err := w.Send(ctx, nil, victim, 5); err != nil {
+				return last, err
+			}
+		}
+	}
+}
+
+// ftAgree: rank 2 dies first; the others find out in a Barrier. Then rank
+// 1 dies in an agreement, after it sent a message of kind to rank 0 and
+// before it sent it to rank 3; ranks 0 and 3 must agree all the same, on
+// a value with or without rank 1's flag; and agree again.
+func ftAgree(ctx context.Context, w *mpi.Comm, kind string) error {
+	// Rank 2 dies once every rank is past World.
+	if w.Rank() == victim {
+		for i := 0; i < 3; i++ {
+			if _, err := w.Recv(ctx, nil, mpi.AnySource, 9); err != nil {
+				return err
+			}
+		}
+		die()
+	}
+	if err := w.Send(ctx, nil, victim, 9); err != nil {
+		return err
+	}
+	last := time.Now()
+	err := w.Barrier(ctx)
+	var pf *mpi.ProcFailedError
+	if errors.As(err, &pf) && pf.WorldRank == 1 {
+		// Rank 1 got through, and died in Agree before this rank's
+		// Barrier failed: it names the lowest failed rank.
+		err = expectFailed(err, last, 1)
+	} else {
+		err = expectFailed(err, last, victim)
+	}
+	if err != nil {
+		return fmt.Errorf("Barrier: %w", err)
+	}
+	flags := map[int]int{0: 0b111, 1: 0b011, 3: 0b110}
+	if w.Rank() == 1 {
+		round := 1
+		if kind == "decided" {
+			round = 0
+		}
+		mpi.DieInAgree(kind, round, 3, die)
+	}
+	v, err := w.Agree(ctx, flags[w.Rank()])
+	if err != nil {
+		return err
+	}
+	if v != 0b010 && v != 0b110 {
+		return fmt.Errorf("Agree: %#b, want 0b10 or 0b110", v)
+	}
+	s, err := w.Shrink(ctx)
+	if err != nil {
+		return err
+	}
+	if s.Size() != 2 {
+		return fmt.Errorf("Shrink: %d ranks, want 2", s.Size())
+	}
+	all := make([]int64, 2)
+	if err := mpi.Allgather(ctx, s, []int64{int64(v)}, all); err != nil {
+		return err
+	}
+	if all[0] != all[1] {
+		return fmt.Errorf("Agree gave %#b and %#b", all[0], all[1])
+	}
+	// And again, on the communicator with the failures and on the new one.
+	for _, c := range []*mpi.Comm{w, s} {
+		v, err := c.Agree(ctx, 0b1011|w.Rank())
+		if err != nil {
+			return err
+		}
+		if v != 0b1011 {
+			return fmt.Errorf("second Agree: %#b, want 0b1011", v)
+		}
+	}
+	return s.Free()
+}
+
+// runFT runs program name on 4 ranks as processes that may die: it fails
+// t unless exactly the ranks dead failed.
+func runFT(t *testing.T, transport, name string, bound time.Duration, dead []int) {
+	t.Helper()
+	out := launch.NewCapture(4)
+	env := []string{rankEnv + "=" + name, "AMIGO_TRANSPORT=" + transport, "GORACE=atexit_sleep_ms=0",
+		"AMIGO_SPIN=50", "AMIGO_YIELD=50", ftBoundEnv + "=" + bound.String(), "AMIGO_MPI_TEST_TIMEOUT=60s"}
+	if transport == "tcp" {
+		env = append(env, "AMIGO_TCP_TIMEOUT=2s")
+	}
+	job, err := launch.Start(launch.Options{N: 4, Argv: []string{os.Args[0]}, Env: env, Output: out.Output, KeepGoing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err = job.Wait(ctx)
+	var ee *launch.ExitErrors
+	if !errors.As(err, &ee) || !slices.Equal(slices.Sorted(slices.Values(ee.Ranks)), dead) {
+		t.Fatalf("%s over %s: %v, want ranks %v killed\n%s", name, transport, err, dead, out.All())
+	}
+	for _, r := range dead {
+		if !strings.Contains(ee.Errs[slices.Index(ee.Ranks, r)].Error(), "killed") {
+			t.Fatalf("rank %d: %v, want killed\n%s", r, ee.Errs, out.All())
+		}
+	}
+}
+
+// A 4-rank job loses rank 2 in the middle of an Allreduce, a Bcast,
+// point-to-point traffic and a Get; the survivors get ErrProcFailed naming
+// it within 1 s over shared memory and within the TCP timeout (2 s here)
+// over TCP, shrink to 3 ranks, and compute on them.
+func TestProcFailure(t *testing.T) {
+	for _, tr := range []struct {
+		name  string
+		bound time.Duration
+	}{{"shm", time.Second}, {"tcp", 3 * time.Second}} {
+		for _, phase := range []string{"allreduce", "bcast", "p2p", "get"} {
+			t.Run(tr.name+"/"+phase, func(t *testing.T) {
+				runFT(t, tr.name, "ft:"+phase, tr.bound, []int{victim})
+			})
+		}
+	}
+}
+
+// Agree gives every survivor the same value when a rank dies part way
+// through it: after sending its proposal, or its decision, to some ranks
+// only.
+func TestAgreeSecondFailure(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		for _, kind := range []string{"propose", "decided"} {
+			t.Run(tr+"/"+kind, func(t *testing.T) {
+				runFT(t, tr, "ft:agree:"+kind, 3*time.Second, []int{1, victim})
+			})
+		}
+	}
+}
