@@ -278,9 +278,22 @@ func (e *engine) handshake(ctx context.Context) error {
 				return err
 			}
 		}
-		r := round
-		if err := e.ac.Wait(ctx, func() bool { return e.hello[r] > 0 }); err != nil {
+		// The rank that greets this one in the round may have died
+		// (a job that goes on when ranks fail): asked now and then.
+		r, polls := round, 0
+		from := amigo.Endpoint{Rank: (e.rank - k + e.size) % e.size, Context: e.cidx}
+		var gone error
+		if err := e.ac.Wait(ctx, func() bool {
+			if polls++; e.hello[r] > 0 || polls&1023 != 0 {
+				return e.hello[r] > 0
+			}
+			gone = e.ac.PeerErr(from)
+			return gone != nil
+		}); err != nil {
 			return err
+		}
+		if e.hello[r] == 0 && gone != nil {
+			return gone
 		}
 		round++
 	}

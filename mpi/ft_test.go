@@ -375,3 +375,122 @@ func TestAgreeSecondFailure(t *testing.T) {
 		}
 	}
 }
+
+// Over the loop adapter (ranks are goroutines), rank 1 closes its client
+// cleanly: a receive from it fails at once naming it, a collective fails
+// on every survivor, and the survivors shrink, agree, revoke and
+// acknowledge. A wait that ends on its context names its operation.
+func TestClosedPeerLoop(t *testing.T) {
+	run(t, 3, func(ctx context.Context, w *mpi.Comm) error {
+		if w.Rank() == 1 {
+			for i := 0; i < 2; i++ {
+				if _, err := w.Recv(ctx, nil, mpi.AnySource, 9); err != nil {
+					return err
+				}
+			}
+			return w.Context().Client().Close()
+		}
+		if err := w.Send(ctx, nil, 1, 9); err != nil {
+			return err
+		}
+		// A wait that ends on its context says for what.
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		_, err := w.Recv(short, nil, 2-w.Rank(), 3)
+		cancel()
+		want := fmt.Sprintf("mpi: Recv from rank %d tag 3: context deadline exceeded", 2-w.Rank())
+		if !errors.Is(err, context.DeadlineExceeded) || err.Error() != want {
+			return fmt.Errorf("Recv with a short deadline: %v, want %q", err, want)
+		}
+		// A receive from the closed rank fails at once, naming it.
+		long, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err = w.Recv(long, make([]byte, 8), 1, 4)
+		if err := expectFailedWithin(err, start, 1, 500*time.Millisecond); err != nil {
+			return fmt.Errorf("Recv from the closed rank: %w", err)
+		}
+		if !errors.Is(err, amigo.ErrClosed) {
+			return fmt.Errorf("Recv from the closed rank: %v, want amigo.ErrClosed in it", err)
+		}
+		// Every survivor's collective fails, and so do later ones.
+		for i := 0; i < 2; i++ {
+			err := mpi.Allreduce(ctx, w, []int32{1}, make([]int32, 1), mpi.Sum)
+			if err := expectFailedWithin(err, start, 1, time.Second); err != nil {
+				return fmt.Errorf("Allreduce %d: %w", i, err)
+			}
+		}
+		// AnySource fails until the failure is acknowledged.
+		if _, err := w.Recv(long, nil, mpi.AnySource, 8); !errors.Is(err, mpi.ErrProcFailed) {
+			return fmt.Errorf("AnySource receive before FailureAck: %v, want ErrProcFailed", err)
+		}
+		if err := w.FailureAck(); err != nil {
+			return err
+		}
+		g, err := w.FailureGetAcked()
+		if err != nil || g.Size() != 1 || g.WorldRank(0) != 1 {
+			return fmt.Errorf("FailureGetAcked: %v, %v; want rank 1", g, err)
+		}
+		if w.Rank() == 2 {
+			if err := w.Send(ctx, []byte{7}, 0, 5); err != nil {
+				return err
+			}
+		} else {
+			buf := make([]byte, 1)
+			st, err := w.Recv(long, buf, mpi.AnySource, 5)
+			if err != nil || st.Source != 2 || buf[0] != 7 {
+				return fmt.Errorf("AnySource receive after FailureAck: %+v %v %v", st, buf, err)
+			}
+		}
+		if !slices.Equal(w.Failed(), []int{1}) {
+			return fmt.Errorf("Failed: %v, want [1]", w.Failed())
+		}
+		s, err := w.Shrink(ctx)
+		if err != nil {
+			return err
+		}
+		defer s.Free()
+		if s.Size() != 2 || s.WorldRank(1) != 2 {
+			return fmt.Errorf("Shrink: %d ranks", s.Size())
+		}
+		out := make([]int32, 1)
+		if err := mpi.Allreduce(ctx, s, []int32{int32(w.Rank())}, out, mpi.Sum); err != nil || out[0] != 2 {
+			return fmt.Errorf("Allreduce on the shrunk communicator: %v %v", out, err)
+		}
+		if v, err := s.Agree(ctx, 0b110|w.Rank()); err != nil || v != 0b110 {
+			return fmt.Errorf("Agree: %#b %v", v, err)
+		}
+		// Revoke: rank 1 of s revokes it while rank 0 waits in a receive.
+		if s.Rank() == 0 {
+			q, err := s.Irecv(nil, 1, 6)
+			if err != nil {
+				return err
+			}
+			if _, err := q.Wait(long); !errors.Is(err, mpi.ErrRevoked) {
+				return fmt.Errorf("receive on a revoked communicator: %v, want ErrRevoked", err)
+			}
+		} else if err := s.Revoke(); err != nil {
+			return err
+		}
+		if err := s.Send(ctx, nil, 1-s.Rank(), 6); !errors.Is(err, mpi.ErrRevoked) || !s.Revoked() {
+			return fmt.Errorf("Send on a revoked communicator: %v, want ErrRevoked", err)
+		}
+		// Agree still works on it, and the failed world still finalizes.
+		if v, err := s.Agree(ctx, 1); err != nil || v != 1 {
+			return fmt.Errorf("Agree on a revoked communicator: %d %v", v, err)
+		}
+		return nil
+	})
+}
+
+// expectFailedWithin is expectFailed with its bound given.
+func expectFailedWithin(err error, last time.Time, dead int, bound time.Duration) error {
+	took := time.Since(last)
+	var pf *mpi.ProcFailedError
+	if !errors.As(err, &pf) || pf.WorldRank != dead {
+		return fmt.Errorf("got %v, want ErrProcFailed naming rank %d", err, dead)
+	}
+	if took > bound {
+		return fmt.Errorf("failure of rank %d reported after %v, want within %v", dead, took, bound)
+	}
+	return nil
+}
