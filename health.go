@@ -2,7 +2,7 @@ package amigo
 
 // PeerErr returns the error the path to the peer at ep failed with — its
 // process gone, its connection lost or silent beyond the adapter's timeout,
-// or the peer closed — or nil while the peer is reachable (and for the
+// the peer closed, or the launcher lost it (ErrLost) — or nil while the peer is reachable (and for the
 // context itself). The error is a *PeerError naming ep. PeerErr connects
 // to the peer on first use, so that the adapter watches it from then on;
 // a layer that must notice a peer's failure while it has nothing in flight
@@ -18,6 +18,9 @@ func (c *Context) PeerErr(ep Endpoint) error {
 	}
 	if ep.Rank == c.client.rank && ep.Context == c.index {
 		return nil
+	}
+	if l := c.client.lost; l != nil && l.has(ep.Rank) {
+		return peerErr(ep, ErrLost)
 	}
 	p := c.peer(idx)
 	if p.failed != nil {

@@ -37,7 +37,7 @@ func ftProgram(name string) func(ctx context.Context, w *mpi.Comm) error {
 		return func(ctx context.Context, w *mpi.Comm) error { return ftAgree(ctx, w, kind) }
 	}
 	run := map[string]func(ctx context.Context, w *mpi.Comm) (time.Time, error){
-		"allreduce": ftAllreduce, "bcast": ftBcast, "p2p": ftP2P, "get": ftGet,
+		"allreduce": ftAllreduce, "bcast": ftBcast, "p2p": ftP2P, "get": ftGet, "stopped": ftStopped,
 	}[phase]
 	if run == nil {
 		return nil
@@ -46,6 +46,9 @@ func ftProgram(name string) func(ctx context.Context, w *mpi.Comm) error {
 		last, err := run(ctx, w)
 		if err := expectFailed(err, last, victim); err != nil {
 			return err
+		}
+		if phase == "stopped" && !errors.Is(err, amigo.ErrLost) {
+			return fmt.Errorf("%v: want amigo.ErrLost in it", err)
 		}
 		return shrinkAndCompute(ctx, w, []int{0, 1, 3})
 	}
@@ -133,6 +136,26 @@ func ftAllreduce(ctx context.Context, w *mpi.Comm) (time.Time, error) {
 			if want := float64(6 + 4*(k+i)); out[k] != want {
 				return last, fmt.Errorf("Allreduce %d: element %d is %v, want %v", i, k, out[k], want)
 			}
+		}
+	}
+}
+
+// ftStopped: Allreduce after Allreduce; rank 2 stops itself (SIGSTOP)
+// instead of contributing to one. Its peers cannot tell over TCP before
+// the timeout; the launcher, told by the test, reports it lost.
+func ftStopped(ctx context.Context, w *mpi.Comm) (time.Time, error) {
+	in, out := []int64{int64(w.Rank())}, []int64{0}
+	for i := 0; ; i++ {
+		if w.Rank() == victim && i == 300 {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			select {} // killed by the test
+		}
+		last := time.Now()
+		if err := mpi.Allreduce(ctx, w, in, out, mpi.Sum); err != nil {
+			return last, err
+		}
+		if out[0] != 6 {
+			return last, fmt.Errorf("Allreduce %d: %d, want 6", i, out[0])
 		}
 	}
 }
@@ -360,6 +383,59 @@ func TestProcFailure(t *testing.T) {
 				runFT(t, tr.name, "ft:"+phase, tr.bound, []int{victim})
 			})
 		}
+	}
+}
+
+// A rank stopped (SIGSTOP) in the middle of an Allreduce, with a TCP
+// timeout of a minute: the launcher gives up on it and reports it lost,
+// and the survivors fail with ErrProcFailed (and amigo.ErrLost) naming it
+// long before their adapter would have, shrink and compute.
+func TestLauncherReportsLost(t *testing.T) {
+	out := launch.NewCapture(4)
+	job, err := launch.Start(launch.Options{N: 4, Argv: []string{os.Args[0]}, Output: out.Output, KeepGoing: true,
+		Env: []string{rankEnv + "=ft:stopped", "AMIGO_TRANSPORT=tcp", "AMIGO_TCP_TIMEOUT=60s", "GORACE=atexit_sleep_ms=0",
+			"AMIGO_SPIN=50", "AMIGO_YIELD=50", ftBoundEnv + "=10s", "AMIGO_MPI_TEST_TIMEOUT=60s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Once rank 2 has stopped, the launcher gives up on it.
+	stat := fmt.Sprintf("/proc/%d/stat", job.Pid(victim))
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		if i := strings.LastIndexByte(string(b), ')'); err == nil && i > 0 && strings.HasPrefix(string(b[i:]), ") T") {
+			break
+		}
+		if time.Now().After(deadline) {
+			job.Kill()
+			t.Fatalf("rank 2 did not stop: %v\n%s", err, out.All())
+		}
+	}
+	job.Lose(victim)
+	done := make(chan error, 1)
+	go func() { done <- job.Wait(context.Background()) }()
+	// The survivors finish; then rank 2 goes.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		exited := 0
+		for _, r := range []int{0, 1, 3} {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", job.Pid(r))); err != nil {
+				exited++
+			} else if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", job.Pid(r))); strings.Contains(string(b), ") Z") {
+				exited++
+			}
+		}
+		if exited == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			job.Kill()
+			t.Fatalf("survivors did not finish\n%s", out.All())
+		}
+	}
+	_ = syscall.Kill(job.Pid(victim), syscall.SIGKILL)
+	err = <-done
+	var ee *launch.ExitErrors
+	if !errors.As(err, &ee) || !slices.Equal(ee.Ranks, []int{victim}) {
+		t.Fatalf("%v, want rank 2 killed only\n%s", err, out.All())
 	}
 }
 

@@ -178,6 +178,7 @@ func (j *job) run() int {
 						code = st
 					}
 					j.logf("rank %d on %s %s; the job goes on (--keep-going)", ev.rank, j.ranks[ev.rank].host, how)
+					srv.Lost(ev.rank) // the others learn of it
 				case st != 0:
 					failed(st, "rank %d on %s %s; stopping the job", ev.rank, j.ranks[ev.rank].host, how)
 					beginStop()

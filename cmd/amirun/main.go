@@ -35,8 +35,10 @@
 // a program that survives the loss of ranks (package mpi's Shrink and
 // Agree) finishes, and amirun still exits with the first failed rank's
 // status once every rank has ended; a rank that aborts through PMI stops
-// the job all the same. The ranks learn that they may lose peers from
-// AMIGO_KEEP_GOING=1. SIGINT, SIGTERM and SIGHUP are
+// the job all the same. The ranks get AMIGO_KEEP_GOING=1, and amirun
+// publishes each rank it lost to the others through PMI
+// (bootstrap.LostRanks): amigo then reports the lost rank as failed
+// (amigo.ErrLost) even where its adapter could not tell. SIGINT, SIGTERM and SIGHUP are
 // forwarded to all ranks. With --timeout the job is stopped after that long
 // and amirun exits 124. amirun makes itself a child subreaper, so processes
 // that ranks leave behind are stopped too. Ranks read standard input from
