@@ -255,6 +255,25 @@ func (e *engine) failPending(c *Comm, cause error) {
 			e.complete(r, err)
 		}
 	}
+	// Synchronous sends waiting for an acknowledgement that will not come.
+	for _, r := range e.syncReqs {
+		if r == nil || r.ctx != c.p2p {
+			continue
+		}
+		err := cause
+		if err == nil && bitGet(c.ft.failed, int(r.src)) {
+			err = c.procFailed(int(r.src))
+		}
+		if err == nil {
+			continue
+		}
+		e.dropSync(r)
+		if r.sentDone {
+			e.complete(r, err)
+		} else {
+			r.ftErr = err // the AMI's completion ends it
+		}
+	}
 	if x := &e.exp; x.on && (x.ctx == c.p2p || x.ctx == c.coll) {
 		err := cause
 		if err == nil {

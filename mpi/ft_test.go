@@ -466,12 +466,17 @@ func TestClosedPeerLoop(t *testing.T) {
 			}
 			return w.Context().Client().Close()
 		}
+		// A synchronous send that rank 1 will never match.
+		sq, err := w.Issend([]byte{1}, 1, 11)
+		if err != nil {
+			return err
+		}
 		if err := w.Send(ctx, nil, 1, 9); err != nil {
 			return err
 		}
 		// A wait that ends on its context says for what.
 		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-		_, err := w.Recv(short, nil, 2-w.Rank(), 3)
+		_, err = w.Recv(short, nil, 2-w.Rank(), 3)
 		cancel()
 		want := fmt.Sprintf("mpi: Recv from rank %d tag 3: context deadline exceeded", 2-w.Rank())
 		if !errors.Is(err, context.DeadlineExceeded) || err.Error() != want {
@@ -487,6 +492,12 @@ func TestClosedPeerLoop(t *testing.T) {
 		}
 		if !errors.Is(err, amigo.ErrClosed) {
 			return fmt.Errorf("Recv from the closed rank: %v, want amigo.ErrClosed in it", err)
+		}
+		if _, err := sq.Wait(long); expectFailedWithin(err, start, 1, time.Second) != nil {
+			return fmt.Errorf("synchronous send the closed rank never matched: %v", err)
+		}
+		if err := w.Ssend(long, nil, 1, 12); expectFailedWithin(err, start, 1, time.Second) != nil {
+			return fmt.Errorf("synchronous send to the closed rank: %v", err)
 		}
 		// Every survivor's collective fails, and so do later ones.
 		for i := 0; i < 2; i++ {

@@ -65,6 +65,9 @@ type reqState struct {
 	// the AMI completed it first.
 	syncSlot int32
 	sentDone bool
+	// ftErr fails a synchronous send whose receiver failed before its
+	// acknowledgement, when the AMI is done with it (ft.go).
+	ftErr error
 
 	// counted is the communicator whose in-flight operations count r
 	// (Comm.track).
@@ -144,6 +147,8 @@ func (e *engine) complete(r *request, err error) {
 			return
 		}
 		e.dropSync(r)
+	} else if r.ftErr != nil && err == nil {
+		err = r.ftErr
 	}
 	r.done = true
 	r.err = err
