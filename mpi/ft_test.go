@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"slices"
 	"strings"
 	"syscall"
@@ -32,6 +33,9 @@ func ftProgram(name string) func(ctx context.Context, w *mpi.Comm) error {
 	phase, ok := strings.CutPrefix(name, "ft:")
 	if !ok {
 		return nil
+	}
+	if phase == "closed" {
+		return ftClosed
 	}
 	if kind, ok := strings.CutPrefix(phase, "agree:"); ok {
 		return func(ctx context.Context, w *mpi.Comm) error { return ftAgree(ctx, w, kind) }
@@ -369,6 +373,83 @@ func runFT(t *testing.T, transport, name string, bound time.Duration, dead []int
 	}
 }
 
+// ftClosed: rank 1 closes its client cleanly, and stays (until SIGTERM);
+// a receive from it fails at once, naming it, and the others shrink.
+func ftClosed(ctx context.Context, w *mpi.Comm) error {
+	if w.Rank() == 1 {
+		for i := 0; i < 2; i++ {
+			if _, err := w.Recv(ctx, nil, mpi.AnySource, 9); err != nil {
+				return err
+			}
+		}
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		if err := w.Context().Client().Close(); err != nil {
+			return err
+		}
+		<-term
+		os.Exit(0)
+	}
+	if err := w.Send(ctx, nil, 1, 9); err != nil {
+		return err
+	}
+	long, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := w.Recv(long, make([]byte, 8), 1, 3)
+	if err := expectFailedWithin(err, start, 1, 500*time.Millisecond); err != nil {
+		return fmt.Errorf("Recv from the rank that closed: %w", err)
+	}
+	if !errors.Is(err, amigo.ErrClosed) {
+		return fmt.Errorf("Recv from the rank that closed: %v, want amigo.ErrClosed in it", err)
+	}
+	return shrinkAndCompute(ctx, w, []int{0, 2})
+}
+
+// A peer that closed cleanly counts as failed too: over shared memory and
+// TCP, rank 1 of 3 closes its client and stays; a receive from it fails at
+// once, naming it, instead of waiting for its deadline.
+func TestClosedPeer(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			out := launch.NewCapture(3)
+			job, err := launch.Start(launch.Options{N: 3, Argv: []string{os.Args[0]}, Output: out.Output, KeepGoing: true,
+				Env: []string{rankEnv + "=ft:closed", "AMIGO_TRANSPORT=" + tr, "AMIGO_TCP_TIMEOUT=60s", "GORACE=atexit_sleep_ms=0",
+					"AMIGO_SPIN=50", "AMIGO_YIELD=50", "AMIGO_MPI_TEST_TIMEOUT=60s"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitExited(t, job, []int{0, 2}, out)
+			_ = syscall.Kill(job.Pid(1), syscall.SIGTERM)
+			if err := job.Wait(context.Background()); err != nil {
+				t.Fatalf("%v\n%s", err, out.All())
+			}
+		})
+	}
+}
+
+// waitExited waits until the ranks have exited (or are zombies), for a
+// minute at most.
+func waitExited(t *testing.T, job *launch.Job, ranks []int, out *launch.Capture) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		exited := 0
+		for _, r := range ranks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", job.Pid(r)))
+			if i := strings.LastIndexByte(string(b), ')'); err != nil || i > 0 && strings.HasPrefix(string(b[i:]), ") Z") {
+				exited++
+			}
+		}
+		if exited == len(ranks) {
+			return
+		}
+		if time.Now().After(deadline) {
+			job.Kill()
+			t.Fatalf("ranks %v did not finish\n%s", ranks, out.All())
+		}
+	}
+}
+
 // A 4-rank job loses rank 2 in the middle of an Allreduce, a Bcast,
 // point-to-point traffic and a Get; the survivors get ErrProcFailed naming
 // it within 1 s over shared memory and within the TCP timeout (2 s here)
@@ -414,23 +495,7 @@ func TestLauncherReportsLost(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- job.Wait(context.Background()) }()
 	// The survivors finish; then rank 2 goes.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
-		exited := 0
-		for _, r := range []int{0, 1, 3} {
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", job.Pid(r))); err != nil {
-				exited++
-			} else if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", job.Pid(r))); strings.Contains(string(b), ") Z") {
-				exited++
-			}
-		}
-		if exited == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			job.Kill()
-			t.Fatalf("survivors did not finish\n%s", out.All())
-		}
-	}
+	waitExited(t, job, []int{0, 1, 3}, out)
 	_ = syscall.Kill(job.Pid(victim), syscall.SIGKILL)
 	err = <-done
 	var ee *launch.ExitErrors
