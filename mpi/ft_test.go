@@ -194,6 +194,10 @@ func ftBcast(ctx context.Context, w *mpi.Comm) (time.Time, error) {
 // ftP2P: rank 2 serves requests from the others and dies between a
 // request and its reply.
 func ftP2P(ctx context.Context, w *mpi.Comm) (time.Time, error) {
+	// Rank 2 dies only once every rank is past World (not fault tolerant).
+	if err := w.Barrier(ctx); err != nil {
+		return time.Time{}, err
+	}
 	buf := make([]byte, 512)
 	if w.Rank() == victim {
 		for i := 0; ; i++ {
@@ -557,6 +561,9 @@ func TestClosedPeerLoop(t *testing.T) {
 		}
 		if !errors.Is(err, amigo.ErrClosed) {
 			return fmt.Errorf("Recv from the closed rank: %v, want amigo.ErrClosed in it", err)
+		}
+		if _, err := w.Probe(long, 1, 4); expectFailedWithin(err, start, 1, time.Second) != nil {
+			return fmt.Errorf("Probe for the closed rank: %v", err)
 		}
 		if _, err := sq.Wait(long); expectFailedWithin(err, start, 1, time.Second) != nil {
 			return fmt.Errorf("synchronous send the closed rank never matched: %v", err)

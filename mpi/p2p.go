@@ -279,6 +279,9 @@ func (e *engine) waitProbe(ctx context.Context, cid uint32, src, tag int32) erro
 	w.ctx, w.src, w.tag = cid, src, tag
 	err := e.wait(ctx, w.waitCond)
 	e.freeReq(w)
+	if err == nil && e.unexp.find(cid, src, tag) == nil {
+		err = e.ftRecv(cid, src) // the source failed
+	}
 	return err
 }
 

@@ -3,6 +3,7 @@ package mpi
 import (
 	"context"
 	"fmt"
+	"strconv"
 )
 
 type reqKind uint8
@@ -393,7 +394,7 @@ func Waitall(ctx context.Context, reqs []Request, statuses []Status) error {
 	for i := range reqs {
 		if reqs[i].r != nil && reqs[i].r.gen == reqs[i].gen {
 			if err := reqs[i].r.e.wait(ctx, reqs[i].r.cond); err != nil {
-				return err
+				return fmt.Errorf("request %d: %w", i, reqs[i].r.waitErr(err))
 			}
 		}
 		st, err := reqs[i].wait(ctx)
@@ -564,7 +565,10 @@ func (e *engine) waitAny(ctx context.Context, reqs []Request) error {
 	w.reqs = reqs
 	err := e.wait(ctx, w.waitCond)
 	e.freeReq(w)
-	return err
+	if err != nil {
+		return e.waitErr(err, "Wait for one of "+strconv.Itoa(len(reqs))+" requests", noArg, noArg)
+	}
+	return nil
 }
 
 // firstReady returns the index of the first non-null request of reqs that
@@ -606,5 +610,5 @@ func (r *request) waiterDone() bool {
 	if r.reqs != nil {
 		return firstReady(r.reqs) >= 0
 	}
-	return r.e.unexp.find(r.ctx, r.src, r.tag) != nil
+	return r.e.unexp.find(r.ctx, r.src, r.tag) != nil || r.e.ft.on && r.e.ftRecv(r.ctx, r.src) != nil
 }

@@ -383,7 +383,7 @@ func (w *Win) rma(put bool, origin []byte, target, disp int) error {
 // The caller holds the engine's lock.
 func (w *Win) waitPending(ctx context.Context) error {
 	if err := w.comm.e.wait(ctx, func() bool { return w.pending == 0 }); err != nil {
-		return err
+		return w.comm.e.waitErr(err, "window operations of this rank", noArg, noArg)
 	}
 	err := w.err
 	w.err = nil
@@ -457,7 +457,7 @@ func (w *Win) flushAll(ctx context.Context) error {
 		return errors.Join(err, e)
 	}
 	if e := w.comm.e.wait(ctx, func() bool { return fenced }); e != nil {
-		return errors.Join(err, e)
+		return errors.Join(err, w.comm.e.waitErr(e, "window FlushAll", noArg, noArg))
 	}
 	if err == nil {
 		err = ferr
@@ -472,7 +472,7 @@ func (w *Win) flushAMI(ctx context.Context, ep amigo.Endpoint) error {
 		return err
 	}
 	if err := w.comm.e.wait(ctx, func() bool { return flushed }); err != nil {
-		return err
+		return w.comm.e.waitErr(err, "window Flush of world", ep.Rank, noArg)
 	}
 	return ferr
 }
@@ -603,7 +603,7 @@ func (w *Win) lockOp(ctx context.Context, target int, op amigo.AtomicOp, operand
 		return 0, err
 	}
 	if err := w.comm.e.wait(ctx, func() bool { return done }); err != nil {
-		return 0, err
+		return 0, w.comm.e.waitErr(err, "window lock word of", target, noArg)
 	}
 	return w.ctlWord, aerr
 }
