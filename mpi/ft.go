@@ -86,8 +86,10 @@ type ftState struct {
 	on       bool
 	polls    uint32
 	lastScan time.Time
-	failed   []error // by world rank: the AMI's report, or nil
-	fresh    []int   // world ranks found failed, not yet applied
+	failed   []error  // by world rank: the AMI's report, or nil
+	fresh    []int    // world ranks found failed, not yet applied
+	want     []uint64 // scan's set of ranks waited for
+	probing  int      // Probes waiting: scan asks about every rank
 	agrees   map[agreeKey]*agreement
 
 	// comms are the communicators in use by id, for the handler and the
@@ -154,13 +156,21 @@ func (e *engine) pollFailures() bool {
 	return e.scan()
 }
 
-// scan asks the AMI about every peer and lists the failures not known yet.
+// scan asks the AMI about the peers this rank waits for, and lists the
+// failures not known yet. Those are the ranks a receive waits for (its
+// source; every rank of the communicator for a collective's receive or
+// one from AnySource), those a synchronous send waits for, and every rank
+// of a communicator in agreement; while a Probe waits, every rank. A
+// failure of any other peer shows in the operations in flight with it,
+// which the AMI fails (peerFailure). So a rank connects only to the peers
+// it waits for.
 func (e *engine) scan() bool {
 	if e.closed {
 		return false
 	}
+	want := e.waitedFor()
 	for r := 0; r < e.size; r++ {
-		if r == e.rank || e.ft.failed != nil && e.ft.failed[r] != nil {
+		if r == e.rank || !bitGet(want, r) || e.ft.failed != nil && e.ft.failed[r] != nil {
 			continue
 		}
 		if err := e.ac.PeerErr(amigo.Endpoint{Rank: r, Context: e.cidx}); err != nil {
@@ -172,6 +182,58 @@ func (e *engine) scan() bool {
 		}
 	}
 	return len(e.ft.fresh) > 0
+}
+
+// waitedFor returns the set of world ranks this rank waits for (see scan).
+func (e *engine) waitedFor() []uint64 {
+	if e.ft.want == nil {
+		e.ft.want = make([]uint64, (e.size+63)/64)
+	}
+	want := e.ft.want
+	if e.ft.probing > 0 {
+		for i := 0; i < e.size; i++ {
+			bitSet(want, i)
+		}
+		return want
+	}
+	clear(want)
+	e.ft.commsMu.Lock()
+	defer e.ft.commsMu.Unlock()
+	mark := func(cid uint32, src int32) {
+		c := e.ft.comms[int(cid/2)]
+		switch {
+		case c == nil || c.e != e:
+		case cid == c.coll || src == AnySource:
+			for _, ep := range c.eps {
+				bitSet(want, ep.Rank)
+			}
+		case src >= 0 && int(src) < c.size:
+			bitSet(want, c.eps[src].Rank)
+		}
+	}
+	visit := func(l *reqList) {
+		for r := l.head; r != nil; r = r.next {
+			mark(r.ctx, r.src)
+		}
+	}
+	for i := range e.posted.buckets {
+		visit(&e.posted.buckets[i])
+	}
+	visit(&e.posted.wild)
+	if e.exp.on {
+		mark(e.exp.ctx, e.exp.src)
+	}
+	for _, r := range e.syncReqs {
+		if r != nil {
+			mark(r.ctx, r.src)
+		}
+	}
+	for _, a := range e.ft.agrees {
+		if a.c != nil && !a.decided {
+			mark(a.c.p2p, AnySource)
+		}
+	}
+	return want
 }
 
 // applyFailures applies the failures scan found (see the rules above).

@@ -277,7 +277,9 @@ func (e *engine) waitProbe(ctx context.Context, cid uint32, src, tag int32) erro
 	}
 	w := e.allocReq(reqWaiter)
 	w.ctx, w.src, w.tag = cid, src, tag
+	e.ft.probing++
 	err := e.wait(ctx, w.waitCond)
+	e.ft.probing--
 	e.freeReq(w)
 	if err == nil && e.unexp.find(cid, src, tag) == nil {
 		err = e.ftRecv(cid, src) // the source failed
