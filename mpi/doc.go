@@ -194,9 +194,9 @@
 // fault-tolerant AND, uniform however many ranks fail during it), stop the
 // others' pending operations (Revoke, ErrRevoked), and go on over a
 // communicator of the ranks left (Shrink). A waiting rank asks the AMI
-// about its peers once a millisecond, connecting to each on first ask:
-// with TCP, every rank that waits ends up linked to every other. World is
-// not fault tolerant; Finalize is, once a failure is known. See ft.go.
+// once a millisecond about the ranks it waits for (the AMI fails the
+// operations in flight with the others itself). World is not fault
+// tolerant; Finalize is, once a failure is known. See ft.go.
 //
 // A wait that ends because its context.Context ended says what it waited
 // for ("mpi: Recv from rank 1 tag 3: context deadline exceeded"), and
