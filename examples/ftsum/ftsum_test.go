@@ -64,15 +64,22 @@ func TestLosesWorkerLocal(t *testing.T) {
 			}
 			wg.Wait()
 			want := Want(prm.Tasks, prm.Chunk)
+			// With after=5, worker 2 may get no sixth task (the others
+			// took them all): then it stays to the end.
+			left := errors.Is(errs[2], ErrLeft)
+			survivors := 3
+			if !left {
+				survivors = 4
+			}
 			for i, err := range errs {
 				switch {
-				case i == 2 && after == 0 && !errors.Is(err, ErrLeft):
+				case i == 2 && after == 0 && !left:
 					t.Errorf("rank 2: %v, want ErrLeft", err)
-				case i == 2 && errors.Is(err, ErrLeft):
+				case i == 2 && left:
 				case err != nil:
 					t.Errorf("rank %d: %v", i, err)
-				case reps[i].Total != want || reps[i].Survived != 3:
-					t.Errorf("rank %d: total %d on %d survivors, want %d on 3", i, reps[i].Total, reps[i].Survived, want)
+				case reps[i].Total != want || reps[i].Survived != survivors:
+					t.Errorf("rank %d: total %d on %d survivors, want %d on %d", i, reps[i].Total, reps[i].Survived, want, survivors)
 				}
 			}
 			if after == 0 && !slices.Equal(reps[0].Lost, []int{2}) {
