@@ -453,7 +453,8 @@ func (e *engine) peerFailure(err error) error {
 // Revoke revokes c on every rank (MPIX_Comm_revoke): the operations
 // pending on c fail with ErrRevoked, and so do later ones, except Agree,
 // Shrink, FailureAck, FailureGetAcked and Free. It does not wait: the
-// other ranks learn of it as their contexts are advanced.
+// other ranks learn of it as their contexts are advanced (a rank that has
+// not made c yet when the notice comes ignores it).
 func (c *Comm) Revoke() error {
 	if c == nil {
 		return c.check()
