@@ -23,6 +23,7 @@ type Client struct {
 	contexts   []*Context
 	job        bootstrap.Job // the job Open joined, closed by Close
 	joined     bool          // made by OpenJob: counted in processRanks
+	lost       *lostWatch    // ranks the launcher lost (lost.go), or nil
 
 	// GOMAXPROCS as limitProcs set it, and as it was before; zeros if it
 	// did not.
@@ -121,6 +122,9 @@ func (c *Client) Adapters() []string {
 func (c *Client) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
+	}
+	if c.lost != nil {
+		c.lost.stopWatch()
 	}
 	unregisterClient(c)
 	var errs []error

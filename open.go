@@ -61,6 +61,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.job = job
+	c.watchLost(job)
 	return c, nil
 }
 

@@ -88,6 +88,7 @@ func (c *Comm) holdDirect() int32 {
 	tag := int32(c.seq & TagUB)
 	c.seq++
 	e.stats.Collectives++
+	e.pollStart()
 	e.held = e.ac.Hold()
 	e.inDirect = true
 	return tag

@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -54,12 +55,14 @@ type Comm struct {
 	// context id back.
 	inflight int
 	freeing  bool
+	ft       commFT // failures and revocation (ft.go)
 }
 
 func (c *Comm) setID(id int) {
 	c.id = id
 	c.p2p = uint32(2 * id)
 	c.coll = uint32(2*id + 1)
+	c.e.register(c)
 }
 
 // Rank returns the calling rank's rank in c.
@@ -286,10 +289,21 @@ func Finalize(ctx context.Context, w *Comm) error {
 	if w.id != 0 {
 		return fmt.Errorf("%w: Finalize of a communicator other than the world", ErrComm)
 	}
-	s := w.e.newSched(w)
-	s.sync = true
-	s.barrier()
-	if err := w.run(ctx, s); err != nil {
+	if w.ft.nfailed == 0 && !w.ft.revoked {
+		s := w.e.newSched(w)
+		s.sync = true
+		s.barrier()
+		err := w.run(ctx, s)
+		if err != nil && !errors.Is(err, ErrProcFailed) && !errors.Is(err, ErrRevoked) {
+			return fmt.Errorf("mpi: Finalize: %w", err)
+		}
+		if err == nil {
+			return w.free()
+		}
+	}
+	// Ranks failed: the survivors meet in an agreement instead, which
+	// waits for every rank not known failed (ft.go).
+	if _, err := w.e.agree(ctx, w, []uint64{1}); err != nil {
 		return fmt.Errorf("mpi: Finalize: %w", err)
 	}
 	return w.free()
@@ -313,6 +327,7 @@ func (c *Comm) free() error {
 		return err
 	}
 	c.freed = true
+	c.e.deregister(c)
 	if c.id != 0 {
 		if c.inflight > 0 {
 			// MPI_Comm_free: the operations in flight complete; the

@@ -95,8 +95,8 @@
 // forward; Iprobe and Test advance it once. Nonblocking operations make
 // progress only while some call advances the context — as in an MPI
 // library without an asynchronous progress thread. Every waiting call
-// takes a context.Context that bounds it: a peer that dies fails the AMI
-// operations with it (a *amigo.PeerError comes back), and one that merely
+// takes a context.Context that bounds it: a peer that dies fails the
+// operations that involve it (see Fault tolerance), and one that merely
 // never sends ends the wait when ctx ends. The layer owns the amigo
 // context World was called on: the program must not advance it itself.
 //
@@ -187,4 +187,26 @@
 // (passive target, a lock word the initiators take with remote atomics);
 // Flush, FlushAll and Unlock complete operations at their targets. See
 // win.go.
+//
+// # Fault tolerance
+//
+// A rank that fails — its process gone, its connection lost or silent
+// beyond the adapter's timeout, its client closed, or lost by a launcher
+// that lets the job go on (amirun --keep-going) — fails what involves it,
+// within a bounded time, as the fault-tolerance chapter proposed for MPI
+// (ULFM) has it: a receive from it, a send to it, a receive from AnySource
+// while its failure is not acknowledged (FailureAck), a one-sided access
+// to it, and every collective on a communicator that holds it, on every
+// rank that survives, complete with a *ProcFailedError naming it
+// (errors.Is(err, ErrProcFailed)). The survivors then agree (Agree, a
+// fault-tolerant AND, uniform however many ranks fail during it), stop the
+// others' pending operations (Revoke, ErrRevoked), and go on over a
+// communicator of the ranks left (Shrink). A waiting rank asks the AMI
+// once a millisecond about the ranks it waits for (the AMI fails the
+// operations in flight with the others itself). World is not fault
+// tolerant; Finalize is, once a failure is known. See ft.go.
+//
+// A wait that ends because its context.Context ended says what it waited
+// for ("mpi: Recv from rank 1 tag 3: context deadline exceeded"), and
+// wraps the context's error.
 package mpi

@@ -18,17 +18,20 @@ import (
 //	bytes 8-11  tag
 //	byte  12    kind: kindMsg; kindSync, a message whose receiver
 //	            acknowledges its match (Ssend); kindAck, that
-//	            acknowledgement; kindHello for the World handshake
+//	            acknowledgement; kindHello for the World handshake;
+//	            kindRevoke and kindAgree of fault tolerance (ft.go)
 //	byte  13    handshake round; of kindSync and kindAck, the generation
 //	            of the sender's slot
 //	bytes 14-15 zero; of kindSync and kindAck, the sender's slot
 const hdrLen = 16
 
 const (
-	kindMsg   = 0
-	kindHello = 1
-	kindSync  = 2
-	kindAck   = 3
+	kindMsg    = 0
+	kindHello  = 1
+	kindSync   = 2
+	kindAck    = 3
+	kindRevoke = 4
+	kindAgree  = 5
 )
 
 func putHdr(b *[hdrLen]byte, ctx uint32, src, tag int32) {
@@ -104,6 +107,8 @@ type engine struct {
 
 	nop       func(*amigo.Context) // posted to ring a driver's doorbell
 	driveCond func() bool          // driveCondition, made once
+
+	ft ftState // failures and revocations (ft.go)
 }
 
 // Stats counts what the mpi layer of a context did.
@@ -187,11 +192,11 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 	}
 	e.ids[0] &^= 1 // id 0: the world
 	w := &Comm{e: e, rank: e.rank, size: e.size}
-	w.setID(0)
 	w.eps = make([]amigo.Endpoint, e.size)
 	for r := range w.eps {
 		w.eps[r] = amigo.Endpoint{Rank: r, Context: e.cidx}
 	}
+	w.setID(0)
 	e.world = w
 
 	// The engine stays locked until the handshake is done: a goroutine
@@ -273,9 +278,22 @@ func (e *engine) handshake(ctx context.Context) error {
 				return err
 			}
 		}
-		r := round
-		if err := e.ac.Wait(ctx, func() bool { return e.hello[r] > 0 }); err != nil {
+		// The rank that greets this one in the round may have died
+		// (a job that goes on when ranks fail): asked now and then.
+		r, polls := round, 0
+		from := amigo.Endpoint{Rank: (e.rank - k + e.size) % e.size, Context: e.cidx}
+		var gone error
+		if err := e.ac.Wait(ctx, func() bool {
+			if polls++; e.hello[r] > 0 || polls&1023 != 0 {
+				return e.hello[r] > 0
+			}
+			gone = e.ac.PeerErr(from)
+			return gone != nil
+		}); err != nil {
 			return err
+		}
+		if e.hello[r] == 0 && gone != nil {
+			return gone
 		}
 		round++
 	}
@@ -305,6 +323,12 @@ func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 		if r := int(h[13]); r < len(e.hello) {
 			e.hello[r]++
 		}
+		return
+	case kindRevoke:
+		e.onRevoke(ctx)
+		return
+	case kindAgree:
+		e.agreeMsg(m)
 		return
 	default:
 		e.stats.Malformed++
@@ -420,10 +444,15 @@ func (e *engine) recvSmall(ctx context.Context, cid uint32, src, tag int32, buf 
 		e.unexp.release(u)
 		return err
 	}
+	if e.ft.on {
+		if err := e.ftRecv(cid, src); err != nil {
+			return err
+		}
+	}
 	e.exp = expected{on: true, ctx: cid, src: src, tag: tag, buf: buf}
 	if err := e.wait(ctx, e.expCond); err != nil {
 		e.exp = expected{}
-		return err
+		return e.waitErr(err, "collective waiting for", int(src), noArg)
 	}
 	err := e.exp.err
 	e.exp = expected{}
@@ -463,6 +492,12 @@ func (e *engine) smallErr(got, want int) error {
 func (e *engine) postRecv(r *request) {
 	u := e.unexp.find(r.ctx, r.src, r.tag)
 	if u == nil {
+		if e.ft.on {
+			if err := e.ftRecv(r.ctx, r.src); err != nil {
+				e.complete(r, err)
+				return
+			}
+		}
 		e.posted.add(r)
 		return
 	}
@@ -520,6 +555,11 @@ func (e *engine) recvUnexpected(r *request, u *unexpected) {
 // Otherwise it takes a request from newReq, which completes when buf may be
 // reused, and returns it.
 func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []byte, sync bool) (*request, error) {
+	if e.ft.on {
+		if err := e.ftSend(dest, ctx); err != nil {
+			return nil, err
+		}
+	}
 	e.stats.Sent++
 	if len(buf) <= e.immMax && !sync {
 		putHdr(&e.hdr, ctx, src, tag)
@@ -531,12 +571,18 @@ func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []
 			if e.direct && e.held.Queued() {
 				e.unflushed = true
 			}
+			if err != nil {
+				err = e.peerFailure(err)
+			}
 			return nil, err
 		}
 		if e.direct {
 			e.unflushed = true
 		}
-		return nil, e.ac.SendImmediate(dest, e.disp, e.hdr[:], buf)
+		if err := e.ac.SendImmediate(dest, e.disp, e.hdr[:], buf); err != nil {
+			return nil, e.peerFailure(err)
+		}
+		return nil, nil
 	}
 	r := e.allocReq(reqSend)
 	putHdr(&r.hdr, ctx, src, tag)
@@ -544,7 +590,7 @@ func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []
 	r.inAMI = true
 	if err := e.ac.Send(dest, e.disp, r.hdr[:], buf, r.onAMI); err != nil {
 		e.freeReq(r)
-		return nil, err
+		return nil, e.peerFailure(err)
 	}
 	return r, nil
 }

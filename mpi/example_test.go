@@ -2,6 +2,7 @@ package mpi_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -126,4 +127,36 @@ func ExampleIallreduce() {
 		}
 	})
 	// Output: 3
+}
+
+// Rank 2 of 4 goes (its client closes, as when its process dies): a
+// collective fails on every survivor, naming it, and the survivors go on
+// over a communicator of the three of them.
+func ExampleComm_Shrink() {
+	ranks(4, func(ctx context.Context, w *mpi.Comm) {
+		if w.Rank() == 2 {
+			for range 3 { // every rank is past World
+				w.Recv(ctx, nil, mpi.AnySource, 1)
+			}
+			w.Context().Client().Close()
+			return
+		}
+		w.Send(ctx, nil, 2, 1)
+		err := w.Barrier(ctx)
+		var pf *mpi.ProcFailedError
+		if !errors.As(err, &pf) {
+			panic(err)
+		}
+		failed := errors.Is(err, mpi.ErrProcFailed)
+		s, err := w.Shrink(ctx)
+		if err != nil {
+			panic(err)
+		}
+		sum := []int{w.Rank()}
+		mpi.Allreduce(ctx, s, nil, sum, mpi.Sum)
+		if v, _ := s.Agree(ctx, 0b11); w.Rank() == 0 {
+			fmt.Println(pf.WorldRank, failed, s.Size(), sum[0], v)
+		}
+	})
+	// Output: 2 true 3 4 3
 }

@@ -3,3 +3,24 @@ package mpi
 // AssumeOversubscribed makes the collectives of c's rank choose as they do
 // on a host with more ranks than processors, wherever its ranks run.
 func AssumeOversubscribed(c *Comm) { c.e.oversub = true }
+
+// DieInAgree makes this process kill itself (SIGKILL) in its next
+// agreement, when it is about to send a message of kind ("propose" or
+// "decided") of round (0 for a decision) to rank to, once every message
+// it sent before has left.
+func DieInAgree(kind string, round, to int, die func()) {
+	k := byte(agreePropose)
+	if kind == "decided" {
+		k = agreeDecided
+	}
+	testAgreeSend = func(a *agreement, kind byte, r, i int) {
+		if kind != k || r != round || i != to {
+			return
+		}
+		// The messages posted so far leave first: the others get them.
+		for n := 0; n < 1_000_000 && a.sent < a.posted; n++ {
+			a.e.ac.Advance()
+		}
+		die()
+	}
+}

@@ -67,7 +67,7 @@ func (c *Comm) Mprobe(ctx context.Context, src, tag int) (Message, Status, error
 		return Message{c: c, noProc: true}, procNullStatus, nil
 	}
 	if err := e.waitProbe(ctx, c.p2p, int32(src), int32(tag)); err != nil {
-		return Message{}, Status{}, err
+		return Message{}, Status{}, e.waitErr(err, "Mprobe for", src, tag)
 	}
 	m, st := c.take(e.unexp.find(c.p2p, int32(src), int32(tag)))
 	return m, st, nil

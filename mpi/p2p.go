@@ -65,7 +65,7 @@ func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
 	c.track(r)
 	if err := e.wait(ctx, r.cond); err != nil {
 		r.orphan = true
-		return err
+		return e.waitErr(err, "Send to", dest, tag)
 	}
 	err = r.err
 	e.freeReq(r)
@@ -100,6 +100,7 @@ func (c *Comm) isend(buf []byte, dest, tag int) (Request, error) {
 		r.done = true
 		e.unflushed = true
 	} else {
+		r.src, r.tag = int32(dest), int32(tag) // for a wait's error
 		c.track(r)
 	}
 	return Request{r: r, gen: r.gen}, nil
@@ -126,7 +127,7 @@ func (c *Comm) Recv(ctx context.Context, buf []byte, src, tag int) (Status, erro
 	e.postRecv(r)
 	if err := e.wait(ctx, r.cond); err != nil {
 		e.abandon(r)
-		return Status{}, err
+		return Status{}, e.waitErr(err, "Recv from", src, tag)
 	}
 	st, err := r.status, r.err
 	e.freeReq(r)
@@ -262,7 +263,7 @@ func (c *Comm) Probe(ctx context.Context, src, tag int) (Status, error) {
 		return procNullStatus, nil
 	}
 	if err := e.waitProbe(ctx, c.p2p, int32(src), int32(tag)); err != nil {
-		return Status{}, err
+		return Status{}, e.waitErr(err, "Probe for", src, tag)
 	}
 	u := e.unexp.find(c.p2p, int32(src), int32(tag))
 	return Status{Source: int(u.src), Tag: int(u.tag), Count: u.size}, nil
@@ -276,8 +277,13 @@ func (e *engine) waitProbe(ctx context.Context, cid uint32, src, tag int32) erro
 	}
 	w := e.allocReq(reqWaiter)
 	w.ctx, w.src, w.tag = cid, src, tag
+	e.ft.probing++
 	err := e.wait(ctx, w.waitCond)
+	e.ft.probing--
 	e.freeReq(w)
+	if err == nil && e.unexp.find(cid, src, tag) == nil {
+		err = e.ftRecv(cid, src) // the source failed
+	}
 	return err
 }
 

@@ -40,6 +40,9 @@ func program(name string) func(ctx context.Context, w *mpi.Comm) error {
 	if p, ok := strings.CutPrefix(name, "small:"); ok {
 		return collProgram(p, true)
 	}
+	if fn := ftProgram(name); fn != nil {
+		return fn
+	}
 	switch name {
 	case "nonovertaking/posted":
 		return nonOvertaking("posted first")

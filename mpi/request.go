@@ -3,6 +3,7 @@ package mpi
 import (
 	"context"
 	"fmt"
+	"strconv"
 )
 
 type reqKind uint8
@@ -65,6 +66,9 @@ type reqState struct {
 	// the AMI completed it first.
 	syncSlot int32
 	sentDone bool
+	// ftErr fails a synchronous send whose receiver failed before its
+	// acknowledgement, when the AMI is done with it (ft.go).
+	ftErr error
 
 	// counted is the communicator whose in-flight operations count r
 	// (Comm.track).
@@ -120,6 +124,9 @@ func (e *engine) freeReq(r *request) {
 // released; a user's request waits for Wait or Test.
 func (e *engine) complete(r *request, err error) {
 	e.events++
+	if err != nil {
+		err = e.peerFailure(err)
+	}
 	if r.trunc != nil {
 		// A truncated announced message, taken whole: the receive gets
 		// its first bytes and the error.
@@ -141,6 +148,8 @@ func (e *engine) complete(r *request, err error) {
 			return
 		}
 		e.dropSync(r)
+	} else if r.ftErr != nil && err == nil {
+		err = r.ftErr
 	}
 	r.done = true
 	r.err = err
@@ -225,7 +234,7 @@ func (q *Request) wait(ctx context.Context) (Status, error) {
 	}
 	e := r.e
 	if err := e.wait(ctx, r.cond); err != nil {
-		return Status{}, err
+		return Status{}, r.waitErr(err)
 	}
 	e.flush()
 	st, err := r.status, r.err
@@ -385,7 +394,7 @@ func Waitall(ctx context.Context, reqs []Request, statuses []Status) error {
 	for i := range reqs {
 		if reqs[i].r != nil && reqs[i].r.gen == reqs[i].gen {
 			if err := reqs[i].r.e.wait(ctx, reqs[i].r.cond); err != nil {
-				return err
+				return fmt.Errorf("request %d: %w", i, reqs[i].r.waitErr(err))
 			}
 		}
 		st, err := reqs[i].wait(ctx)
@@ -556,7 +565,10 @@ func (e *engine) waitAny(ctx context.Context, reqs []Request) error {
 	w.reqs = reqs
 	err := e.wait(ctx, w.waitCond)
 	e.freeReq(w)
-	return err
+	if err != nil {
+		return e.waitErr(err, "Wait for one of "+strconv.Itoa(len(reqs))+" requests", noArg, noArg)
+	}
+	return nil
 }
 
 // firstReady returns the index of the first non-null request of reqs that
@@ -598,5 +610,5 @@ func (r *request) waiterDone() bool {
 	if r.reqs != nil {
 		return firstReady(r.reqs) >= 0
 	}
-	return r.e.unexp.find(r.ctx, r.src, r.tag) != nil
+	return r.e.unexp.find(r.ctx, r.src, r.tag) != nil || r.e.ft.on && r.e.ftRecv(r.ctx, r.src) != nil
 }

@@ -1,6 +1,9 @@
 package mpi
 
-import "context"
+import (
+	"context"
+	"strconv"
+)
 
 // A collective is a schedule: a list of steps in rounds. A round starts its
 // steps in order — sends and receives are posted, local copies and
@@ -257,6 +260,7 @@ func (s *sched) finish() {
 // cache line to reach the peer.
 func (c *Comm) run(ctx context.Context, s *sched) error {
 	e := c.e
+	e.pollStart()
 	e.held = e.ac.Hold()
 	defer e.dropHold()
 	e.direct = true
@@ -264,6 +268,7 @@ func (c *Comm) run(ctx context.Context, s *sched) error {
 	e.direct = false
 	if !s.done {
 		if err := e.wait(ctx, s.cond); err != nil {
+			err = e.waitErr(err, "collective on a communicator of "+strconv.Itoa(c.size)+" ranks", noArg, noArg)
 			s.fail(err)
 			e.freeSched(s)
 			return err
@@ -277,6 +282,7 @@ func (c *Comm) run(ctx context.Context, s *sched) error {
 
 // start starts s and returns a Request that completes with it.
 func (c *Comm) start(s *sched) Request {
+	c.e.pollStart()
 	r := c.e.allocReq(reqColl)
 	r.sched = s
 	s.req = r

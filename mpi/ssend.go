@@ -58,6 +58,11 @@ func (c *Comm) issend(buf []byte, dest, tag int) (Request, error) {
 	if dest == ProcNull {
 		return e.doneReq(reqSend, Status{}), nil
 	}
+	if e.ft.on {
+		if err := e.ftSend(c.eps[dest], c.p2p); err != nil {
+			return Request{}, err
+		}
+	}
 	r := e.allocReq(reqSend)
 	slot, err := e.takeSyncSlot(r)
 	if err != nil {
@@ -69,6 +74,7 @@ func (c *Comm) issend(buf []byte, dest, tag int) (Request, error) {
 	r.hdr[14], r.hdr[15] = byte(slot), byte(slot>>8)
 	r.buf = buf
 	r.inAMI = true
+	r.ctx, r.src, r.tag = c.p2p, int32(dest), int32(tag) // for failures and errors
 	c.track(r)
 	e.stats.Sent++
 	if err := e.ac.Send(c.eps[dest], e.disp, r.hdr[:], buf, r.onAMI); err != nil {

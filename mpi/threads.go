@@ -69,7 +69,7 @@ func (e *engine) unlock() { e.mu.Unlock() }
 // goroutine that wants the engine, or sleepers that may have been
 // completed.
 func (e *engine) driveCondition() bool {
-	return e.driveFor() || e.want.Load() > 0 || e.sleepers > 0 && e.events != e.driveMark
+	return e.driveFor() || e.want.Load() > 0 || e.sleepers > 0 && e.events != e.driveMark || e.pollFailures()
 }
 
 // wait advances the context until cond holds or ctx ends, sharing the
@@ -77,6 +77,9 @@ func (e *engine) driveCondition() bool {
 // called and returns with the engine locked. Messages posted before it are
 // injected by its first Advance.
 func (e *engine) wait(ctx context.Context, cond func() bool) error {
+	if len(e.ft.fresh) > 0 {
+		e.applyFailures()
+	}
 	if cond() {
 		return nil
 	}
@@ -93,7 +96,14 @@ func (e *engine) wait(ctx context.Context, cond func() bool) error {
 	}
 	e.driving = true
 	err := e.drive(ctx, cond)
-	for err == nil && !cond() {
+	for err == nil {
+		if len(e.ft.fresh) > 0 {
+			// A peer failed: fail what waits for it (ft.go).
+			e.applyFailures()
+		}
+		if cond() {
+			break
+		}
 		// Another goroutine wants the engine, or operations of sleepers
 		// completed: wake them, let them in, and go on with the role.
 		e.wakeSleepers()

@@ -308,7 +308,7 @@ func (w *Win) opDone(err error) {
 	w.pending--
 	w.comm.e.events++ // a goroutine asleep in waitPending may be done
 	if err != nil && w.err == nil {
-		w.err = err
+		w.err = w.comm.e.peerFailure(err)
 	}
 }
 
@@ -326,6 +326,11 @@ func (w *Win) target(r, disp, n int) (uint64, error) {
 	}
 	if disp < 0 || n < 0 {
 		return 0, fmt.Errorf("%w: displacement %d, %d bytes", ErrRMARange, disp, n)
+	}
+	if e := w.comm.e; e.ft.on {
+		if err := w.comm.targetFailure(r); err != nil {
+			return 0, err
+		}
 	}
 	off := uint64(disp) * uint64(w.units[r])
 	if off/uint64(w.units[r]) != uint64(disp) || off > w.sizes[r] || uint64(n) > w.sizes[r]-off {
@@ -368,7 +373,7 @@ func (w *Win) rma(put bool, origin []byte, target, disp int) error {
 		if put {
 			what = "Put to"
 		}
-		return fmt.Errorf("mpi: %s rank %d: %w", what, target, err)
+		return fmt.Errorf("mpi: %s rank %d: %w", what, target, w.comm.e.peerFailure(err))
 	}
 	return nil
 }
@@ -378,7 +383,7 @@ func (w *Win) rma(put bool, origin []byte, target, disp int) error {
 // The caller holds the engine's lock.
 func (w *Win) waitPending(ctx context.Context) error {
 	if err := w.comm.e.wait(ctx, func() bool { return w.pending == 0 }); err != nil {
-		return err
+		return w.comm.e.waitErr(err, "window operations of this rank", noArg, noArg)
 	}
 	err := w.err
 	w.err = nil
@@ -452,7 +457,7 @@ func (w *Win) flushAll(ctx context.Context) error {
 		return errors.Join(err, e)
 	}
 	if e := w.comm.e.wait(ctx, func() bool { return fenced }); e != nil {
-		return errors.Join(err, e)
+		return errors.Join(err, w.comm.e.waitErr(e, "window FlushAll", noArg, noArg))
 	}
 	if err == nil {
 		err = ferr
@@ -467,7 +472,7 @@ func (w *Win) flushAMI(ctx context.Context, ep amigo.Endpoint) error {
 		return err
 	}
 	if err := w.comm.e.wait(ctx, func() bool { return flushed }); err != nil {
-		return err
+		return w.comm.e.waitErr(err, "window Flush of world", ep.Rank, noArg)
 	}
 	return ferr
 }
@@ -598,7 +603,7 @@ func (w *Win) lockOp(ctx context.Context, target int, op amigo.AtomicOp, operand
 		return 0, err
 	}
 	if err := w.comm.e.wait(ctx, func() bool { return done }); err != nil {
-		return 0, err
+		return 0, w.comm.e.waitErr(err, "window lock word of", target, noArg)
 	}
 	return w.ctlWord, aerr
 }

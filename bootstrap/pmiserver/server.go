@@ -55,6 +55,9 @@ type Server struct {
 	pending   map[string]string // puts since the last fence
 	kvs       map[string]string // fenced puts
 	arrived   int
+	in        []bool // rank has entered the current fence
+	lost      []bool // rank lost by the launcher (Lost)
+	nlost     int
 	gen       chan struct{} // closed when the current fence completes
 	done      chan struct{} // closed by Close
 	closed    bool
@@ -94,6 +97,8 @@ func New(cfg Config) (*Server, error) {
 		bound:     make([]bool, cfg.Size),
 		spoke:     make([]bool, cfg.Size),
 		finalized: make([]bool, cfg.Size),
+		in:        make([]bool, cfg.Size),
+		lost:      make([]bool, cfg.Size),
 		conns:     map[net.Conn]struct{}{},
 	}, nil
 }
@@ -209,20 +214,63 @@ func (s *Server) logf(format string, args ...any) {
 	}
 }
 
-// fence blocks until all ranks have entered the current fence, then
-// publishes the pending puts. It fails if the server closes.
-func (s *Server) fence() error {
+// LostKey is the PMI key under which the server publishes the ranks the
+// launcher lost (Lost): their numbers, comma-separated, in the order they
+// were lost. It is readable at once, without a fence; absent while none
+// was lost.
+const LostKey = pmiwire.LostKey
+
+// Lost tells the server that rank is gone for good, as a launcher that
+// lets the job go on reports a rank it lost: fences stop waiting for it
+// (the one in progress completes if it waited for it only), and the ranks
+// find it under LostKey.
+func (s *Server) Lost(rank int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rank < 0 || rank >= s.cfg.Size || s.lost[rank] {
+		return
+	}
+	s.lost[rank] = true
+	s.nlost++
+	if v := s.kvs[LostKey]; v != "" {
+		s.kvs[LostKey] = v + "," + strconv.Itoa(rank)
+	} else {
+		s.kvs[LostKey] = strconv.Itoa(rank)
+	}
+	if s.in[rank] {
+		s.in[rank] = false
+		s.arrived--
+	}
+	if s.arrived > 0 && s.arrived == s.cfg.Size-s.nlost {
+		s.completeFence()
+	}
+}
+
+// completeFence publishes the pending puts and releases the fence's
+// waiters. The caller holds s.mu.
+func (s *Server) completeFence() {
+	for k, v := range s.pending {
+		s.kvs[k] = v
+	}
+	s.pending = map[string]string{}
+	s.arrived = 0
+	clear(s.in)
+	gen := s.gen
+	s.gen = make(chan struct{})
+	close(gen)
+}
+
+// fence blocks until all ranks not lost have entered the current fence,
+// then publishes the pending puts. It fails if the server closes.
+func (s *Server) fence(rank int) error {
 	s.mu.Lock()
 	gen := s.gen
-	s.arrived++
-	if s.arrived == s.cfg.Size {
-		for k, v := range s.pending {
-			s.kvs[k] = v
-		}
-		s.pending = map[string]string{}
-		s.arrived = 0
-		s.gen = make(chan struct{})
-		close(gen)
+	if rank >= 0 && rank < len(s.in) && !s.in[rank] && !s.lost[rank] {
+		s.in[rank] = true
+		s.arrived++
+	}
+	if s.arrived >= s.cfg.Size-s.nlost {
+		s.completeFence()
 		s.mu.Unlock()
 		return nil
 	}
@@ -403,7 +451,7 @@ func (c *conn) handle1(m pmiwire.Msg) error {
 		}
 		return c.reply1("get_result", kv("rc", "-1"), kv("msg", sanitize("key_"+k+"_not_found")), kv("value", "unknown"))
 	case "barrier_in":
-		if err := s.fence(); err != nil {
+		if err := s.fence(c.rank); err != nil {
 			return err
 		}
 		return c.reply1("barrier_out", kv("rc", "0"))
@@ -509,7 +557,7 @@ func (c *conn) serve2() error {
 				err = c.reply2(resp, ok, kv("found", "FALSE"))
 			}
 		case "kvs-fence":
-			if err = s.fence(); err == nil {
+			if err = s.fence(c.rank); err == nil {
 				err = c.reply2(resp, ok)
 			}
 		case "finalize":

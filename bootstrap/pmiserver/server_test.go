@@ -105,3 +105,53 @@ func TestRejects(t *testing.T) {
 		t.Errorf("ProcessMapping = %q", got)
 	}
 }
+
+// A rank the launcher lost: the fence in progress, which waited for it
+// only, completes; later fences do not wait for it; the ranks read it
+// under LostKey at once.
+func TestLost(t *testing.T) {
+	s, _ := New(Config{Size: 3, KVSName: "kvs_1"})
+	defer s.Close()
+	if _, ok := s.get(LostKey); ok {
+		t.Fatal("LostKey set before any rank was lost")
+	}
+	entered := make(chan error, 2)
+	for _, r := range []int{0, 1} {
+		go func() { entered <- s.fence(r) }()
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		n := s.arrived
+		s.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("ranks 0 and 1 did not enter the fence")
+		}
+	}
+	select {
+	case err := <-entered:
+		t.Fatalf("fence completed without rank 2: %v", err)
+	default:
+	}
+	s.Lost(2)
+	for range 2 {
+		select {
+		case err := <-entered:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("fence did not complete once rank 2 was lost")
+		}
+	}
+	s.Lost(1)
+	s.Lost(1)
+	if v, ok := s.get(LostKey); !ok || v != "2,1" {
+		t.Fatalf("LostKey %q %v, want \"2,1\"", v, ok)
+	}
+	if err := s.fence(0); err != nil { // alone now
+		t.Fatal(err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,6 +42,8 @@ func TestMain(m *testing.M) {
 //	kill:R              rank R kills itself with SIGKILL; others fence
 //	abort:R:C           rank R aborts the job with code C; others fence
 //	nofinalize:R        rank R exits 0 without closing; others fence
+//	lost:R              rank R kills itself with SIGKILL; the others wait
+//	                    until amirun reports it lost, fence and finalize
 //	hang                every rank sleeps
 //	print               every rank prints two lines to stdout, one to stderr
 //	cpus                every rank prints its Cpus_allowed_list (/proc/self/status)
@@ -114,7 +117,39 @@ func rankMain(mode string) int {
 			time.Sleep(300 * time.Second)
 		case "nofinalize":
 			return 0
+		case "lost":
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
+	}
+	if f[0] == "lost" {
+		// The others learn from amirun that it lost the rank, and fence
+		// without it.
+		for {
+			lost, err := bootstrap.LostRanks(ctx, j)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 96
+			}
+			if slices.Contains(lost, target) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				fmt.Fprintln(os.Stderr, "rank", j.Rank(), "never heard that rank", target, "was lost")
+				return 95
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		if err := j.Fence(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 97
+		}
+		fmt.Printf("rank %d: rank %d lost\n", j.Rank(), target)
+		if err := j.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 94
+		}
+		return 0
 	}
 	if err := j.Fence(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -256,6 +291,7 @@ func TestTagOutput(t *testing.T) {
 // bounded time, stopping the other ranks (blocked in a fence) and every
 // process they started.
 func TestFailures(t *testing.T) {
+	t.Setenv("SLURM_NO_KILL", "") // fail-fast, whatever job runs the test
 	me, err := os.Hostname()
 	if err != nil {
 		t.Fatal(err)
@@ -288,6 +324,46 @@ func TestFailures(t *testing.T) {
 				t.Errorf("took %v", res.elapsed)
 			}
 		})
+	}
+}
+
+// With --keep-going, or in a Slurm job run with --no-kill, a rank that dies
+// does not stop the others: they learn from amirun that it was lost,
+// fence without it and finish; amirun exits with the dead rank's status.
+func TestKeepGoing(t *testing.T) {
+	me, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  string
+	}{
+		{"flag", []string{"--keep-going"}, ""},
+		{"slurm", nil, "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("SLURM_NO_KILL", tc.env)
+			res := amirun(t, nil, append([]string{"-n", "4", "--grace", "1s"}, tc.args...), "lost:2", 0)
+			if res.code != 128+9 {
+				t.Errorf("exit %d, want %d\nstderr:\n%s", res.code, 128+9, res.stderr)
+			}
+			if says := "rank 2 on " + me + " was killed by killed; the job goes on (--keep-going)"; !strings.Contains(res.stderr, says) {
+				t.Errorf("stderr does not say %q:\n%s", says, res.stderr)
+			}
+			for _, r := range []int{0, 1, 3} {
+				if line := fmt.Sprintf("rank %d: rank 2 lost\n", r); !strings.Contains(res.stdout, line) {
+					t.Errorf("stdout lacks %q:\n%s\nstderr:\n%s", line, res.stdout, res.stderr)
+				}
+			}
+		})
+	}
+	// SLURM_NO_KILL=0 leaves the default: the job stops.
+	t.Setenv("SLURM_NO_KILL", "0")
+	res := amirun(t, nil, []string{"-n", "4", "--grace", "1s"}, "kill:2", 0)
+	if res.code != 128+9 || !strings.Contains(res.stderr, "stopping the job") {
+		t.Errorf("SLURM_NO_KILL=0: exit %d\nstderr:\n%s", res.code, res.stderr)
 	}
 }
 

@@ -169,6 +169,16 @@ func (j *job) run() int {
 				}
 				st, how := status(ev.state, ev.err)
 				switch {
+				case (st != 0 || live > 0 && srv.Connected(ev.rank) && !srv.Finalized(ev.rank)) && o.keepGoing && !stopping:
+					if st == 0 {
+						st, how = 1, "exited without PMI finalize"
+					}
+					// The first failure sets the status; each is told.
+					if code < 0 {
+						code = st
+					}
+					j.logf("rank %d on %s %s; the job goes on (--keep-going)", ev.rank, j.ranks[ev.rank].host, how)
+					srv.Lost(ev.rank) // the others learn of it
 				case st != 0:
 					failed(st, "rank %d on %s %s; stopping the job", ev.rank, j.ranks[ev.rank].host, how)
 					beginStop()
@@ -317,6 +327,9 @@ func (j *job) start(r, h int, cpus []int, secret, portEnv string) (*rank, error)
 		"PMI_RANK=" + strconv.Itoa(r),
 		"PMI_SIZE=" + strconv.Itoa(o.n),
 		bootstrap.SecretEnv + "=" + secret,
+	}
+	if o.keepGoing {
+		pmiEnv = append(pmiEnv, "AMIGO_KEEP_GOING=1")
 	}
 	// -x and -genv first: the PMI variables are amirun's to set.
 	pmiEnv = append(append([]string{}, o.env...), pmiEnv...)

@@ -30,7 +30,15 @@
 // non-zero, is killed by a signal — reported as 128+signal — aborts through
 // PMI, or exits without PMI finalize after opening the job), saying which
 // rank on which host, and then stops the others: SIGTERM to each rank's
-// process group, SIGKILL after --grace. SIGINT, SIGTERM and SIGHUP are
+// process group, SIGKILL after --grace. With --keep-going (or inside a
+// Slurm job run with --no-kill, SLURM_NO_KILL) the others go on instead:
+// a program that survives the loss of ranks (package mpi's Shrink and
+// Agree) finishes, and amirun still exits with the first failed rank's
+// status once every rank has ended; a rank that aborts through PMI stops
+// the job all the same. The ranks get AMIGO_KEEP_GOING=1, and amirun
+// publishes each rank it lost to the others through PMI
+// (bootstrap.LostRanks): amigo then reports the lost rank as failed
+// (amigo.ErrLost) even where its adapter could not tell. SIGINT, SIGTERM and SIGHUP are
 // forwarded to all ranks. With --timeout the job is stopped after that long
 // and amirun exits 124. amirun makes itself a child subreaper, so processes
 // that ranks leave behind are stopped too. Ranks read standard input from
@@ -64,6 +72,7 @@ type options struct {
 	env       []string // VAR=value for every rank (-x, -genv)
 	bindTo    string   // "core" or "none"
 	report    bool     // --report-bindings
+	keepGoing bool     // --keep-going: a failed rank does not stop the job
 	prog      []string
 }
 
@@ -133,6 +142,7 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 	fs.Var(&genv, "genv", "\"VAR value\" or VAR=value: set VAR for every rank; may be repeated (MPICH's -genv)")
 	fs.StringVar(&o.bindTo, "bind-to", "none", "core: pin each rank of this host to a core of its own, in turn (sched_setaffinity); none: leave them free")
 	fs.BoolVar(&o.report, "report-bindings", false, "print each rank's binding on standard error")
+	fs.BoolVar(&o.keepGoing, "keep-going", false, "let the other ranks run on when one fails (default in a Slurm job run with --no-kill)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: amirun -n N [flags] prog [args...]\n")
 		fs.PrintDefaults()
@@ -207,12 +217,27 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 	if o.n < 1 || o.n > 1<<16 {
 		return nil, fmt.Errorf("-n %d: want 1 to 65536 ranks", o.n)
 	}
+	if !set["keep-going"] {
+		o.keepGoing = slurmNoKill(os.Getenv("SLURM_NO_KILL"))
+	}
 	o.local = isLocal(o.hosts)
 	if o.grace <= 0 {
 		o.grace = time.Second
 	}
 	return o, nil
 }
+
+// slurmNoKill reports whether SLURM_NO_KILL, as srun and sbatch set it for
+// --no-kill, asks that the job outlive a failed node: set, and not "off"
+// or "0".
+func slurmNoKill(v string) bool {
+	switch strings.ToLower(v) {
+	case "", "0", "off", "no", "false":
+		return false
+	}
+	return true
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parseArgs(args, stderr)
 	if err != nil {

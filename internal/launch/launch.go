@@ -42,8 +42,10 @@ type Options struct {
 	// Grace is how long ranks have between SIGTERM and SIGKILL when the job
 	// is stopped (default 2s).
 	Grace time.Duration
-	// KeepGoing lets the other ranks run on when one fails; Wait then
-	// reports every failed rank. Tests of rank failures use it.
+	// KeepGoing lets the other ranks run on when one fails, as amirun
+	// --keep-going does: the ranks get AMIGO_KEEP_GOING=1, and each rank
+	// that fails is published to the others (bootstrap.LostRanks). Wait
+	// then reports every failed rank. Tests of rank failures use it.
 	KeepGoing bool
 	// BindCores pins rank r to the r-th core this process may use
 	// (sched_setaffinity before the rank starts, as amirun --bind-to core
@@ -140,6 +142,9 @@ func (j *Job) start(r int, secret string, cpus []int) error {
 	cmd.Env = append(cmd.Env,
 		"PMI_FD=3", "PMI_RANK="+strconv.Itoa(r), "PMI_SIZE="+strconv.Itoa(o.N),
 		bootstrap.SecretEnv+"="+secret)
+	if o.KeepGoing {
+		cmd.Env = append(cmd.Env, "AMIGO_KEEP_GOING=1")
+	}
 	cmd.ExtraFiles = append([]*os.File{theirs}, o.Files...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if o.Output != nil {
@@ -162,6 +167,11 @@ func (j *Job) start(r int, secret string, cpus []int) error {
 
 // Pid returns the process id of rank.
 func (j *Job) Pid(rank int) int { return j.ranks[rank].cmd.Process.Pid }
+
+// Lose reports rank lost to the other ranks (bootstrap.LostRanks), as Wait
+// does for a rank that fails under KeepGoing: a launcher that gives up on a
+// rank it cannot reach.
+func (j *Job) Lose(rank int) { j.srv.Lost(rank) }
 
 // Wait waits until every rank exited. When a rank fails (exits non-zero,
 // is killed) or ctx ends, it stops the others and returns an error that
@@ -190,6 +200,7 @@ func (j *Job) Wait(ctx context.Context) error {
 				if j.opts.KeepGoing {
 					all.Ranks = append(all.Ranks, e.rank)
 					all.Errs = append(all.Errs, err)
+					j.srv.Lost(e.rank) // the others learn of it
 					continue
 				}
 				if first == nil && !stopping {

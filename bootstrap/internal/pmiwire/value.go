@@ -29,3 +29,7 @@ func DecodeValue(s string) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// LostKey is the PMI key under which amigo's launchers publish the ranks
+// they lost while the job goes on: their numbers, comma-separated.
+const LostKey = "amigo-lost"
