@@ -29,6 +29,10 @@ const (
 	kindHello = 1
 	kindSync  = 2
 	kindAck   = 3
+	// kindRMA and kindRMAReply are an accumulate the target's layer
+	// applies and its reply, with headers of their own (win_am.go).
+	kindRMA      = 4
+	kindRMAReply = 5
 )
 
 func putHdr(b *[hdrLen]byte, ctx uint32, src, tag int32) {
@@ -101,6 +105,10 @@ type engine struct {
 	syncReqs []*request
 	syncGen  []uint8
 	syncFree []uint16
+
+	// wins holds the windows of the context by id (their
+	// communicator's), for the accumulates their owners apply.
+	wins map[uint32]*Win
 
 	nop       func(*amigo.Context) // posted to ring a driver's doorbell
 	driveCond func() bool          // driveCondition, made once
@@ -286,6 +294,10 @@ func (e *engine) handshake(ctx context.Context) error {
 // message against the posted queue, or keeps it in the unexpected queue.
 func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 	h := m.Header
+	if len(h) >= hdrLen && (h[12] == kindRMA || h[12] == kindRMAReply) {
+		e.onRMA(m)
+		return
+	}
 	if len(h) != hdrLen {
 		e.stats.Malformed++
 		return // an announcement left unclaimed is declined

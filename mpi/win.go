@@ -2,7 +2,6 @@ package mpi
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -127,6 +126,16 @@ type Win struct {
 	err     error
 	done    func(error)
 	ctlWord uint64 // a lock operation's fetched value
+
+	// Accumulates sent to their owners (win_am.go): by slot, the free
+	// slots, and per target those awaiting their reply; elem is the
+	// scratch of the owner's compare-and-swap loops; inline the AMI's
+	// InlineMax.
+	msgs    []*rmaMsg
+	msgFree []uint16
+	msgOut  []int
+	elem    [2][16]byte
+	inline  int
 }
 
 // WinCreate makes a window of mem on every rank of c (MPI_Win_create): the
@@ -159,7 +168,7 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc bool) 
 	}
 	ac := c.e.ac
 	cl := ac.Client()
-	w := &Win{ac: ac, mem: mem, locks: make([]LockType, c.size), put: make([]bool, c.size)}
+	w := &Win{ac: ac, mem: mem, locks: make([]LockType, c.size), put: make([]bool, c.size), msgOut: make([]int, c.size), inline: cl.Config().InlineMax}
 	w.done = w.opDone
 	var err error
 	if alloc {
@@ -193,13 +202,18 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc bool) 
 	if len(w.mem) > 0 {
 		mine[4] = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(w.mem))) & 7)
 	}
-	all := make([]uint64, fields*c.size)
-	if err := Allgather(ctx, c, mine, all); err != nil {
+	// The window's communicator first, and the window known by its id,
+	// so that an accumulate that follows the exchange finds it.
+	if w.comm, err = c.Dup(ctx); err != nil {
 		w.release()
 		return nil, fmt.Errorf("mpi: window creation: %w", err)
 	}
-	if w.comm, err = c.Dup(ctx); err != nil {
+	w.register()
+	all := make([]uint64, fields*c.size)
+	if err := Allgather(ctx, w.comm, mine, all); err != nil {
+		w.unregister()
 		w.release()
+		_ = w.comm.Free()
 		return nil, fmt.Errorf("mpi: window creation: %w", err)
 	}
 	n := c.size
@@ -212,6 +226,24 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc bool) 
 		w.sizes[r], w.units[r], w.skew[r] = f[2], int(f[3]), uint8(f[4])
 	}
 	return w, nil
+}
+
+// register makes the window known to its engine by id.
+func (w *Win) register() {
+	e := w.comm.e
+	e.lock()
+	if e.wins == nil {
+		e.wins = make(map[uint32]*Win)
+	}
+	e.wins[uint32(w.comm.id)] = w
+	e.unlock()
+}
+
+func (w *Win) unregister() {
+	e := w.comm.e
+	e.lock()
+	delete(e.wins, uint32(w.comm.id))
+	e.unlock()
 }
 
 func (w *Win) release() {
@@ -261,6 +293,7 @@ func (w *Win) Free(ctx context.Context) error {
 	}
 	e.lock()
 	w.freed = true
+	delete(e.wins, uint32(w.comm.id))
 	w.release()
 	e.unlock()
 	if ferr := w.comm.Free(); err == nil {
@@ -673,268 +706,4 @@ func (w *Win) UnlockAll(ctx context.Context) error {
 	}
 	w.lockAll = false
 	return err
-}
-
-// ---- accumulates
-
-// Put copies origin into rank target's window at displacement disp of w
-// (MPI_Put on elements of T).
-func Put[T Numeric](w *Win, origin []T, target, disp int) error {
-	return w.Put(Bytes(origin), target, disp)
-}
-
-// Get reads len(origin) elements of rank target's window at displacement
-// disp into origin (MPI_Get on elements of T).
-func Get[T Numeric](w *Win, origin []T, target, disp int) error {
-	return w.Get(Bytes(origin), target, disp)
-}
-
-// Accumulate combines origin into rank target's window at displacement
-// disp, element by element, with op (MPI_Accumulate): target[i] = origin[i]
-// op target[i], or origin[i] with Replace. Each element's update is atomic
-// with every other accumulate and atomic on it, from any rank.
-func Accumulate[T Numeric](w *Win, origin []T, target, disp int, op Op) error {
-	return accumulate(w, kindOf[T](), Bytes(origin), nil, nil, target, disp, op)
-}
-
-// GetAccumulate is Accumulate that also fetches each element's value
-// before the update into result (MPI_Get_accumulate); with NoOp it only
-// fetches, atomically.
-func GetAccumulate[T Numeric](w *Win, origin, result []T, target, disp int, op Op) error {
-	if len(result) != len(origin) && op.code != opNoOp {
-		return fmt.Errorf("%w: GetAccumulate of %d elements into a result of %d", ErrCount, len(origin), len(result))
-	}
-	if op.code == opNoOp && len(origin) == 0 {
-		origin = result
-	}
-	return accumulate(w, kindOf[T](), Bytes(origin), Bytes(result), nil, target, disp, op)
-}
-
-// FetchAndOp is GetAccumulate on one element (MPI_Fetch_and_op): *result
-// receives the element's value before target[disp] = origin op target[disp].
-func FetchAndOp[T Numeric](w *Win, origin T, result *T, target, disp int, op Op) error {
-	if result == nil {
-		return fmt.Errorf("%w: FetchAndOp without a result", ErrCount)
-	}
-	o := []T{origin}
-	return accumulate(w, kindOf[T](), Bytes(o), Bytes(unsafe.Slice(result, 1)), nil, target, disp, op)
-}
-
-// CompareAndSwap stores origin into target[disp] if it equals compare, and
-// fetches its previous value into *result (MPI_Compare_and_swap), atomically.
-func CompareAndSwap[T Numeric](w *Win, origin, compare T, result *T, target, disp int) error {
-	if result == nil {
-		return fmt.Errorf("%w: CompareAndSwap without a result", ErrCount)
-	}
-	o, c := []T{origin}, []T{compare}
-	return accumulate(w, kindOf[T](), Bytes(o), Bytes(unsafe.Slice(result, 1)), Bytes(c), target, disp, Op{code: opCAS, name: "CompareAndSwap"})
-}
-
-// opCAS is CompareAndSwap's operation inside accumulate.
-const opCAS opCode = opNoOp + 1
-
-// accumulate issues one atomic update per element. cmp is CompareAndSwap's
-// comparand (one element), result (if not nil) receives the old elements.
-func accumulate(w *Win, k kind, origin, result, cmp []byte, target, disp int, op Op) error {
-	if w == nil {
-		return fmt.Errorf("%w: nil", ErrWin)
-	}
-	w.comm.e.lock()
-	defer w.comm.e.unlock()
-	es := k.size()
-	switch {
-	case k == kInvalid:
-		return fmt.Errorf("%w: unsupported element type", ErrOp)
-	case es > 8:
-		return fmt.Errorf("%w: one-sided accumulate of %v, wider than a remote atomic", ErrOp, k)
-	case !op.valid():
-		return fmt.Errorf("%w: the zero Op", ErrOp)
-	}
-	if op.code < opReplace {
-		if err := op.check(k); err != nil {
-			return err
-		}
-	}
-	n := len(origin)
-	if op.code == opNoOp {
-		n = len(result)
-	}
-	off, err := w.target(target, disp, n)
-	if err != nil || n == 0 {
-		return err
-	}
-	// Every element's word must be aligned in the target's memory.
-	for i := 0; i < n; i += es {
-		if _, _, _, err := w.word(target, off+uint64(i), es); err != nil {
-			return err
-		}
-	}
-	for i := 0; i < n; i += es {
-		u := &rmaUpdate{w: w, k: k, op: op, es: es}
-		u.wordOff, u.width, u.shift, _ = w.word(target, off+uint64(i), es)
-		if op.code != opNoOp {
-			copy(u.operand[:es], origin[i:i+es])
-		}
-		if cmp != nil {
-			copy(u.compare[:es], cmp)
-		}
-		if result != nil {
-			u.result = result[i : i+es]
-		}
-		u.p = amigo.AtomicParams{Dest: w.eps[target], Remote: w.keys[target], Offset: u.wordOff, Result: &u.old, Done: u.done}
-		w.pending++
-		if err := u.start(); err != nil {
-			w.pending--
-			return fmt.Errorf("mpi: accumulate on rank %d: %w", target, err)
-		}
-	}
-	return nil
-}
-
-// word returns the offset, width and bit shift of the aligned 4- or 8-byte
-// word of target's window that holds the es-byte element at byte offset
-// off: the element's own word when it is 4 or 8 bytes and aligned.
-func (w *Win) word(target int, off uint64, es int) (wordOff uint64, width int, shift uint, err error) {
-	width = 4
-	if es == 8 {
-		width = 8
-	}
-	abs := (uint64(w.skew[target]) + off) // the address modulo 8, plus a multiple of 8
-	lead := abs % uint64(width)
-	if lead+uint64(es) > uint64(width) || off < lead || off-lead+uint64(width) > w.sizes[target] {
-		return 0, 0, 0, fmt.Errorf("%w: the %d-byte element at byte %d of rank %d's window is not inside an aligned %d-byte word of the window", ErrRMARange, es, off, target, width)
-	}
-	return off - lead, width, uint(lead * 8), nil
-}
-
-// rmaUpdate is one element's atomic update in flight.
-type rmaUpdate struct {
-	w                 *Win
-	k                 kind
-	op                Op
-	es, width         int
-	shift             uint
-	wordOff           uint64
-	operand, compare  [8]byte
-	result            []byte
-	old, guess        uint64
-	native, fetchOnly bool
-	p                 amigo.AtomicParams
-}
-
-// start posts the update's first atomic: the AMI's own operation when it
-// has one for the element, else the first compare-and-swap of a loop.
-func (u *rmaUpdate) start() error {
-	typ := amigo.Uint32
-	if u.width == 8 {
-		typ = amigo.Uint64
-	}
-	u.p.Type = typ
-	whole := u.es == u.width
-	if whole {
-		v := u.operandWord()
-		switch {
-		case u.op.code == opReplace:
-			u.native, u.p.Op, u.p.Operand = true, amigo.AtomicSwap, v
-		case u.op.code == opCAS:
-			var c [8]byte
-			copy(c[:], u.compare[:u.es])
-			cw := binary.LittleEndian.Uint64(c[:])
-			u.native, u.p.Op, u.p.Operand, u.p.Compare = true, amigo.AtomicCAS, v, cw
-		case u.op.code == opNoOp:
-			u.native, u.p.Op, u.p.Operand = true, amigo.AtomicOr, 0
-		case u.op.code == opSum && u.k.integer():
-			u.native, u.p.Op, u.p.Operand = true, amigo.AtomicAdd, v
-		case u.op.code == opSum && u.k == kFloat64:
-			u.native, u.p.Op, u.p.Type, u.p.Operand = true, amigo.AtomicAdd, amigo.Float64, v
-		case u.op.code == opBand && u.k.integer():
-			u.native, u.p.Op, u.p.Operand = true, amigo.AtomicAnd, v
-		case u.op.code == opBor && u.k.integer():
-			u.native, u.p.Op, u.p.Operand = true, amigo.AtomicOr, v
-		case u.op.code == opBxor && u.k.integer():
-			u.native, u.p.Op, u.p.Operand = true, amigo.AtomicXor, v
-		}
-	}
-	if u.native {
-		return u.w.ac.Atomic(&u.p)
-	}
-	// A compare-and-swap loop, whose first guess is a zero word: the
-	// swap's fetched value corrects it.
-	u.guess = 0
-	return u.cas()
-}
-
-func (u *rmaUpdate) operandWord() uint64 {
-	var b [8]byte
-	copy(b[:], u.operand[:u.es])
-	if u.width == 4 {
-		return uint64(binary.LittleEndian.Uint32(b[:4]))
-	}
-	return binary.LittleEndian.Uint64(b[:])
-}
-
-// cas posts a swap of the word from u.guess to the guess with the
-// element updated.
-func (u *rmaUpdate) cas() error {
-	u.p.Op, u.p.Compare, u.p.Operand = amigo.AtomicCAS, u.guess, u.apply(u.guess)
-	return u.w.ac.Atomic(&u.p)
-}
-
-// element extracts the element from a word's value, as bytes.
-func (u *rmaUpdate) element(word uint64) (b [8]byte) {
-	binary.LittleEndian.PutUint64(b[:], word>>u.shift)
-	return b
-}
-
-// apply returns word with the element updated by the operation.
-func (u *rmaUpdate) apply(word uint64) uint64 {
-	cur := u.element(word)
-	for i := u.es; i < len(cur); i++ {
-		cur[i] = 0
-	}
-	nb := cur
-	switch u.op.code {
-	case opReplace:
-		nb = u.operand
-	case opNoOp:
-	case opCAS:
-		if cur == u.compareBytes() {
-			nb = u.operand
-		}
-	default:
-		combine(u.k, u.op, u.operand[:u.es], nb[:u.es])
-	}
-	var v uint64
-	for i := u.es - 1; i >= 0; i-- {
-		v = v<<8 | uint64(nb[i])
-	}
-	mask := uint64(1)<<(8*uint(u.es)) - 1
-	if u.es == 8 {
-		mask = ^uint64(0)
-	}
-	return word&^(mask<<u.shift) | v<<u.shift
-}
-
-// compareBytes is the comparand, with the bytes above the element zero
-// as apply's copy of the element has them.
-func (u *rmaUpdate) compareBytes() (b [8]byte) {
-	copy(b[:u.es], u.compare[:u.es])
-	return b
-}
-
-// done is the callback of each atomic of the update.
-func (u *rmaUpdate) done(err error) {
-	w := u.w
-	if err == nil && !u.native && u.old != u.guess {
-		// The word changed since the guess: try again from its value.
-		u.guess = u.old
-		if err = u.cas(); err == nil {
-			return
-		}
-	}
-	if err == nil && u.result != nil {
-		b := u.element(u.old)
-		copy(u.result, b[:u.es])
-	}
-	w.opDone(err)
 }

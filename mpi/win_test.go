@@ -450,8 +450,15 @@ func TestWinErrors(t *testing.T) {
 		if err := mpi.Accumulate(w, []int8{1}, other, 7, mpi.Sum); err != nil {
 			return fmt.Errorf("int8 accumulate on the last word of a 64-byte window: %v", err)
 		}
-		if err := mpi.Accumulate(w, []complex128{1}, other, 0, mpi.Sum); !errors.Is(err, mpi.ErrOp) {
-			return fmt.Errorf("accumulate of complex128: %v, want ErrOp", err)
+		var oldc complex128
+		if err := mpi.CompareAndSwap(w, 1, 0, &oldc, other, 0); !errors.Is(err, mpi.ErrOp) {
+			return fmt.Errorf("CompareAndSwap of complex128: %v, want ErrOp", err)
+		}
+		if err := mpi.Accumulate(w, []int64{1, 2}, other, 0, mpi.MinLoc); !errors.Is(err, mpi.ErrOp) {
+			return fmt.Errorf("accumulate with MinLoc: %v, want ErrOp", err)
+		}
+		if err := mpi.Accumulate(w, make([]int64, 8), other, 1, mpi.Sum); !errors.Is(err, mpi.ErrRMARange) {
+			return fmt.Errorf("accumulate of 8 elements beyond the window's end: %v, want ErrRMARange", err)
 		}
 		if err := mpi.Allreduce(ctx, c, []int32{1}, make([]int32, 1), mpi.Replace); !errors.Is(err, mpi.ErrOp) {
 			return fmt.Errorf("Allreduce with Replace: %v, want ErrOp", err)
