@@ -30,9 +30,11 @@ const (
 	kindSync  = 2
 	kindAck   = 3
 	// kindRMA and kindRMAReply are an accumulate the target's layer
-	// applies and its reply, with headers of their own (win_am.go).
+	// applies and its reply, with headers of their own (win_am.go);
+	// kindRMACtl a window's synchronisation notice (win_sync.go).
 	kindRMA      = 4
 	kindRMAReply = 5
+	kindRMACtl   = 6
 )
 
 func putHdr(b *[hdrLen]byte, ctx uint32, src, tag int32) {
@@ -294,7 +296,7 @@ func (e *engine) handshake(ctx context.Context) error {
 // message against the posted queue, or keeps it in the unexpected queue.
 func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 	h := m.Header
-	if len(h) >= hdrLen && (h[12] == kindRMA || h[12] == kindRMAReply) {
+	if len(h) >= hdrLen && h[12] >= kindRMA && h[12] <= kindRMACtl {
 		e.onRMA(m)
 		return
 	}

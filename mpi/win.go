@@ -136,6 +136,14 @@ type Win struct {
 	msgOut  []int
 	elem    [2][16]byte
 	inline  int
+
+	// Generalised active target (win_pscw.go): the ranks of the access
+	// epoch Start opened (access[r] for each) and of the exposure epoch
+	// Post opened, nil when none is open; the Post and Complete notices
+	// received, by rank, that Start and Wait have not consumed.
+	started, posted    []int
+	access             []bool
+	postIn, completeIn []int
 }
 
 // WinCreate makes a window of mem on every rank of c (MPI_Win_create): the
@@ -168,7 +176,8 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc bool) 
 	}
 	ac := c.e.ac
 	cl := ac.Client()
-	w := &Win{ac: ac, mem: mem, locks: make([]LockType, c.size), put: make([]bool, c.size), msgOut: make([]int, c.size), inline: cl.Config().InlineMax}
+	w := &Win{ac: ac, mem: mem, locks: make([]LockType, c.size), put: make([]bool, c.size), msgOut: make([]int, c.size), inline: cl.Config().InlineMax,
+		access: make([]bool, c.size), postIn: make([]int, c.size), completeIn: make([]int, c.size)}
 	w.done = w.opDone
 	var err error
 	if alloc {
@@ -282,6 +291,9 @@ func (w *Win) Free(ctx context.Context) error {
 	if w.lockAll && err == nil {
 		err = fmt.Errorf("%w: Free inside LockAll", ErrRMASync)
 	}
+	if (w.started != nil || w.posted != nil) && err == nil {
+		err = fmt.Errorf("%w: Free inside a Start or Post epoch", ErrRMASync)
+	}
 	if err != nil {
 		e.unlock()
 		return err
@@ -354,8 +366,8 @@ func (w *Win) target(r, disp, n int) (uint64, error) {
 	if r < 0 || r >= len(w.sizes) {
 		return 0, fmt.Errorf("%w: target %d of a window of %d ranks", ErrRank, r, len(w.sizes))
 	}
-	if !w.fenceOpen && !w.lockAll && w.locks[r] == 0 {
-		return 0, fmt.Errorf("%w: access to rank %d outside an access epoch (Fence or Lock first)", ErrRMASync, r)
+	if !w.fenceOpen && !w.lockAll && w.locks[r] == 0 && !w.access[r] {
+		return 0, fmt.Errorf("%w: access to rank %d outside an access epoch (Fence, Start or Lock first)", ErrRMASync, r)
 	}
 	if disp < 0 || n < 0 {
 		return 0, fmt.Errorf("%w: displacement %d, %d bytes", ErrRMARange, disp, n)
@@ -533,6 +545,9 @@ func (w *Win) Fence(ctx context.Context, assert int) error {
 	if err == nil && w.lockAll {
 		err = fmt.Errorf("%w: Fence inside LockAll", ErrRMASync)
 	}
+	if err == nil && (w.started != nil || w.posted != nil) {
+		err = fmt.Errorf("%w: Fence inside a Start or Post epoch", ErrRMASync)
+	}
 	for r, l := range w.locks {
 		if l != 0 && err == nil {
 			err = fmt.Errorf("%w: Fence while rank %d is locked", ErrRMASync, r)
@@ -581,6 +596,9 @@ func (w *Win) lockRank(ctx context.Context, lt LockType, target int) error {
 	}
 	if w.fenceOpen {
 		return fmt.Errorf("%w: Lock inside a Fence epoch (Fence with ModeNoSucceed first)", ErrRMASync)
+	}
+	if w.started != nil {
+		return fmt.Errorf("%w: Lock inside a Start epoch (Complete first)", ErrRMASync)
 	}
 	for spins := 0; ; spins++ {
 		var ok bool

@@ -175,8 +175,12 @@ func (m *rmaMsg) step() {
 func (e *engine) onRMA(m *amigo.Message) {
 	h := m.Header
 	e.events++
-	if h[12] == kindRMAReply {
+	switch h[12] {
+	case kindRMAReply:
 		e.onRMAReply(m)
+		return
+	case kindRMACtl:
+		e.onRMACtl(m)
 		return
 	}
 	if len(h) != rmaHdrLen {

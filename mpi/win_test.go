@@ -559,3 +559,108 @@ func TestWinGoroutines(t *testing.T) {
 		return w.Free(ctx)
 	})
 }
+
+// Generalised active target: every rank exposes its window to its left
+// neighbour (Post) and accesses its right neighbour's (Start), puts a
+// pattern between guard bytes nobody may touch and accumulates into a
+// counter, for several epochs in a row; after Wait (or a loop of Test)
+// the window holds the left neighbour's pattern of this epoch and the
+// guards are intact. Posts of the next epoch may overtake the Start of
+// this one: the epochs are counted, not merely flagged.
+func TestWinPSCWRing(t *testing.T) {
+	const guard, body, epochs = 8, 300, 5
+	runRMA(t, func(ctx context.Context, c *mpi.Comm) error {
+		me, n := c.Rank(), c.Size()
+		right, left := (me+1)%n, (me+n-1)%n
+		w, err := mpi.WinAllocate(ctx, c, (2*guard+body+1)*8, 8)
+		if err != nil {
+			return err
+		}
+		mem := mpi.View[int64](w.Memory())
+		for i := range mem {
+			mem[i] = -7
+		}
+		mem[len(mem)-1] = 0
+		all, err := c.Group()
+		if err != nil {
+			return err
+		}
+		from, err := all.Incl([]int{left})
+		if err != nil {
+			return err
+		}
+		to, err := all.Incl([]int{right})
+		if err != nil {
+			return err
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		out := make([]int64, body)
+		for e := 0; e < epochs; e++ {
+			if err := w.Post(from, 0); err != nil {
+				return err
+			}
+			if err := w.Start(ctx, to, 0); err != nil {
+				return err
+			}
+			for i := range out {
+				out[i] = int64(e*1000000 + me*1000 + i)
+			}
+			if err := mpi.Put(w, out, right, guard); err != nil {
+				return err
+			}
+			if err := mpi.Accumulate(w, []int64{1}, right, len(mem)-1, mpi.Sum); err != nil {
+				return err
+			}
+			if err := w.Complete(ctx); err != nil {
+				return err
+			}
+			if e%2 == 0 {
+				if err := w.Wait(ctx); err != nil {
+					return err
+				}
+			} else {
+				for {
+					done, err := w.Test()
+					if err != nil {
+						return err
+					}
+					if done {
+						break
+					}
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+				}
+			}
+			for i, v := range mem[:len(mem)-1] {
+				want := int64(-7)
+				if i >= guard && i < guard+body {
+					want = int64(e*1000000 + left*1000 + i - guard)
+				}
+				if v != want {
+					return fmt.Errorf("epoch %d: element %d is %d, want %d", e, i, v, want)
+				}
+			}
+			if got := mem[len(mem)-1]; got != int64(e+1) {
+				return fmt.Errorf("epoch %d: counter %d, want %d", e, got, e+1)
+			}
+		}
+		// Out of the epochs, the window refuses access and the calls that
+		// close epochs not open.
+		if err := mpi.Put(w, out[:1], right, 0); !errors.Is(err, mpi.ErrRMASync) {
+			return fmt.Errorf("Put after Complete: %v, want ErrRMASync", err)
+		}
+		if err := w.Complete(ctx); !errors.Is(err, mpi.ErrRMASync) {
+			return fmt.Errorf("Complete without Start: %v, want ErrRMASync", err)
+		}
+		if err := w.Wait(ctx); !errors.Is(err, mpi.ErrRMASync) {
+			return fmt.Errorf("Wait without Post: %v, want ErrRMASync", err)
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		return w.Free(ctx)
+	})
+}
