@@ -144,6 +144,8 @@ type Win struct {
 	started, posted    []int
 	access             []bool
 	postIn, completeIn []int
+
+	reqFree *rmaReq // request ties for reuse (win_req.go)
 }
 
 // WinCreate makes a window of mem on every rank of c (MPI_Win_create): the
@@ -382,30 +384,45 @@ func (w *Win) target(r, disp, n int) (uint64, error) {
 // Put copies origin into rank target's window at displacement disp
 // (MPI_Put). It completes at the origin by FlushLocal (origin may then be
 // reused) and at the target by Flush, Unlock or Fence.
-func (w *Win) Put(origin []byte, target, disp int) error { return w.rma(true, origin, target, disp) }
+func (w *Win) Put(origin []byte, target, disp int) error {
+	return w.rma(true, origin, target, disp, nil)
+}
 
 // Get copies len(origin) bytes of rank target's window at displacement
 // disp into origin (MPI_Get); origin holds them after FlushLocal, Flush,
 // Unlock or Fence.
-func (w *Win) Get(origin []byte, target, disp int) error { return w.rma(false, origin, target, disp) }
+func (w *Win) Get(origin []byte, target, disp int) error {
+	return w.rma(false, origin, target, disp, nil)
+}
 
-// rma issues a Put (put) or a Get between origin and target's window.
-func (w *Win) rma(put bool, origin []byte, target, disp int) error {
+// rma issues a Put (put) or a Get between origin and target's window; rq,
+// if not nil, is the request that completes with it (win_req.go).
+func (w *Win) rma(put bool, origin []byte, target, disp int, rq *rmaReq) error {
 	if w == nil {
 		return fmt.Errorf("%w: nil", ErrWin)
 	}
 	w.comm.e.lock()
 	defer w.comm.e.unlock()
 	off, err := w.target(target, disp, len(origin))
-	if err != nil || len(origin) == 0 {
+	if err != nil {
 		return err
+	}
+	done := w.done
+	if rq != nil {
+		done = rq.start(1)
+	}
+	if len(origin) == 0 {
+		if rq != nil {
+			rq.finish(nil)
+		}
+		return nil
 	}
 	w.pending++
 	if put {
 		w.put[target] = true
-		err = w.ac.Put(w.eps[target], origin, w.keys[target], off, w.done)
+		err = w.ac.Put(w.eps[target], origin, w.keys[target], off, done)
 	} else {
-		err = w.ac.Get(w.eps[target], origin, w.keys[target], off, w.done)
+		err = w.ac.Get(w.eps[target], origin, w.keys[target], off, done)
 	}
 	if err != nil {
 		w.pending--

@@ -79,6 +79,7 @@ type rmaMsg struct {
 	wait   int
 	err    error
 	result []byte
+	req    *rmaReq // the request it completes, if any
 	sent   func(error)
 	hdr    [rmaHdrLen]byte
 }
@@ -103,7 +104,7 @@ const maxMsgs = 1 << 16
 
 func (w *Win) freeMsg(m *rmaMsg) {
 	m.gen++
-	m.result, m.err = nil, nil
+	m.result, m.err, m.req = nil, nil, nil
 	w.msgFree = append(w.msgFree, m.idx)
 }
 
@@ -111,12 +112,12 @@ func (w *Win) freeMsg(m *rmaMsg) {
 // at byte offset off with target layout lay; result, if not nil, receives
 // the old elements. The caller holds the engine's lock and checked the
 // access.
-func (w *Win) accMsg(k kind, op Op, origin, result []byte, target int, off uint64, lay layout) error {
+func (w *Win) accMsg(k kind, op Op, origin, result []byte, target int, off uint64, lay layout, rq *rmaReq) error {
 	if len(w.msgFree) == 0 && len(w.msgs) >= maxMsgs {
 		return fmt.Errorf("%w: more than %d accumulates in flight on a window (flush)", ErrRMASync, maxMsgs)
 	}
 	m := w.allocMsg()
-	m.target, m.result = target, result
+	m.target, m.result, m.req = target, result, rq
 	h := &m.hdr
 	binary.LittleEndian.PutUint32(h[0:], uint32(w.comm.id))
 	binary.LittleEndian.PutUint32(h[4:], m.slot())
@@ -165,9 +166,12 @@ func (m *rmaMsg) step() {
 	}
 	w := m.w
 	w.msgOut[m.target]--
-	err := m.err
+	err, rq := m.err, m.req
 	w.freeMsg(m)
 	w.opDone(err)
+	if rq != nil {
+		rq.finish(err)
+	}
 }
 
 // onRMA handles the layer's one-sided messages: accumulates to apply, and

@@ -72,23 +72,45 @@ const opCAS opCode = opNoOp + 1
 // message the owner applies (win_am.go), or are applied at once when the
 // target is this rank and nothing else is in flight.
 func accumulate(w *Win, k kind, origin, result, cmp []byte, target, disp int, op Op) error {
+	return accumulateReq(w, k, origin, result, cmp, target, disp, op, nil)
+}
+
+// accumulateReq is accumulate whose completion also completes rq, if not
+// nil; when it returns an error, rq is given up.
+func accumulateReq(w *Win, k kind, origin, result, cmp []byte, target, disp int, op Op, rq *rmaReq) error {
 	if w == nil {
 		return fmt.Errorf("%w: nil", ErrWin)
 	}
 	w.comm.e.lock()
 	defer w.comm.e.unlock()
+	issued, err := w.accumulate(k, origin, result, cmp, target, disp, op, rq)
+	if rq != nil {
+		if err != nil {
+			rq.fail(rq.left - issued)
+		} else if issued == 0 {
+			rq.left = 1
+			rq.finish(nil) // nothing to wait for
+		}
+	}
+	return err
+}
+
+// accumulate issues the update with the engine's lock held and returns
+// the number of operations issued that complete rq (which it set in
+// rq.left before issuing them).
+func (w *Win) accumulate(k kind, origin, result, cmp []byte, target, disp int, op Op, rq *rmaReq) (int, error) {
 	es := k.size()
 	switch {
 	case k == kInvalid:
-		return fmt.Errorf("%w: unsupported element type", ErrOp)
+		return 0, fmt.Errorf("%w: unsupported element type", ErrOp)
 	case !op.valid():
-		return fmt.Errorf("%w: the zero Op", ErrOp)
+		return 0, fmt.Errorf("%w: the zero Op", ErrOp)
 	case op.code == opMinLoc || op.code == opMaxLoc:
-		return fmt.Errorf("%w: %v in a one-sided accumulate", ErrOp, op)
+		return 0, fmt.Errorf("%w: %v in a one-sided accumulate", ErrOp, op)
 	}
 	if op.code < opReplace {
 		if err := op.check(k); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	n := len(origin)
@@ -98,31 +120,40 @@ func accumulate(w *Win, k kind, origin, result, cmp []byte, target, disp int, op
 	}
 	off, err := w.target(target, disp, n)
 	if err != nil || n == 0 {
-		return err
+		return 0, err
 	}
 	byMsg := op.code != opUser && op.code != opCAS && (n > es || es > 8 || w.msgOut[target] > 0)
 	if es > 8 && !byMsg {
-		return fmt.Errorf("%w: %v of %v, wider than a remote atomic", ErrOp, op, k)
+		return 0, fmt.Errorf("%w: %v of %v, wider than a remote atomic", ErrOp, op, k)
 	}
 	// The first and the last element's words must be aligned in the
 	// target's memory; the others lie between, at the same alignment.
 	if es <= 8 {
 		if _, _, _, err := w.word(target, off, es); err != nil {
-			return err
+			return 0, err
 		}
 		if _, _, _, err := w.word(target, off+uint64(n-es), es); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if byMsg {
 		if target == w.comm.rank && w.pending == 0 {
 			w.applyBlock(k, op, w.mem[off:off+uint64(n)], origin, result)
-			return nil
+			return 0, nil
 		}
-		return w.accMsg(k, op, origin, result, target, off, layout{blocks: 1, blockLen: uint64(n), stride: uint64(n)})
+		if rq != nil {
+			rq.left = 1
+		}
+		if err := w.accMsg(k, op, origin, result, target, off, layout{blocks: 1, blockLen: uint64(n), stride: uint64(n)}, rq); err != nil {
+			return 0, err
+		}
+		return 1, nil
+	}
+	if rq != nil {
+		rq.left = n / es
 	}
 	for i := 0; i < n; i += es {
-		u := &rmaUpdate{w: w, k: k, op: op, es: es}
+		u := &rmaUpdate{w: w, k: k, op: op, es: es, req: rq}
 		u.wordOff, u.width, u.shift, _ = w.word(target, off+uint64(i), es)
 		if op.code != opNoOp {
 			copy(u.operand[:es], origin[i:i+es])
@@ -137,10 +168,10 @@ func accumulate(w *Win, k kind, origin, result, cmp []byte, target, disp int, op
 		w.pending++
 		if err := u.start(); err != nil {
 			w.pending--
-			return fmt.Errorf("mpi: accumulate on rank %d: %w", target, err)
+			return i / es, fmt.Errorf("mpi: accumulate on rank %d: %w", target, err)
 		}
 	}
-	return nil
+	return n / es, nil
 }
 
 // word returns the offset, width and bit shift of the aligned 4- or 8-byte
@@ -172,6 +203,7 @@ type rmaUpdate struct {
 	old, guess        uint64
 	native, fetchOnly bool
 	p                 amigo.AtomicParams
+	req               *rmaReq // the request it completes, if any
 }
 
 // start posts the update's first atomic: the AMI's own operation when it
@@ -289,4 +321,7 @@ func (u *rmaUpdate) done(err error) {
 		copy(u.result, b[:u.es])
 	}
 	w.opDone(err)
+	if u.req != nil {
+		u.req.finish(err)
+	}
 }

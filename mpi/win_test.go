@@ -664,3 +664,109 @@ func TestWinPSCWRing(t *testing.T) {
 		return w.Free(ctx)
 	})
 }
+
+// Request-based operations under LockAll: each rank Rputs a block into its
+// right neighbour's window and waits for that request alone, Rgets it
+// back, Raccumulates into a shared counter block of rank 0 and
+// RgetAccumulates a fetch of it; Waitall covers the lot, and after
+// UnlockAll and a barrier every value is where it belongs.
+func TestWinRequests(t *testing.T) {
+	const body = 64
+	runRMA(t, func(ctx context.Context, c *mpi.Comm) error {
+		me, n := c.Rank(), c.Size()
+		right := (me + 1) % n
+		w, err := mpi.WinAllocate(ctx, c, (n*body+body)*8, 8)
+		if err != nil {
+			return err
+		}
+		mem := mpi.View[int64](w.Memory())
+		clear(mem)
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if err := w.LockAll(ctx); err != nil {
+			return err
+		}
+		out := make([]int64, body)
+		for i := range out {
+			out[i] = int64(me*1000 + i)
+		}
+		q, err := mpi.Rput(w, out, right, me*body)
+		if err != nil {
+			return err
+		}
+		if _, err := q.Wait(ctx); err != nil {
+			return err
+		}
+		if err := w.Flush(ctx, right); err != nil {
+			return err
+		}
+		// Element 0 is replaced meanwhile: the Get leaves it out.
+		back := make([]int64, body-1)
+		var reqs []mpi.Request
+		if q, err = mpi.Rget(w, back, right, me*body+1); err != nil {
+			return err
+		}
+		reqs = append(reqs, q)
+		ones := make([]int64, body)
+		for i := range ones {
+			ones[i] = int64(i + 1)
+		}
+		for k := 0; k < 3; k++ {
+			if q, err = mpi.Raccumulate(w, ones, 0, n*body, mpi.Sum); err != nil {
+				return err
+			}
+			reqs = append(reqs, q)
+		}
+		one := []int64{5}
+		if q, err = mpi.Raccumulate(w, one, right, me*body, mpi.Replace); err != nil {
+			return err
+		}
+		reqs = append(reqs, q)
+		fetched := make([]int64, body)
+		if q, err = mpi.RgetAccumulate(w, nil, fetched, 0, n*body, mpi.NoOp); err != nil {
+			return err
+		}
+		reqs = append(reqs, q)
+		if err := mpi.Waitall(ctx, reqs, nil); err != nil {
+			return err
+		}
+		for i, v := range back {
+			if v != int64(me*1000+i+1) {
+				return fmt.Errorf("Rget element %d = %d, want %d", i+1, v, me*1000+i+1)
+			}
+		}
+		for i, v := range fetched {
+			if v < 3*int64(i+1) || v > int64(3*n*(i+1)) || v%int64(i+1) != 0 {
+				return fmt.Errorf("RgetAccumulate element %d = %d: not a sum of whole accumulates", i, v)
+			}
+		}
+		if err := w.UnlockAll(ctx); err != nil {
+			return err
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		left := (me + n - 1) % n
+		for i, v := range mem[left*body : left*body+body] {
+			want := int64(left*1000 + i)
+			if i == 0 {
+				want = 5
+			}
+			if v != want {
+				return fmt.Errorf("element %d of the left neighbour's block = %d, want %d", i, v, want)
+			}
+		}
+		if me == 0 {
+			for i, v := range mem[n*body:] {
+				if v != int64(3*n*(i+1)) {
+					return fmt.Errorf("counter block element %d = %d, want %d", i, v, 3*n*(i+1))
+				}
+			}
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		return w.Free(ctx)
+	})
+}
