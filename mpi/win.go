@@ -146,6 +146,11 @@ type Win struct {
 	postIn, completeIn []int
 
 	reqFree *rmaReq // request ties for reuse (win_req.go)
+
+	// A window of WinAllocateShared (win_shared.go): the segment as this
+	// rank maps it, where each rank's part starts, and its length.
+	segment           []byte
+	segOffs, segSizes []int
 }
 
 // WinCreate makes a window of mem on every rank of c (MPI_Win_create): the
@@ -309,6 +314,7 @@ func (w *Win) Free(ctx context.Context) error {
 	w.freed = true
 	delete(e.wins, uint32(w.comm.id))
 	w.release()
+	w.unmap()
 	e.unlock()
 	if ferr := w.comm.Free(); err == nil {
 		err = ferr

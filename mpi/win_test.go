@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -762,6 +763,97 @@ func TestWinRequests(t *testing.T) {
 				if v != int64(3*n*(i+1)) {
 					return fmt.Errorf("counter block element %d = %d, want %d", i, v, 3*n*(i+1))
 				}
+			}
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		return w.Free(ctx)
+	})
+}
+
+// A shared window: every rank stores into its own part with plain stores,
+// then Sync, Barrier, Sync, and loads every other rank's part directly
+// through SharedQuery; then every rank adds to a counter in rank 0's part
+// with the processor's atomics through its mapping, and Puts into its
+// right neighbour's part through the window, which a third rank sees by a
+// load.
+func TestWinShared(t *testing.T) {
+	const per = 100
+	runRMA(t, func(ctx context.Context, c *mpi.Comm) error {
+		me, n := c.Rank(), c.Size()
+		w, err := mpi.WinAllocateShared(ctx, c, (per+1)*8, 8)
+		if err != nil {
+			return err
+		}
+		mine := mpi.View[int64](w.Memory())
+		if len(mine) != per+1 {
+			return fmt.Errorf("own part of %d elements, want %d", len(mine), per+1)
+		}
+		for i := range mine {
+			mine[i] = int64(me*1000 + i)
+		}
+		if err := w.Sync(); err != nil {
+			return err
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if err := w.Sync(); err != nil {
+			return err
+		}
+		parts := make([][]int64, n)
+		for r := 0; r < n; r++ {
+			b, unit, err := w.SharedQuery(r)
+			if err != nil {
+				return err
+			}
+			if unit != 8 {
+				return fmt.Errorf("rank %d's unit %d, want 8", r, unit)
+			}
+			parts[r] = mpi.View[int64](b)
+			for i, v := range parts[r] {
+				if v != int64(r*1000+i) {
+					return fmt.Errorf("rank %d's element %d loads as %d, want %d", r, i, v, r*1000+i)
+				}
+			}
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if me == 0 {
+			mine[per] = 0
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		for i := 0; i < 1000; i++ {
+			atomic.AddInt64(&parts[0][per], 1)
+		}
+		if err := w.LockAll(ctx); err != nil {
+			return err
+		}
+		right := (me + 1) % n
+		if err := mpi.Put(w, []int64{int64(-me - 1)}, right, 0); err != nil {
+			return err
+		}
+		if err := w.UnlockAll(ctx); err != nil {
+			return err
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if err := w.Sync(); err != nil {
+			return err
+		}
+		if got := atomic.LoadInt64(&parts[0][per]); got != int64(1000*n) {
+			return fmt.Errorf("shared counter %d, want %d", got, 1000*n)
+		}
+		// Rank r's part, element 0, holds what r's left neighbour put.
+		for r := 0; r < n; r++ {
+			left := (r + n - 1) % n
+			if got := parts[r][0]; got != int64(-left-1) {
+				return fmt.Errorf("rank %d's element 0 loads as %d after the Put, want %d", r, got, -left-1)
 			}
 		}
 		if err := c.Barrier(ctx); err != nil {
