@@ -151,6 +151,8 @@ type Win struct {
 	// rank maps it, where each rank's part starts, and its length.
 	segment           []byte
 	segOffs, segSizes []int
+
+	dyn *dynState // a window of WinCreateDynamic (win_dynamic.go)
 }
 
 // WinCreate makes a window of mem on every rank of c (MPI_Win_create): the
@@ -159,7 +161,7 @@ type Win struct {
 // the slice mem views, usually). Collective over c; mem stays the caller's
 // and must not be released before Free.
 func WinCreate(ctx context.Context, c *Comm, mem []byte, dispUnit int) (*Win, error) {
-	return newWin(ctx, c, mem, dispUnit, false)
+	return newWin(ctx, c, mem, dispUnit, false, false)
 }
 
 // WinAllocate makes a window of size bytes that amigo allocates on every
@@ -171,10 +173,12 @@ func WinAllocate(ctx context.Context, c *Comm, size, dispUnit int) (*Win, error)
 	if size < 0 {
 		return nil, fmt.Errorf("%w: WinAllocate of %d bytes", ErrCount, size)
 	}
-	return newWin(ctx, c, make([]byte, 0, size), dispUnit, true)
+	return newWin(ctx, c, make([]byte, 0, size), dispUnit, true, false)
 }
 
-func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc bool) (*Win, error) {
+// newWin makes a window of mem (or of amigo's memory of cap(mem) bytes,
+// alloc), or a dynamic one (dyn) with no memory yet.
+func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc, dyn bool) (*Win, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -202,7 +206,12 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc bool) 
 			return nil, fmt.Errorf("mpi: WinCreate: %w", err)
 		}
 	}
-	if w.ctl, err = cl.AllocMemory(64); err != nil {
+	ctlSize := 64
+	if dyn {
+		ctlSize = dynCtlSize
+		w.dyn = &dynState{tabs: make([][]dynEntry, c.size), buf: make([]byte, dynCtlSize-dynTableOff)}
+	}
+	if w.ctl, err = cl.AllocMemory(ctlSize); err != nil {
 		w.release()
 		return nil, fmt.Errorf("mpi: window lock word: %w", err)
 	}
@@ -263,6 +272,7 @@ func (w *Win) unregister() {
 }
 
 func (w *Win) release() {
+	w.detachAll()
 	if w.reg != nil {
 		_ = w.reg.Deregister()
 	}
@@ -365,26 +375,41 @@ func (w *Win) opDone(err error) {
 	}
 }
 
+// place is where an access lands: a region of the target's (its key, the
+// byte offset in it, its length and its address modulo 8), and what the
+// target's layer resolves itself (at: the offset in its window, or the
+// address in a dynamic window).
+type place struct {
+	key  amigo.Key
+	off  uint64
+	size uint64
+	skew uint8
+	at   uint64
+}
+
 // target checks an access of n bytes at displacement disp of rank r's
-// window, in an epoch that allows it, and returns the byte offset.
-func (w *Win) target(r, disp, n int) (uint64, error) {
+// window, in an epoch that allows it, and returns where it lands.
+func (w *Win) target(r, disp, n int) (place, error) {
 	if err := w.check(); err != nil {
-		return 0, err
+		return place{}, err
 	}
 	if r < 0 || r >= len(w.sizes) {
-		return 0, fmt.Errorf("%w: target %d of a window of %d ranks", ErrRank, r, len(w.sizes))
+		return place{}, fmt.Errorf("%w: target %d of a window of %d ranks", ErrRank, r, len(w.sizes))
 	}
 	if !w.fenceOpen && !w.lockAll && w.locks[r] == 0 && !w.access[r] {
-		return 0, fmt.Errorf("%w: access to rank %d outside an access epoch (Fence, Start or Lock first)", ErrRMASync, r)
+		return place{}, fmt.Errorf("%w: access to rank %d outside an access epoch (Fence, Start or Lock first)", ErrRMASync, r)
 	}
 	if disp < 0 || n < 0 {
-		return 0, fmt.Errorf("%w: displacement %d, %d bytes", ErrRMARange, disp, n)
+		return place{}, fmt.Errorf("%w: displacement %d, %d bytes", ErrRMARange, disp, n)
+	}
+	if w.dyn != nil {
+		return w.dynTarget(r, uint64(disp), uint64(n))
 	}
 	off := uint64(disp) * uint64(w.units[r])
 	if off/uint64(w.units[r]) != uint64(disp) || off > w.sizes[r] || uint64(n) > w.sizes[r]-off {
-		return 0, fmt.Errorf("%w: %d bytes at displacement %d (unit %d) of rank %d's %d-byte window", ErrRMARange, n, disp, w.units[r], r, w.sizes[r])
+		return place{}, fmt.Errorf("%w: %d bytes at displacement %d (unit %d) of rank %d's %d-byte window", ErrRMARange, n, disp, w.units[r], r, w.sizes[r])
 	}
-	return off, nil
+	return place{key: w.keys[r], off: off, size: w.sizes[r], skew: w.skew[r], at: off}, nil
 }
 
 // Put copies origin into rank target's window at displacement disp
@@ -409,7 +434,7 @@ func (w *Win) rma(put bool, origin []byte, target, disp int, rq *rmaReq) error {
 	}
 	w.comm.e.lock()
 	defer w.comm.e.unlock()
-	off, err := w.target(target, disp, len(origin))
+	pl, err := w.target(target, disp, len(origin))
 	if err != nil {
 		return err
 	}
@@ -426,9 +451,9 @@ func (w *Win) rma(put bool, origin []byte, target, disp int, rq *rmaReq) error {
 	w.pending++
 	if put {
 		w.put[target] = true
-		err = w.ac.Put(w.eps[target], origin, w.keys[target], off, done)
+		err = w.ac.Put(w.eps[target], origin, pl.key, pl.off, done)
 	} else {
-		err = w.ac.Get(w.eps[target], origin, w.keys[target], off, done)
+		err = w.ac.Get(w.eps[target], origin, pl.key, pl.off, done)
 	}
 	if err != nil {
 		w.pending--
@@ -589,6 +614,7 @@ func (w *Win) Fence(ctx context.Context, assert int) error {
 	}
 	e.lock()
 	w.fenceOpen = assert&ModeNoSucceed == 0
+	w.forget()
 	e.unlock()
 	return err
 }
@@ -643,6 +669,7 @@ func (w *Win) lockRank(ctx context.Context, lt LockType, target int) error {
 		}
 		if ok {
 			w.locks[target] = lt
+			w.forget()
 			return nil
 		}
 		// Held elsewhere: let this rank's context serve what it must,

@@ -198,19 +198,30 @@ func (e *engine) onRMA(m *amigo.Message) {
 	}
 	k, op := kind(h[14]), Op{code: opCode(h[13])}
 	lay := layout{blocks: int(binary.LittleEndian.Uint32(h[8:])), blockLen: binary.LittleEndian.Uint64(h[24:]), stride: binary.LittleEndian.Uint64(h[32:])}
-	off := binary.LittleEndian.Uint64(h[16:])
+	at := binary.LittleEndian.Uint64(h[16:])
 	fetch := h[15]&rmaFetch != 0
-	if st := w.checkApply(k, op, off, lay, m.Size(), fetch); st != rmaOK {
+	st := checkLayout(k, op, lay, m.Size(), fetch)
+	var mem []byte
+	var off uint64
+	if st == rmaOK {
+		var ok bool
+		if mem, off, ok = w.local(at, lay.span()); !ok {
+			st = rmaRange
+		} else {
+			st = checkPlace(mem, off, lay, k.size())
+		}
+	}
+	if st != rmaOK {
 		e.replyRMA(m.Source, h, st, nil)
 		return
 	}
 	if m.Inline() {
-		w.applyReply(m.Source, h, k, op, off, lay, m.Data, fetch, m)
+		w.applyReply(m.Source, h, k, op, mem[off:off+lay.span()], lay, m.Data, fetch, m)
 		return
 	}
 	// Data above the inline limit: fetched into scratch, applied when
 	// it is there.
-	rx := &rmaRecv{w: w, src: m.Source, k: k, op: op, off: off, lay: lay, fetch: fetch, data: e.scratch.get(m.Size())}
+	rx := &rmaRecv{w: w, src: m.Source, k: k, op: op, mem: mem[off : off+lay.span()], lay: lay, fetch: fetch, data: e.scratch.get(m.Size())}
 	copy(rx.hdr[:], h)
 	if err := m.Receive(rx.data, rx.done); err != nil {
 		e.scratch.put(rx.data)
@@ -224,7 +235,7 @@ type rmaRecv struct {
 	src   amigo.Endpoint
 	k     kind
 	op    Op
-	off   uint64
+	mem   []byte // the window's memory the layout spans
 	lay   layout
 	fetch bool
 	data  []byte
@@ -240,15 +251,14 @@ func (rx *rmaRecv) done(err error) {
 	case rx.w.freed:
 		e.replyRMA(rx.src, rx.hdr[:], rmaUnknown, nil)
 	default:
-		rx.w.applyReply(rx.src, rx.hdr[:], rx.k, rx.op, rx.off, rx.lay, rx.data, rx.fetch, nil)
+		rx.w.applyReply(rx.src, rx.hdr[:], rx.k, rx.op, rx.mem, rx.lay, rx.data, rx.fetch, nil)
 	}
 	e.scratch.put(rx.data)
 }
 
-// checkApply checks an accumulate that arrived against this rank's window:
-// its operation, and that every element is inside the window and in an
-// aligned word of it. size is the data's length.
-func (w *Win) checkApply(k kind, op Op, off uint64, lay layout, size int, fetch bool) byte {
+// checkLayout checks an accumulate that arrived: its operation, and its
+// layout against the data's length, size.
+func checkLayout(k kind, op Op, lay layout, size int, fetch bool) byte {
 	es := k.size()
 	switch {
 	case es == 0 || op.code == opUser || op.code == opMinLoc || op.code == opMaxLoc || op.code > opNoOp:
@@ -258,19 +268,23 @@ func (w *Win) checkApply(k kind, op Op, off uint64, lay layout, size int, fetch 
 	case op.code == opNoOp && !fetch:
 		return rmaBadOp
 	}
-	if lay.blocks < 1 || lay.blockLen == 0 || lay.blockLen%uint64(es) != 0 || lay.stride%uint64(es) != 0 ||
-		(lay.blocks > 1 && lay.stride < lay.blockLen) || lay.blockLen > uint64(len(w.mem)) {
+	const most = 1 << 40 // far beyond any window; keeps the arithmetic exact
+	if lay.blocks < 1 || lay.blockLen == 0 || lay.blockLen > most || lay.stride > most || uint64(lay.blocks) > most/max(lay.stride, lay.blockLen) ||
+		lay.blockLen%uint64(es) != 0 || lay.stride%uint64(es) != 0 || (lay.blocks > 1 && lay.stride < lay.blockLen) {
 		return rmaRange
 	}
 	total := uint64(lay.blocks) * lay.blockLen
-	if total/uint64(lay.blocks) != lay.blockLen || (op.code == opNoOp && size != 0) || (op.code != opNoOp && uint64(size) != total) {
+	if (op.code == opNoOp && size != 0) || (op.code != opNoOp && uint64(size) != total) {
 		return rmaRange
 	}
-	if lay.blocks > 1 && (lay.stride > uint64(len(w.mem)) || uint64(lay.blocks-1) > uint64(len(w.mem))/lay.stride) {
-		return rmaRange
-	}
+	return rmaOK
+}
+
+// checkPlace checks that the layout from byte off of mem lies inside it,
+// every element in an aligned word of it.
+func checkPlace(mem []byte, off uint64, lay layout, es int) byte {
 	end := lay.span()
-	if off > uint64(len(w.mem)) || end > uint64(len(w.mem))-off {
+	if off > uint64(len(mem)) || end > uint64(len(mem))-off {
 		return rmaRange
 	}
 	if es > 8 {
@@ -278,8 +292,8 @@ func (w *Win) checkApply(k kind, op Op, off uint64, lay layout, size int, fetch 
 	}
 	// The first and the last element's words: the others lie between,
 	// at the same alignment.
-	base := uintptr(unsafe.Pointer(unsafe.SliceData(w.mem)))
-	if !elemFits(base, uint64(len(w.mem)), off, es) || !elemFits(base, uint64(len(w.mem)), off+end-uint64(es), es) {
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	if !elemFits(base, uint64(len(mem)), off, es) || !elemFits(base, uint64(len(mem)), off+end-uint64(es), es) {
 		return rmaRange
 	}
 	return rmaOK
@@ -296,9 +310,10 @@ func elemFits(base uintptr, n, off uint64, es int) bool {
 	return lead%uint64(es) == 0 && off >= lead && off-lead+width <= n
 }
 
-// applyReply applies an accumulate to this rank's window and replies to
-// src: by m.Reply when m is the message and the reply is small.
-func (w *Win) applyReply(src amigo.Endpoint, h []byte, k kind, op Op, off uint64, lay layout, data []byte, fetch bool, m *amigo.Message) {
+// applyReply applies an accumulate to mem, the part of this rank's window
+// its layout spans, and replies to src: by m.Reply when m is the message
+// and the reply is small.
+func (w *Win) applyReply(src amigo.Endpoint, h []byte, k kind, op Op, mem []byte, lay layout, data []byte, fetch bool, m *amigo.Message) {
 	e := w.comm.e
 	var old []byte
 	total := int(uint64(lay.blocks) * lay.blockLen)
@@ -306,7 +321,7 @@ func (w *Win) applyReply(src amigo.Endpoint, h []byte, k kind, op Op, off uint64
 		old = e.scratch.get(total)
 	}
 	for b := 0; b < lay.blocks; b++ {
-		at := off + uint64(b)*lay.stride
+		at := uint64(b) * lay.stride
 		lo := b * int(lay.blockLen)
 		var in, out []byte
 		if op.code != opNoOp {
@@ -315,7 +330,7 @@ func (w *Win) applyReply(src amigo.Endpoint, h []byte, k kind, op Op, off uint64
 		if fetch {
 			out = old[lo : lo+int(lay.blockLen)]
 		}
-		w.applyBlock(k, op, w.mem[at:at+lay.blockLen], in, out)
+		w.applyBlock(k, op, mem[at:at+lay.blockLen], in, out)
 	}
 	if m != nil && hdrLen+len(old) <= amigo.ImmediateMax {
 		var r [hdrLen]byte

@@ -118,10 +118,11 @@ func (w *Win) accumulate(k kind, origin, result, cmp []byte, target, disp int, o
 		n = len(result)
 		origin = nil
 	}
-	off, err := w.target(target, disp, n)
+	pl, err := w.target(target, disp, n)
 	if err != nil || n == 0 {
 		return 0, err
 	}
+	off := pl.off
 	byMsg := op.code != opUser && op.code != opCAS && (n > es || es > 8 || w.msgOut[target] > 0)
 	if es > 8 && !byMsg {
 		return 0, fmt.Errorf("%w: %v of %v, wider than a remote atomic", ErrOp, op, k)
@@ -129,22 +130,24 @@ func (w *Win) accumulate(k kind, origin, result, cmp []byte, target, disp int, o
 	// The first and the last element's words must be aligned in the
 	// target's memory; the others lie between, at the same alignment.
 	if es <= 8 {
-		if _, _, _, err := w.word(target, off, es); err != nil {
+		if _, _, _, err := w.word(target, pl, off, es); err != nil {
 			return 0, err
 		}
-		if _, _, _, err := w.word(target, off+uint64(n-es), es); err != nil {
+		if _, _, _, err := w.word(target, pl, off+uint64(n-es), es); err != nil {
 			return 0, err
 		}
 	}
 	if byMsg {
 		if target == w.comm.rank && w.pending == 0 {
-			w.applyBlock(k, op, w.mem[off:off+uint64(n)], origin, result)
-			return 0, nil
+			if mem, at, ok := w.local(pl.at, uint64(n)); ok {
+				w.applyBlock(k, op, mem[at:at+uint64(n)], origin, result)
+				return 0, nil
+			}
 		}
 		if rq != nil {
 			rq.left = 1
 		}
-		if err := w.accMsg(k, op, origin, result, target, off, layout{blocks: 1, blockLen: uint64(n), stride: uint64(n)}, rq); err != nil {
+		if err := w.accMsg(k, op, origin, result, target, pl.at, layout{blocks: 1, blockLen: uint64(n), stride: uint64(n)}, rq); err != nil {
 			return 0, err
 		}
 		return 1, nil
@@ -154,7 +157,7 @@ func (w *Win) accumulate(k kind, origin, result, cmp []byte, target, disp int, o
 	}
 	for i := 0; i < n; i += es {
 		u := &rmaUpdate{w: w, k: k, op: op, es: es, req: rq}
-		u.wordOff, u.width, u.shift, _ = w.word(target, off+uint64(i), es)
+		u.wordOff, u.width, u.shift, _ = w.word(target, pl, off+uint64(i), es)
 		if op.code != opNoOp {
 			copy(u.operand[:es], origin[i:i+es])
 		}
@@ -164,7 +167,7 @@ func (w *Win) accumulate(k kind, origin, result, cmp []byte, target, disp int, o
 		if result != nil {
 			u.result = result[i : i+es]
 		}
-		u.p = amigo.AtomicParams{Dest: w.eps[target], Remote: w.keys[target], Offset: u.wordOff, Result: &u.old, Done: u.done}
+		u.p = amigo.AtomicParams{Dest: w.eps[target], Remote: pl.key, Offset: u.wordOff, Result: &u.old, Done: u.done}
 		w.pending++
 		if err := u.start(); err != nil {
 			w.pending--
@@ -177,14 +180,14 @@ func (w *Win) accumulate(k kind, origin, result, cmp []byte, target, disp int, o
 // word returns the offset, width and bit shift of the aligned 4- or 8-byte
 // word of target's window that holds the es-byte element at byte offset
 // off: the element's own word when it is 4 or 8 bytes and aligned.
-func (w *Win) word(target int, off uint64, es int) (wordOff uint64, width int, shift uint, err error) {
+func (w *Win) word(target int, pl place, off uint64, es int) (wordOff uint64, width int, shift uint, err error) {
 	width = 4
 	if es == 8 {
 		width = 8
 	}
-	abs := (uint64(w.skew[target]) + off) // the address modulo 8, plus a multiple of 8
+	abs := (uint64(pl.skew) + off) // the address modulo 8, plus a multiple of 8
 	lead := abs % uint64(width)
-	if lead+uint64(es) > uint64(width) || off < lead || off-lead+uint64(width) > w.sizes[target] {
+	if lead+uint64(es) > uint64(width) || off < lead || off-lead+uint64(width) > pl.size {
 		return 0, 0, 0, fmt.Errorf("%w: the %d-byte element at byte %d of rank %d's window is not inside an aligned %d-byte word of the window", ErrRMARange, es, off, target, width)
 	}
 	return off - lead, width, uint(lead * 8), nil

@@ -123,6 +123,7 @@ func (w *Win) Start(ctx context.Context, g *Group, assert int) error {
 		w.access[r] = true
 	}
 	w.started = ranks
+	w.forget()
 	return nil
 }
 

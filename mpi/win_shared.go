@@ -64,7 +64,7 @@ func WinAllocateShared(ctx context.Context, c *Comm, size, dispUnit int) (*Win, 
 		return nil, err
 	}
 	mine := seg[offs[c.rank] : offs[c.rank]+size : offs[c.rank]+size]
-	w, err := newWin(ctx, c, mine, dispUnit, false)
+	w, err := newWin(ctx, c, mine, dispUnit, false, false)
 	if err != nil {
 		_ = unix.Munmap(seg)
 		return nil, err

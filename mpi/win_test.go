@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -859,6 +860,110 @@ func TestWinShared(t *testing.T) {
 		if err := c.Barrier(ctx); err != nil {
 			return err
 		}
+		return w.Free(ctx)
+	})
+}
+
+// A dynamic window: every rank attaches two buffers after the window is
+// made and sends their addresses around; the others Put into one and
+// accumulate into the other at those addresses, under a lock; then each
+// rank detaches the first, attaches a new buffer, and an access to the
+// detached address is refused while one to the new buffer lands.
+func TestWinDynamic(t *testing.T) {
+	const body = 32
+	runRMA(t, func(ctx context.Context, c *mpi.Comm) error {
+		me, n := c.Rank(), c.Size()
+		right, left := (me+1)%n, (me+n-1)%n
+		w, err := mpi.WinCreateDynamic(ctx, c)
+		if err != nil {
+			return err
+		}
+		if err := mpi.Put(w, []int64{1}, right, 0); !errors.Is(err, mpi.ErrRMASync) {
+			return fmt.Errorf("Put outside an epoch: %v, want ErrRMASync", err)
+		}
+		a, b := make([]int64, body), make([]int64, body)
+		if err := w.Attach(mpi.Bytes(a)); err != nil {
+			return err
+		}
+		if err := w.Attach(mpi.Bytes(b)); err != nil {
+			return err
+		}
+		if err := w.Attach(mpi.Bytes(a[1:3])); !errors.Is(err, mpi.ErrWin) {
+			return fmt.Errorf("overlapping Attach: %v, want ErrWin", err)
+		}
+		addrs := make([]int64, 2*n)
+		if err := mpi.Allgather(ctx, c, []int64{int64(mpi.Address(mpi.Bytes(a))), int64(mpi.Address(mpi.Bytes(b)))}, addrs); err != nil {
+			return err
+		}
+		out := make([]int64, body)
+		ones := make([]int64, body)
+		for i := range out {
+			out[i], ones[i] = int64(me*100+i), 1
+		}
+		if err := w.Lock(ctx, mpi.LockShared, right); err != nil {
+			return err
+		}
+		if err := mpi.Put(w, out, right, int(addrs[2*right])); err != nil {
+			return err
+		}
+		if err := w.Unlock(ctx, right); err != nil {
+			return err
+		}
+		if err := w.LockAll(ctx); err != nil {
+			return err
+		}
+		for r := 0; r < n; r++ {
+			if err := mpi.Accumulate(w, ones, r, int(addrs[2*r+1]), mpi.Sum); err != nil {
+				return err
+			}
+		}
+		if err := mpi.Put(w, out[:2], right, int(addrs[2*right])+8*(body-1)); !errors.Is(err, mpi.ErrRMARange) {
+			return fmt.Errorf("Put across an attachment's end: %v, want ErrRMARange", err)
+		}
+		if err := w.UnlockAll(ctx); err != nil {
+			return err
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		for i := range a {
+			if a[i] != int64(left*100+i) || b[i] != int64(n) {
+				return fmt.Errorf("element %d: put %d (want %d), accumulated %d (want %d)", i, a[i], left*100+i, b[i], n)
+			}
+		}
+		if err := w.Detach(mpi.Bytes(a)); err != nil {
+			return err
+		}
+		if err := w.Detach(mpi.Bytes(a)); !errors.Is(err, mpi.ErrWin) {
+			return fmt.Errorf("second Detach: %v, want ErrWin", err)
+		}
+		oldA := int(addrs[2*right])
+		fresh := make([]int64, body)
+		if err := w.Attach(mpi.Bytes(fresh)); err != nil {
+			return err
+		}
+		if err := mpi.Allgather(ctx, c, []int64{int64(mpi.Address(mpi.Bytes(fresh))), 0}, addrs); err != nil {
+			return err
+		}
+		if err := w.LockAll(ctx); err != nil {
+			return err
+		}
+		if err := mpi.Put(w, out[:1], right, oldA); !errors.Is(err, mpi.ErrRMARange) {
+			return fmt.Errorf("Put to detached memory: %v, want ErrRMARange", err)
+		}
+		if err := mpi.Put(w, out[:1], right, int(addrs[2*right])); err != nil {
+			return err
+		}
+		if err := w.UnlockAll(ctx); err != nil {
+			return err
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if fresh[0] != int64(left*100) {
+			return fmt.Errorf("fresh attachment holds %d, want %d", fresh[0], left*100)
+		}
+		runtime.KeepAlive(a) // its address stays the detached one's
 		return w.Free(ctx)
 	})
 }
