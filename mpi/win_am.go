@@ -316,22 +316,13 @@ func elemFits(base uintptr, n, off uint64, es int) bool {
 func (w *Win) applyReply(src amigo.Endpoint, h []byte, k kind, op Op, mem []byte, lay layout, data []byte, fetch bool, m *amigo.Message) {
 	e := w.comm.e
 	var old []byte
-	total := int(uint64(lay.blocks) * lay.blockLen)
 	if fetch {
-		old = e.scratch.get(total)
+		old = e.scratch.get(int(uint64(lay.blocks) * lay.blockLen))
 	}
-	for b := 0; b < lay.blocks; b++ {
-		at := uint64(b) * lay.stride
-		lo := b * int(lay.blockLen)
-		var in, out []byte
-		if op.code != opNoOp {
-			in = data[lo : lo+int(lay.blockLen)]
-		}
-		if fetch {
-			out = old[lo : lo+int(lay.blockLen)]
-		}
-		w.applyBlock(k, op, mem[at:at+lay.blockLen], in, out)
+	if op.code == opNoOp {
+		data = nil
 	}
+	w.applyLayout(k, op, mem, lay, data, old)
 	if m != nil && hdrLen+len(old) <= amigo.ImmediateMax {
 		var r [hdrLen]byte
 		copy(r[:8], h[:8])
@@ -429,6 +420,24 @@ func rmaStatusText(s byte) string {
 		return "operation"
 	}
 	return fmt.Sprintf("status %d", s)
+}
+
+// applyLayout applies op to the blocks of lay in mem (from its start),
+// with operands in (nil for NoOp) and old values into old (if not nil),
+// both holding the blocks one after the other.
+func (w *Win) applyLayout(k kind, op Op, mem []byte, lay layout, in, old []byte) {
+	bl := lay.blockLen
+	for b := uint64(0); b < uint64(lay.blocks); b++ {
+		at, lo := b*lay.stride, b*bl
+		var s, o []byte
+		if in != nil {
+			s = in[lo : lo+bl]
+		}
+		if old != nil {
+			o = old[lo : lo+bl]
+		}
+		w.applyBlock(k, op, mem[at:at+bl], s, o)
+	}
 }
 
 // applyBlock applies op to the elements of kind k in dst, this rank's

@@ -99,6 +99,16 @@ func accumulateReq(w *Win, k kind, origin, result, cmp []byte, target, disp int,
 // the number of operations issued that complete rq (which it set in
 // rq.left before issuing them).
 func (w *Win) accumulate(k kind, origin, result, cmp []byte, target, disp int, op Op, rq *rmaReq) (int, error) {
+	n := len(origin)
+	if op.code == opNoOp {
+		n = len(result)
+	}
+	return w.accumulateLayout(k, origin, result, cmp, target, disp, op, layout{blocks: 1, blockLen: uint64(n), stride: uint64(n)}, rq)
+}
+
+// accumulateLayout is accumulate into a target layout: origin's (and
+// result's) elements fill lay's blocks one after the other.
+func (w *Win) accumulateLayout(k kind, origin, result, cmp []byte, target, disp int, op Op, lay layout, rq *rmaReq) (int, error) {
 	es := k.size()
 	switch {
 	case k == kInvalid:
@@ -113,13 +123,17 @@ func (w *Win) accumulate(k kind, origin, result, cmp []byte, target, disp int, o
 			return 0, err
 		}
 	}
-	n := len(origin)
 	if op.code == opNoOp {
-		n = len(result)
 		origin = nil
 	}
-	pl, err := w.target(target, disp, n)
-	if err != nil || n == 0 {
+	n := int(uint64(lay.blocks) * lay.blockLen)
+	if n == 0 {
+		_, err := w.target(target, disp, 0)
+		return 0, err
+	}
+	span := lay.span()
+	pl, err := w.target(target, disp, int(span))
+	if err != nil {
 		return 0, err
 	}
 	off := pl.off
@@ -133,21 +147,21 @@ func (w *Win) accumulate(k kind, origin, result, cmp []byte, target, disp int, o
 		if _, _, _, err := w.word(target, pl, off, es); err != nil {
 			return 0, err
 		}
-		if _, _, _, err := w.word(target, pl, off+uint64(n-es), es); err != nil {
+		if _, _, _, err := w.word(target, pl, off+span-uint64(es), es); err != nil {
 			return 0, err
 		}
 	}
 	if byMsg {
 		if target == w.comm.rank && w.pending == 0 {
-			if mem, at, ok := w.local(pl.at, uint64(n)); ok {
-				w.applyBlock(k, op, mem[at:at+uint64(n)], origin, result)
+			if mem, at, ok := w.local(pl.at, span); ok {
+				w.applyLayout(k, op, mem[at:at+span], lay, origin, result)
 				return 0, nil
 			}
 		}
 		if rq != nil {
 			rq.left = 1
 		}
-		if err := w.accMsg(k, op, origin, result, target, pl.at, layout{blocks: 1, blockLen: uint64(n), stride: uint64(n)}, rq); err != nil {
+		if err := w.accMsg(k, op, origin, result, target, pl.at, lay, rq); err != nil {
 			return 0, err
 		}
 		return 1, nil
@@ -155,9 +169,11 @@ func (w *Win) accumulate(k kind, origin, result, cmp []byte, target, disp int, o
 	if rq != nil {
 		rq.left = n / es
 	}
+	bl := int(lay.blockLen)
 	for i := 0; i < n; i += es {
 		u := &rmaUpdate{w: w, k: k, op: op, es: es, req: rq}
-		u.wordOff, u.width, u.shift, _ = w.word(target, pl, off+uint64(i), es)
+		at := off + uint64(i/bl)*lay.stride + uint64(i%bl)
+		u.wordOff, u.width, u.shift, _ = w.word(target, pl, at, es)
 		if op.code != opNoOp {
 			copy(u.operand[:es], origin[i:i+es])
 		}

@@ -967,3 +967,93 @@ func TestWinDynamic(t *testing.T) {
 		return w.Free(ctx)
 	})
 }
+
+// Strided target layouts: each rank's window is a rows x cols matrix of
+// int32, row-major. Every rank puts a column into its right neighbour's
+// column 1, gets its left neighbour's column 1 back, adds a column of ones
+// into column 3 of every rank, and fetches rank 0's column 3 atomically;
+// blocks of two elements go into columns 5-6. Every other element keeps
+// its guard value.
+func TestWinVector(t *testing.T) {
+	const rows, cols = 9, 8
+	runRMA(t, func(ctx context.Context, c *mpi.Comm) error {
+		me, n := c.Rank(), c.Size()
+		right, left := (me+1)%n, (me+n-1)%n
+		w, err := mpi.WinCreate(ctx, c, make([]byte, rows*cols*4), 4)
+		if err != nil {
+			return err
+		}
+		m := mpi.View[int32](w.Memory())
+		for i := range m {
+			m[i] = -1
+		}
+		for r := 0; r < rows; r++ {
+			m[r*cols+3] = 0
+		}
+		if err := w.Fence(ctx, 0); err != nil {
+			return err
+		}
+		col := mpi.Vector{Count: rows, BlockLen: 1, Stride: cols}
+		out := make([]int32, rows)
+		ones := make([]int32, rows)
+		pairs := make([]int32, 2*rows)
+		for i := range out {
+			out[i], ones[i] = int32(me*100+i), 1
+		}
+		for i := range pairs {
+			pairs[i] = int32(me*1000 + i)
+		}
+		if err := mpi.PutVector(w, out, right, 1, col); err != nil {
+			return err
+		}
+		if err := mpi.PutVector(w, pairs, right, 5, mpi.Vector{Count: rows, BlockLen: 2, Stride: cols}); err != nil {
+			return err
+		}
+		for r := 0; r < n; r++ {
+			if err := mpi.AccumulateVector(w, ones, r, 3, col, mpi.Sum); err != nil {
+				return err
+			}
+		}
+		if err := mpi.PutVector(w, out, right, 2, mpi.Vector{Count: rows, BlockLen: 1, Stride: cols + 1}); !errors.Is(err, mpi.ErrRMARange) {
+			return fmt.Errorf("vector beyond the window: %v, want ErrRMARange", err)
+		}
+		if err := mpi.PutVector(w, out, right, 2, mpi.Vector{Count: rows, BlockLen: 2, Stride: 1}); !errors.Is(err, mpi.ErrCount) {
+			return fmt.Errorf("overlapping vector: %v, want ErrCount", err)
+		}
+		if err := w.Fence(ctx, 0); err != nil {
+			return err
+		}
+		back := make([]int32, rows)
+		if err := mpi.GetVector(w, back, left, 1, col); err != nil {
+			return err
+		}
+		fetched := make([]int32, rows)
+		if err := mpi.GetAccumulateVector(w, nil, fetched, 0, 3, col, mpi.NoOp); err != nil {
+			return err
+		}
+		if err := w.Fence(ctx, mpi.ModeNoSucceed); err != nil {
+			return err
+		}
+		for r := 0; r < rows; r++ {
+			for k := 0; k < cols; k++ {
+				v, want := m[r*cols+k], int32(-1)
+				switch k {
+				case 1:
+					want = int32(left*100 + r)
+				case 3:
+					want = int32(n)
+				case 5, 6:
+					want = int32(left*1000 + 2*r + k - 5)
+				}
+				if v != want {
+					return fmt.Errorf("row %d column %d = %d, want %d", r, k, v, want)
+				}
+			}
+			ll := (left + n - 1) % n
+			if back[r] != int32(ll*100+r) || fetched[r] != int32(n) {
+				return fmt.Errorf("row %d: got %d (want %d), fetched %d (want %d)", r, back[r], ll*100+r, fetched[r], n)
+			}
+		}
+		return w.Free(ctx)
+	})
+}
