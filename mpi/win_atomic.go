@@ -141,6 +141,9 @@ func (w *Win) accumulateLayout(k kind, origin, result, cmp []byte, target, disp 
 	if es > 8 && !byMsg {
 		return 0, fmt.Errorf("%w: %v of %v, wider than a remote atomic", ErrOp, op, k)
 	}
+	if es <= 8 && (uint64(pl.skew)+off)%uint64(es) != 0 {
+		return 0, fmt.Errorf("%w: displacement %d in rank %d's unit of %d bytes puts %d-byte elements at byte %d of its memory, out of their alignment", ErrRMARange, disp, target, w.units[target], es, off)
+	}
 	// The first and the last element's words must be aligned in the
 	// target's memory; the others lie between, at the same alignment.
 	if es <= 8 {

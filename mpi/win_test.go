@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -473,6 +474,28 @@ func TestWinErrors(t *testing.T) {
 		}
 		if got := w.Memory(); got[56] != 1 || !allZero(got[:56]) || !allZero(got[57:]) {
 			return fmt.Errorf("refused operations wrote %v", got)
+		}
+		units, err := mpi.WinCreate(ctx, c, make([]byte, 64), 4)
+		if err != nil {
+			return err
+		}
+		if err := units.Fence(ctx, 0); err != nil {
+			return err
+		}
+		if err := mpi.Accumulate(units, []int64{1, 2}, other, 1, mpi.Sum); !errors.Is(err, mpi.ErrRMARange) || !strings.Contains(err.Error(), "unit of 4 bytes") {
+			return fmt.Errorf("int64 accumulate at displacement 1 of a window of 4-byte units: %v, want ErrRMARange naming the unit", err)
+		}
+		if err := mpi.FetchAndOp(units, int64(1), new(int64), other, 3, mpi.Sum); !errors.Is(err, mpi.ErrRMARange) {
+			return fmt.Errorf("int64 FetchAndOp at displacement 3 of a window of 4-byte units: %v, want ErrRMARange", err)
+		}
+		if err := units.Fence(ctx, mpi.ModeNoSucceed); err != nil {
+			return err
+		}
+		if !allZero(units.Memory()) {
+			return fmt.Errorf("refused accumulates wrote %v", units.Memory())
+		}
+		if err := units.Free(ctx); err != nil {
+			return err
 		}
 		odd, err := mpi.WinCreate(ctx, c, make([]byte, 37), 1)
 		if err != nil {
