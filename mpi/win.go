@@ -138,7 +138,6 @@ type Win struct {
 	pending int
 	err     error
 	done    func(error)
-	ctlWord uint64 // a lock operation's fetched value
 
 	// Accumulates sent to their owners (win_am.go): by slot, the free
 	// slots, and per target those awaiting their reply; elem is the
@@ -166,6 +165,13 @@ type Win struct {
 	segOffs, segSizes []int
 
 	dyn *dynState // a window of WinCreateDynamic (win_dynamic.go)
+
+	// atomUsers[r]: whether this rank counts in rank r's users word, for
+	// remote atomics it issued in this epoch (win_atomic.go).
+	atomUsers []userState
+	// plainUpdates counts the accumulates applied to this rank's window
+	// with plain loads and stores.
+	plainUpdates uint64
 }
 
 // WinCreate makes a window of mem on every rank of c (MPI_Win_create): the
@@ -201,7 +207,7 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc, dyn b
 	ac := c.e.ac
 	cl := ac.Client()
 	w := &Win{ac: ac, mem: mem, locks: make([]LockType, c.size), put: make([]bool, c.size), msgOut: make([]int, c.size), inline: cl.Config().InlineMax,
-		access: make([]bool, c.size), postIn: make([]int, c.size), completeIn: make([]int, c.size)}
+		access: make([]bool, c.size), atomUsers: make([]userState, c.size), postIn: make([]int, c.size), completeIn: make([]int, c.size)}
 	w.done = w.opDone
 	var err error
 	if alloc {
@@ -329,6 +335,9 @@ func (w *Win) Free(ctx context.Context) error {
 		return err
 	}
 	err = w.flushAll(ctx)
+	if derr := w.dropAllAtomics(ctx); err == nil {
+		err = derr
+	}
 	e.unlock()
 	if berr := w.comm.Barrier(ctx); err == nil {
 		err = berr

@@ -425,7 +425,28 @@ func rmaStatusText(s byte) string {
 // applyLayout applies op to the blocks of lay in mem (from its start),
 // with operands in (nil for NoOp) and old values into old (if not nil),
 // both holding the blocks one after the other.
+//
+// When no origin uses remote atomics on the window (usersWord is zero),
+// the update is plain loads and stores, the reduction kernels' loops:
+// claiming the word with bulkBit holds the origins that would start off
+// until the update is done (useAtomics), and the owner applies one
+// accumulate at a time, so each element's update is atomic with respect
+// to every other. Otherwise every element's update is an atomic
+// instruction or a compare-and-swap loop (applyBlock).
 func (w *Win) applyLayout(k kind, op Op, mem []byte, lay layout, in, old []byte) {
+	users := w.usersWord()
+	if atomic.CompareAndSwapUint64(users, 0, bulkBit) {
+		w.eachBlock(mem, lay, in, old, func(dst, s, o []byte) { w.applyPlain(k, op, dst, s, o) })
+		atomic.AddUint64(users, ^uint64(bulkBit-1)) // -bulkBit
+		w.plainUpdates++
+		return
+	}
+	w.eachBlock(mem, lay, in, old, func(dst, s, o []byte) { w.applyBlock(k, op, dst, s, o) })
+}
+
+// eachBlock calls fn on each block of lay in mem with its operands and
+// its place for old values.
+func (w *Win) eachBlock(mem []byte, lay layout, in, old []byte, fn func(dst, in, old []byte)) {
 	bl := lay.blockLen
 	for b := uint64(0); b < uint64(lay.blocks); b++ {
 		at, lo := b*lay.stride, b*bl
@@ -436,8 +457,34 @@ func (w *Win) applyLayout(k kind, op Op, mem []byte, lay layout, in, old []byte)
 		if old != nil {
 			o = old[lo : lo+bl]
 		}
-		w.applyBlock(k, op, mem[at:at+bl], s, o)
+		fn(mem[at:at+bl], s, o)
 	}
+}
+
+// applyPlain applies op to the elements of dst with plain loads and
+// stores. Operands not aligned for their type (a message's data) are
+// copied into aligned scratch first.
+func (w *Win) applyPlain(k kind, op Op, dst, in, old []byte) {
+	if old != nil {
+		copy(old, dst)
+	}
+	switch op.code {
+	case opNoOp:
+		return
+	case opReplace:
+		copy(dst, in)
+		return
+	}
+	es := min(k.size(), 8)
+	if uintptr(unsafe.Pointer(unsafe.SliceData(in)))%uintptr(es) != 0 {
+		e := w.comm.e
+		a := e.scratch.get(len(in))
+		copy(a, in)
+		combine(k, op, a, dst)
+		e.scratch.put(a)
+		return
+	}
+	combine(k, op, in, dst)
 }
 
 // applyBlock applies op to the elements of kind k in dst, this rank's
@@ -457,14 +504,8 @@ func (w *Win) applyBlock(k kind, op Op, dst, in, old []byte) {
 			o = old[i : i+es]
 		}
 		if es > 8 {
-			if o != nil {
-				copy(o, dst[i:i+es])
-			}
-			if op.code == opReplace {
-				copy(dst[i:i+es], s)
-			} else if op.code != opNoOp {
-				combine(k, op, s, dst[i:i+es])
-			}
+			// Touched by no remote atomic: the owner's plain update.
+			w.applyPlain(k, op, dst[i:i+es], s, o)
 			continue
 		}
 		if !applyNative(k, op, p, es, s, o) {

@@ -1,12 +1,103 @@
 package mpi
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/amigo-hpc/amigo"
 )
+
+// Remote atomics and the accumulates the owner applies plainly. An origin
+// that updates a target's window elements with remote atomics says so
+// first, once per epoch: it adds one to the users word of the target's
+// control region (useAtomics), and takes it off again when the epoch ends
+// and its atomics are complete (dropAtomics). While that word is zero, the
+// target's layer applies a many-element accumulate with plain loads and
+// stores (applyLayout), after claiming the word with bulkBit; an origin
+// whose add finds the bit set waits until the owner clears it, which it
+// does when that one update is done, without anyone's help. So the plain
+// update never meets a remote atomic, and a stream of FetchAndOps pays
+// nothing per operation.
+const (
+	ctlUsersOff = 8
+	bulkBit     = 1 << 62
+)
+
+// usersWord is this rank's users word.
+func (w *Win) usersWord() *uint64 {
+	return (*uint64)(unsafe.Pointer(&w.ctl.Bytes()[ctlUsersOff]))
+}
+
+// useAtomicsTimeout bounds the wait for an owner's plain update: it needs
+// nobody's help, so only a lost peer makes it long.
+const useAtomicsTimeout = time.Minute
+
+// userState is whether this rank counts in a target's users word.
+type userState uint8
+
+const (
+	notUser     userState = iota
+	registering           // a goroutine of this rank is adding it
+	user
+)
+
+// useAtomics registers this rank as a user of remote atomics on target's
+// window for this epoch, if it is not yet; the caller holds the engine's
+// lock. Another goroutine's registration in progress is waited for: its
+// atomics may not start before it is done.
+func (w *Win) useAtomics(target int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), useAtomicsTimeout)
+	defer cancel()
+	if w.atomUsers[target] == registering {
+		if err := w.comm.e.wait(ctx, func() bool { return w.atomUsers[target] != registering }); err != nil {
+			return fmt.Errorf("mpi: accumulate on rank %d: %w", target, err)
+		}
+	}
+	if w.atomUsers[target] == user {
+		return nil
+	}
+	w.atomUsers[target] = registering
+	old, err := w.ctlOp(ctx, target, ctlUsersOff, amigo.AtomicAdd, 1, 0)
+	for err == nil && old&bulkBit != 0 {
+		old, err = w.ctlOp(ctx, target, ctlUsersOff, amigo.AtomicOr, 0, 0)
+	}
+	w.comm.e.events++ // wakes the goroutines waiting above
+	if err != nil {
+		// Counted or not, the word cannot be reached: the target
+		// failed, and its count no longer matters.
+		w.atomUsers[target] = notUser
+		return fmt.Errorf("mpi: accumulate on rank %d: %w", target, err)
+	}
+	w.atomUsers[target] = user
+	return nil
+}
+
+// dropAtomics ends this rank's use of remote atomics on target's window,
+// once they are complete; the caller holds the engine's lock.
+func (w *Win) dropAtomics(ctx context.Context, target int) error {
+	if w.atomUsers[target] != user {
+		return nil
+	}
+	w.atomUsers[target] = notUser
+	if _, err := w.ctlOp(ctx, target, ctlUsersOff, amigo.AtomicAdd, ^uint64(0), 0); err != nil {
+		return fmt.Errorf("mpi: ending atomics on rank %d: %w", target, err)
+	}
+	return nil
+}
+
+// dropAllAtomics is dropAtomics for every target.
+func (w *Win) dropAllAtomics(ctx context.Context) error {
+	var err error
+	for r := range w.atomUsers {
+		if e := w.dropAtomics(ctx, r); err == nil {
+			err = e
+		}
+	}
+	return err
+}
 
 // Put copies origin into rank target's window at displacement disp of w
 // (MPI_Put on elements of T).
@@ -168,6 +259,9 @@ func (w *Win) accumulateLayout(k kind, origin, result, cmp []byte, target, disp 
 			return 0, err
 		}
 		return 1, nil
+	}
+	if err := w.useAtomics(target); err != nil {
+		return 0, err
 	}
 	if rq != nil {
 		rq.left = n / es

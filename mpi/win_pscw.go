@@ -170,6 +170,9 @@ func (w *Win) Complete(ctx context.Context) error {
 		w.access[r] = false
 	}
 	err := w.flushAll(ctx)
+	if derr := w.dropAllAtomics(ctx); err == nil {
+		err = derr
+	}
 	for _, r := range ranks {
 		if nerr := w.notify(r, ctlComplete); err == nil {
 			err = nerr

@@ -157,6 +157,9 @@ func (w *Win) Fence(ctx context.Context, assert int) error {
 	if assert&ModeNoPrecede == 0 || w.pending > 0 {
 		err = w.flushAll(ctx)
 	}
+	if derr := w.dropAllAtomics(ctx); err == nil {
+		err = derr
+	}
 	e.unlock()
 	if berr := w.comm.Barrier(ctx); err == nil {
 		err = berr
@@ -239,18 +242,27 @@ func (w *Win) lockRank(ctx context.Context, lt LockType, target int) error {
 // lockOp performs one atomic on target's lock word and waits for it; the
 // caller holds the engine's lock.
 func (w *Win) lockOp(ctx context.Context, target int, op amigo.AtomicOp, operand, compare uint64) (uint64, error) {
+	return w.ctlOp(ctx, target, 0, op, operand, compare)
+}
+
+// ctlOp performs one atomic on the word at off of target's control region
+// and waits for it; the caller holds the engine's lock.
+func (w *Win) ctlOp(ctx context.Context, target int, off uint64, op amigo.AtomicOp, operand, compare uint64) (uint64, error) {
+	// The result is the call's own: the wait lets other goroutines of
+	// this rank in, whose calls may issue theirs meanwhile.
 	var aerr error
+	var result uint64
 	done := false
-	w.ctlWord = 0
-	p := amigo.AtomicParams{Dest: w.eps[target], Remote: w.ctlKeys[target], Op: op, Type: amigo.Uint64,
-		Operand: operand, Compare: compare, Result: &w.ctlWord, Done: func(e error) { aerr, done = e, true; w.comm.e.events++ }}
+	p := amigo.AtomicParams{Dest: w.eps[target], Remote: w.ctlKeys[target], Offset: off, Op: op, Type: amigo.Uint64,
+		Operand: operand, Compare: compare, Result: &result, Done: func(e error) { aerr, done = e, true; w.comm.e.events++ }}
 	if err := w.ac.Atomic(&p); err != nil {
 		return 0, err
 	}
 	if err := w.comm.e.wait(ctx, func() bool { return done }); err != nil {
+		// Result stays the AMI's until Done: leave it to the closure.
 		return 0, err
 	}
-	return w.ctlWord, aerr
+	return result, aerr
 }
 
 // Unlock completes every operation this rank issued to target, at the
@@ -268,6 +280,9 @@ func (w *Win) Unlock(ctx context.Context, target int) error {
 		return fmt.Errorf("%w: Unlock of rank %d, which this rank has not locked", ErrRMASync, target)
 	}
 	err := w.flushRank(ctx, target)
+	if derr := w.dropAtomics(ctx, target); err == nil {
+		err = derr
+	}
 	delta := ^uint64(0) // -1: one shared holder less
 	if lt == LockExclusive {
 		delta = ^uint64(lockExcl - 1) // -lockExcl
@@ -316,6 +331,9 @@ func (w *Win) UnlockAll(ctx context.Context) error {
 		return fmt.Errorf("%w: UnlockAll without LockAll", ErrRMASync)
 	}
 	err := w.flushAll(ctx)
+	if derr := w.dropAllAtomics(ctx); err == nil {
+		err = derr
+	}
 	for r := range w.locks {
 		if _, uerr := w.lockOp(ctx, r, amigo.AtomicAdd, ^uint64(0), 0); uerr != nil {
 			err = errors.Join(err, fmt.Errorf("mpi: UnlockAll, rank %d: %w", r, uerr))

@@ -1099,6 +1099,7 @@ var rmaPrograms = []struct {
 	{"Shared", rmaShared},
 	{"Dynamic", rmaDynamic},
 	{"Vector", rmaVector},
+	{"MixedAtomicity", rmaMixedAtomicity},
 }
 
 // rmaProgram returns the rank program of TestWinProcs called name: "all"
@@ -1151,5 +1152,168 @@ func TestWinProcs(t *testing.T) {
 	}
 	t.Run("two-hosts", func(t *testing.T) {
 		runProcsOn(t, []int{0, 0, 1, 1}, 4, "rma:hosts", "AMIGO_TRANSPORT=tcp")
+	})
+}
+
+// Many-element accumulates and one-element atomics on the same elements at
+// once, under LockAll: even ranks add to each element of rank 0's vector
+// with FetchAndOp (remote atomics), odd ranks add ones to the whole vector
+// with Accumulate (one message rank 0 applies), and some epochs have only
+// the latter (rank 0 then updates plainly). No update is lost.
+func TestWinMixedAtomicity(t *testing.T) { runRMA(t, rmaMixedAtomicity) }
+
+func rmaMixedAtomicity(ctx context.Context, c *mpi.Comm) error {
+	const elems, rounds, epochs = 64, 30, 4
+	me, n := c.Rank(), c.Size()
+	w, err := mpi.WinAllocate(ctx, c, elems*8, 8)
+	if err != nil {
+		return err
+	}
+	clear(w.Memory())
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	ones := make([]int64, elems)
+	for i := range ones {
+		ones[i] = 1
+	}
+	want := int64(0)
+	for e := 0; e < epochs; e++ {
+		if err := w.LockAll(ctx); err != nil {
+			return err
+		}
+		fops := e%2 == 0 // odd epochs: accumulates only
+		for r := 0; r < rounds; r++ {
+			if me%2 == 1 || !fops {
+				if err := mpi.Accumulate(w, ones, 0, 0, mpi.Sum); err != nil {
+					return err
+				}
+			} else {
+				var old int64
+				for i := 0; i < elems; i++ {
+					if err := mpi.FetchAndOp(w, int64(1), &old, 0, i, mpi.Sum); err != nil {
+						return err
+					}
+				}
+			}
+			if err := w.FlushAll(ctx); err != nil {
+				return err
+			}
+		}
+		if err := w.UnlockAll(ctx); err != nil {
+			return err
+		}
+		want += int64(rounds * n)
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if me == 0 {
+			mem := mpi.View[int64](w.Memory())
+			for i := range mem {
+				if v := atomic.LoadInt64(&mem[i]); v != want {
+					return fmt.Errorf("epoch %d: element %d = %d, want %d", e, i, v, want)
+				}
+			}
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+	}
+	return w.Free(ctx)
+}
+
+// The handshake between remote atomics and the owner's plain updates, step
+// by step on two ranks: an epoch of accumulates alone is applied plainly;
+// once rank 1 uses a remote atomic on rank 0's window, rank 0 applies
+// atomically until that epoch ends; and an origin that starts using
+// atomics while rank 0 is inside a plain update (the bit set here by
+// hand) waits until the update is done before its atomic touches memory.
+func TestWinAtomicsHandshake(t *testing.T) {
+	run(t, 2, func(ctx context.Context, c *mpi.Comm) error {
+		me := c.Rank()
+		w, err := mpi.WinAllocate(ctx, c, 64, 8)
+		if err != nil {
+			return err
+		}
+		clear(w.Memory())
+		users := mpi.WinUsers(w)
+		ones := []int64{1, 1, 1, 1}
+		epoch := func(fop bool) error {
+			if err := w.LockAll(ctx); err != nil {
+				return err
+			}
+			if me == 1 {
+				if fop {
+					var old int64
+					if err := mpi.FetchAndOp(w, int64(1), &old, 0, 7, mpi.Sum); err != nil {
+						return err
+					}
+				}
+				if err := mpi.Accumulate(w, ones, 0, 0, mpi.Sum); err != nil {
+					return err
+				}
+			}
+			if err := w.UnlockAll(ctx); err != nil {
+				return err
+			}
+			return c.Barrier(ctx)
+		}
+		if err := epoch(false); err != nil {
+			return err
+		}
+		plain := mpi.WinPlainUpdates(w)
+		if me == 0 && plain != 1 {
+			return fmt.Errorf("%d plain updates after an epoch of one accumulate, want 1", plain)
+		}
+		if err := epoch(true); err != nil {
+			return err
+		}
+		if got := mpi.WinPlainUpdates(w); me == 0 && got != plain {
+			return fmt.Errorf("a plain update while rank 1 used remote atomics")
+		}
+		if me == 0 && atomic.LoadUint64(users) != 0 {
+			return fmt.Errorf("users word %#x after the epochs ended", atomic.LoadUint64(users))
+		}
+		// Rank 0 "is inside a plain update": rank 1's FetchAndOp waits.
+		if me == 0 {
+			atomic.OrUint64(users, mpi.BulkBit)
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		mem := mpi.View[int64](w.Memory())
+		if me == 1 {
+			if err := w.LockAll(ctx); err != nil {
+				return err
+			}
+			var old int64
+			if err := mpi.FetchAndOp(w, int64(5), &old, 0, 6, mpi.Sum); err != nil {
+				return err
+			}
+			if err := w.UnlockAll(ctx); err != nil {
+				return err
+			}
+		} else {
+			for atomic.LoadUint64(users) != mpi.BulkBit|1 {
+				if err := ctx.Err(); err != nil {
+					return fmt.Errorf("rank 1 never registered: %w", err)
+				}
+				runtime.Gosched()
+			}
+			if v := atomic.LoadInt64(&mem[6]); v != 0 {
+				return fmt.Errorf("rank 1's atomic landed (%d) inside a plain update", v)
+			}
+			atomic.AddUint64(users, ^uint64(mpi.BulkBit-1))
+			for atomic.LoadInt64(&mem[6]) != 5 {
+				if err := ctx.Err(); err != nil {
+					return fmt.Errorf("rank 1's atomic never landed: %w", err)
+				}
+				runtime.Gosched()
+			}
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		return w.Free(ctx)
 	})
 }
