@@ -18,7 +18,9 @@ import (
 //	bytes 8-11  tag
 //	byte  12    kind: kindMsg; kindSync, a message whose receiver
 //	            acknowledges its match (Ssend); kindAck, that
-//	            acknowledgement; kindHello for the World handshake
+//	            acknowledgement; kindHello for the World handshake;
+//	            kindRMA, kindRMAReply and kindRMACtl for windows, whose
+//	            headers are laid out in win_am.go and win_pscw.go
 //	byte  13    handshake round; of kindSync and kindAck, the generation
 //	            of the sender's slot
 //	bytes 14-15 zero; of kindSync and kindAck, the sender's slot
@@ -31,7 +33,7 @@ const (
 	kindAck   = 3
 	// kindRMA and kindRMAReply are an accumulate the target's layer
 	// applies and its reply, with headers of their own (win_am.go);
-	// kindRMACtl a window's synchronisation notice (win_sync.go).
+	// kindRMACtl a window's synchronisation notice (win_pscw.go).
 	kindRMA      = 4
 	kindRMAReply = 5
 	kindRMACtl   = 6
