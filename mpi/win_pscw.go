@@ -211,7 +211,7 @@ func (w *Win) Test() (bool, error) {
 		return false, fmt.Errorf("%w: Test without Post", ErrRMASync)
 	}
 	if !allPositive(w.completeIn, w.posted) {
-		w.ac.Advance()
+		w.comm.e.advanceOnce()
 		if !allPositive(w.completeIn, w.posted) {
 			return false, nil
 		}
