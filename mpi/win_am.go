@@ -196,10 +196,7 @@ func (e *engine) onRMA(m *amigo.Message) {
 		e.replyRMA(m.Source, h, rmaUnknown, nil)
 		return
 	}
-	k, op := kind(h[14]), Op{code: opCode(h[13])}
-	lay := layout{blocks: int(binary.LittleEndian.Uint32(h[8:])), blockLen: binary.LittleEndian.Uint64(h[24:]), stride: binary.LittleEndian.Uint64(h[32:])}
-	at := binary.LittleEndian.Uint64(h[16:])
-	fetch := h[15]&rmaFetch != 0
+	k, op, lay, at, fetch := parseRMA(h)
 	st := checkLayout(k, op, lay, m.Size(), fetch)
 	var mem []byte
 	var off uint64
@@ -227,6 +224,14 @@ func (e *engine) onRMA(m *amigo.Message) {
 		e.scratch.put(rx.data)
 		e.replyRMA(m.Source, h, rmaRange, nil)
 	}
+}
+
+// parseRMA decodes an accumulate's header (rmaHdrLen bytes); checkLayout
+// and checkPlace judge what it says.
+func parseRMA(h []byte) (k kind, op Op, lay layout, at uint64, fetch bool) {
+	k, op = kind(h[14]), Op{code: opCode(h[13])}
+	lay = layout{blocks: int(binary.LittleEndian.Uint32(h[8:])), blockLen: binary.LittleEndian.Uint64(h[24:]), stride: binary.LittleEndian.Uint64(h[32:])}
+	return k, op, lay, binary.LittleEndian.Uint64(h[16:]), h[15]&rmaFetch != 0
 }
 
 // rmaRecv is an accumulate whose data is on its way to the owner.
