@@ -157,6 +157,7 @@ func (c *Context) atomic(p *AtomicParams, now, held bool) (bool, error) {
 	}
 	in.kind = instRDMA
 	in.rdma = transport.Atomic
+	in.vec, in.lay = nil, Strided{} // a reused slot's may be a strided Put's
 	in.dest = idx
 	in.data = res
 	in.key = p.Remote

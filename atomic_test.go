@@ -742,3 +742,53 @@ func TestHeldAtomicNow(t *testing.T) {
 		})
 	}
 }
+
+// An atomic posted into an instruction slot that last held a strided Get
+// is an atomic: it does not inherit the layout. Every slot of the queue
+// holds a strided Get first, then an atomic.
+func TestAtomicAfterStrided(t *testing.T) {
+	for _, over := range []string{"loop", "tcp"} {
+		t.Run(over, func(t *testing.T) {
+			const rounds = 4096
+			cl := openOver(t, 2, amigo.Config{SpinIterations: 50, YieldIterations: 50}, over)
+			everyRank(t, cl, func(ctx context.Context, c *amigo.Client) error {
+				x := c.Context(0)
+				g, err := globalRegion(ctx, c, "go", 64)
+				if err != nil {
+					return err
+				}
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
+				if c.Rank() == 0 {
+					local := make([]byte, 12)
+					s := amigo.Strided{Count: 3, Block: 4, LocalStride: 4, RemoteStride: 16}
+					for i := 0; i < rounds; i++ {
+						done := false
+						if err := x.GetStrided(amigo.EndpointOf(1), local, s, g.Key(1), 0, func(err error) { done = true }); err != nil {
+							return err
+						}
+						if err := x.Wait(ctx, func() bool { return done }); err != nil {
+							return err
+						}
+					}
+					var old int64
+					for i := 0; i < rounds; i++ {
+						var aerr error
+						done := false
+						if err := x.FetchAdd(amigo.EndpointOf(1), g.Key(1), 8, 1, &old, func(err error) { aerr, done = err, true }); err != nil {
+							return err
+						}
+						if err := x.Wait(ctx, func() bool { return done }); err != nil {
+							return err
+						}
+						if aerr != nil || old != int64(i) {
+							return fmt.Errorf("atomic %d fetched %d: %v", i, old, aerr)
+						}
+					}
+				}
+				return c.Barrier(ctx)
+			})
+		})
+	}
+}

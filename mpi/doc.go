@@ -183,10 +183,17 @@
 // A window (WinCreate, WinAllocate) is memory every rank of a communicator
 // exposes to the others' Put, Get and accumulates, which travel as the
 // AMI's GET, PUT and remote atomics: the target's program takes no part.
-// Access epochs are opened by Fence (active target) or Lock and LockAll
+// An accumulate of many elements travels as one message the target's
+// layer applies, plainly while no origin uses remote atomics on the
+// window, else element by element with atomic instructions. Access epochs
+// are opened by Fence or Post/Start (active target) or Lock and LockAll
 // (passive target, a lock word the initiators take with remote atomics);
-// Flush, FlushAll and Unlock complete operations at their targets. See
-// win.go.
+// Flush, FlushAll, Complete and Unlock complete operations at their
+// targets, and Rput, Rget and Raccumulate return requests of their own.
+// Target layouts may be strided (Vector). WinAllocateShared gives the
+// ranks of a host one segment they load from and store to directly
+// (SharedQuery); WinCreateDynamic a window whose memory each rank attaches
+// and detaches alone. See win.go and the win_*.go files.
 //
 // # Fault tolerance
 //

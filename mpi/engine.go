@@ -19,7 +19,9 @@ import (
 //	byte  12    kind: kindMsg; kindSync, a message whose receiver
 //	            acknowledges its match (Ssend); kindAck, that
 //	            acknowledgement; kindHello for the World handshake;
-//	            kindRevoke and kindAgree of fault tolerance (ft.go)
+//	            kindRevoke and kindAgree of fault tolerance (ft.go);
+//	            kindRMA, kindRMAReply and kindRMACtl for windows, whose
+//	            headers are laid out in win_am.go and win_pscw.go
 //	byte  13    handshake round; of kindSync and kindAck, the generation
 //	            of the sender's slot
 //	bytes 14-15 zero; of kindSync and kindAck, the sender's slot
@@ -32,6 +34,12 @@ const (
 	kindAck    = 3
 	kindRevoke = 4
 	kindAgree  = 5
+	// kindRMA and kindRMAReply are an accumulate the target's layer
+	// applies and its reply, with headers of their own (win_am.go);
+	// kindRMACtl a window's synchronisation notice (win_pscw.go).
+	kindRMA      = 6
+	kindRMAReply = 7
+	kindRMACtl   = 8
 )
 
 func putHdr(b *[hdrLen]byte, ctx uint32, src, tag int32) {
@@ -104,6 +112,10 @@ type engine struct {
 	syncReqs []*request
 	syncGen  []uint8
 	syncFree []uint16
+
+	// wins holds the windows of the context by id (their
+	// communicator's), for the accumulates their owners apply.
+	wins map[uint32]*Win
 
 	nop       func(*amigo.Context) // posted to ring a driver's doorbell
 	driveCond func() bool          // driveCondition, made once
@@ -304,6 +316,10 @@ func (e *engine) handshake(ctx context.Context) error {
 // message against the posted queue, or keeps it in the unexpected queue.
 func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 	h := m.Header
+	if len(h) >= hdrLen && h[12] >= kindRMA && h[12] <= kindRMACtl {
+		e.onRMA(m)
+		return
+	}
 	if len(h) != hdrLen {
 		e.stats.Malformed++
 		return // an announcement left unclaimed is declined

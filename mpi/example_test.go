@@ -160,3 +160,50 @@ func ExampleComm_Shrink() {
 	})
 	// Output: 2 true 3 4 3
 }
+
+// Generalised active target: rank 0 exposes its window to ranks 1 and 2
+// (Post), which each put their rank into their own slot (Start, Put,
+// Complete); once Wait returns, rank 0's memory holds both.
+func ExampleWin_Post() {
+	ranks(3, func(ctx context.Context, w *mpi.Comm) {
+		win, err := mpi.WinAllocate(ctx, w, 3*8, 8)
+		if err != nil {
+			panic(err)
+		}
+		all, _ := w.Group()
+		if w.Rank() == 0 {
+			origins, _ := all.Incl([]int{1, 2})
+			win.Post(origins, 0)
+			win.Wait(ctx)
+			fmt.Println(mpi.View[int64](win.Memory()))
+		} else {
+			target, _ := all.Incl([]int{0})
+			win.Start(ctx, target, 0)
+			mpi.Put(win, []int64{int64(w.Rank())}, 0, w.Rank())
+			win.Complete(ctx)
+		}
+		win.Free(ctx)
+	})
+	// Output: [0 1 2]
+}
+
+// A shared window: each rank of the host stores into its own part, and
+// after Sync, Barrier, Sync reads its neighbour's part directly.
+func ExampleWinAllocateShared() {
+	ranks(2, func(ctx context.Context, w *mpi.Comm) {
+		win, err := mpi.WinAllocateShared(ctx, w, 8, 8)
+		if err != nil {
+			panic(err)
+		}
+		mpi.View[int64](win.Memory())[0] = int64(100 + w.Rank())
+		win.Sync()
+		w.Barrier(ctx)
+		win.Sync()
+		other, _, _ := win.SharedQuery(1 - w.Rank())
+		if w.Rank() == 0 {
+			fmt.Println(mpi.View[int64](other)[0])
+		}
+		win.Free(ctx) // collective: no rank unmaps while another reads
+	})
+	// Output: 101
+}

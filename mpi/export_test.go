@@ -24,3 +24,18 @@ func DieInAgree(kind string, round, to int, die func()) {
 		die()
 	}
 }
+
+// WinUsers returns w's users word: the count of origins using remote
+// atomics on this rank's window, with the bit of a plain update (BulkBit).
+func WinUsers(w *Win) *uint64 { return w.usersWord() }
+
+// WinPlainUpdates returns how many accumulates this rank applied to its
+// window with plain loads and stores.
+func WinPlainUpdates(w *Win) uint64 {
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
+	return w.plainUpdates
+}
+
+// BulkBit is the users word's bit of a plain update.
+const BulkBit = bulkBit

@@ -43,6 +43,9 @@ func program(name string) func(ctx context.Context, w *mpi.Comm) error {
 	if fn := ftProgram(name); fn != nil {
 		return fn
 	}
+	if p, ok := strings.CutPrefix(name, "rma:"); ok {
+		return rmaProgram(p)
+	}
 	switch name {
 	case "nonovertaking/posted":
 		return nonOvertaking("posted first")
@@ -125,10 +128,18 @@ func rankMain(name string) int {
 // with env added, and fails t with the ranks' output if the job fails.
 func runProcs(t *testing.T, n int, name string, env ...string) {
 	t.Helper()
+	runProcsOn(t, nil, n, name, env...)
+}
+
+// runProcsOn is runProcs with the launcher reporting host nodes[r] for
+// rank r (nil: one host).
+func runProcsOn(t *testing.T, nodes []int, n int, name string, env ...string) {
+	t.Helper()
 	out := launch.NewCapture(n)
 	job, err := launch.Start(launch.Options{
-		N:    n,
-		Argv: []string{os.Args[0]},
+		N:     n,
+		Nodes: nodes,
+		Argv:  []string{os.Args[0]},
 		Env: append([]string{rankEnv + "=" + name, "AMIGO_TRANSPORT=shm", "GORACE=atexit_sleep_ms=0",
 			// More ranks than cores: a rank that waits sleeps soon.
 			"AMIGO_SPIN=50", "AMIGO_YIELD=50"}, env...),

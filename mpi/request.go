@@ -13,6 +13,7 @@ const (
 	reqRecv
 	reqColl
 	reqWaiter // carries the condition of a Waitany or Probe: never a handle
+	reqRMA    // a request-based one-sided operation (win_req.go)
 )
 
 // request is the state of one send, receive or nonblocking collective. The

@@ -2,11 +2,8 @@ package mpi
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/amigo-hpc/amigo"
@@ -20,32 +17,47 @@ import (
 // Each rank's window memory is an amigo region (RegisterMemory for WinCreate,
 // AllocMemory for WinAllocate: a shared segment where ranks share a host, so
 // that Puts and Gets are single copies and atomics the initiator's own
-// instructions); a second small region of each rank's holds its lock word.
-// Window creation exchanges the keys, sizes and displacement units.
+// instructions); a second small region of each rank's holds its lock word
+// (and, for a dynamic window, its table of attachments). Window creation
+// exchanges the keys, sizes and displacement units.
+//
+// The files, by chapter: win.go (creation, Free, Put and Get), win_sync.go
+// (Flush, Sync, Fence, Lock), win_pscw.go (Post, Start, Complete, Wait),
+// win_atomic.go (accumulates and atomics by remote atomics), win_am.go
+// (accumulates the owner applies), win_req.go (Rput, Rget, Raccumulate),
+// win_vector.go (strided target layouts), win_shared.go
+// (WinAllocateShared), win_dynamic.go (WinCreateDynamic).
 //
 // Accumulate, GetAccumulate, FetchAndOp and CompareAndSwap are atomic per
-// element, as MPI requires: an element of 4 or 8 bytes whose operation the
-// AMI has (Sum on integers and float64, Band, Bor, Bxor on integers,
-// Replace, and NoOp's fetch) is one remote atomic; any other (Prod, Min,
-// Max, Land, Lor, user ops, and elements of 1 or 2 bytes) is a
-// compare-and-swap loop on the aligned 4- or 8-byte word that holds the
-// element, whose other bytes the swap leaves as they were. complex128
-// elements (16 bytes, wider than any remote atomic) are refused with ErrOp.
+// element, as MPI requires. One element is one remote atomic when the AMI
+// has its operation (Sum on integers and float64, Band, Bor, Bxor on
+// integers, Replace, and NoOp's fetch, on 4 or 8 bytes), else a
+// compare-and-swap loop on the aligned 4- or 8-byte word that holds it,
+// whose other bytes the swap leaves as they were: neither needs the
+// target's program. More than one element travel as one message the
+// target's layer applies with the processor's atomic instructions
+// (win_am.go), as do complex128 elements (16 bytes, wider than any remote
+// atomic, and touched by nothing else); user ops, which only the origin
+// can compute, take the per-element loop. MinLoc and MaxLoc are refused.
 //
-// Synchronisation: Fence (active target), Lock/Unlock and LockAll/UnlockAll
-// (passive target; the lock is a word of the target's that initiators take
-// with remote atomics, so the target need not call into mpi), Flush,
-// FlushAll, FlushLocal, FlushLocalAll and Sync. A Put, Get or accumulate
-// outside an access epoch to its target (after a Fence that opens one, or
-// between Lock and Unlock) is refused with ErrRMASync.
+// Synchronisation: Fence and Post/Start/Complete/Wait (active target),
+// Lock/Unlock and LockAll/UnlockAll (passive target; the lock is a word of
+// the target's that initiators take with remote atomics, so the target need
+// not call into mpi), Flush, FlushAll, FlushLocal, FlushLocalAll and Sync.
+// A Put, Get or accumulate outside an access epoch to its target (after a
+// Fence that opens one, between Start and Complete, between Lock and
+// Unlock) is refused with ErrRMASync, and touches nothing.
 
 // Errors of one-sided communication.
 var (
 	// ErrRMASync reports an RMA call outside an epoch that allows it: a
-	// Put without Fence or Lock, an Unlock without Lock, a Lock while
-	// the target is locked already, Free with locks held.
+	// Put without Fence, Start or Lock, an Unlock without Lock, a
+	// Complete without Start, a Wait without Post, a Lock while the
+	// target is locked already, Free with locks held.
 	ErrRMASync = errors.New("mpi: RMA synchronisation error")
-	// ErrRMARange reports an access outside the target's window.
+	// ErrRMARange reports an access outside the target's window (or
+	// outside its attached memory, in a dynamic window), or an element
+	// the target's displacement unit puts out of its alignment.
 	ErrRMARange = errors.New("mpi: RMA access outside the window")
 	// ErrWin reports a nil or freed window, or a window argument that
 	// does not fit (a displacement unit below 1).
@@ -126,7 +138,40 @@ type Win struct {
 	pending int
 	err     error
 	done    func(error)
-	ctlWord uint64 // a lock operation's fetched value
+
+	// Accumulates sent to their owners (win_am.go): by slot, the free
+	// slots, and per target those awaiting their reply; elem is the
+	// scratch of the owner's compare-and-swap loops; inline the AMI's
+	// InlineMax.
+	msgs    []*rmaMsg
+	msgFree []uint16
+	msgOut  []int
+	elem    [2][16]byte
+	inline  int
+
+	// Generalised active target (win_pscw.go): the ranks of the access
+	// epoch Start opened (access[r] for each) and of the exposure epoch
+	// Post opened, nil when none is open; the Post and Complete notices
+	// received, by rank, that Start and Wait have not consumed.
+	started, posted    []int
+	access             []bool
+	postIn, completeIn []int
+
+	reqFree *rmaReq // request ties for reuse (win_req.go)
+
+	// A window of WinAllocateShared (win_shared.go): the segment as this
+	// rank maps it, where each rank's part starts, and its length.
+	segment           []byte
+	segOffs, segSizes []int
+
+	dyn *dynState // a window of WinCreateDynamic (win_dynamic.go)
+
+	// atomUsers[r]: whether this rank counts in rank r's users word, for
+	// remote atomics it issued in this epoch (win_atomic.go).
+	atomUsers []userState
+	// plainUpdates counts the accumulates applied to this rank's window
+	// with plain loads and stores.
+	plainUpdates uint64
 }
 
 // WinCreate makes a window of mem on every rank of c (MPI_Win_create): the
@@ -135,7 +180,7 @@ type Win struct {
 // the slice mem views, usually). Collective over c; mem stays the caller's
 // and must not be released before Free.
 func WinCreate(ctx context.Context, c *Comm, mem []byte, dispUnit int) (*Win, error) {
-	return newWin(ctx, c, mem, dispUnit, false)
+	return newWin(ctx, c, mem, dispUnit, false, false)
 }
 
 // WinAllocate makes a window of size bytes that amigo allocates on every
@@ -147,10 +192,12 @@ func WinAllocate(ctx context.Context, c *Comm, size, dispUnit int) (*Win, error)
 	if size < 0 {
 		return nil, fmt.Errorf("%w: WinAllocate of %d bytes", ErrCount, size)
 	}
-	return newWin(ctx, c, make([]byte, 0, size), dispUnit, true)
+	return newWin(ctx, c, make([]byte, 0, size), dispUnit, true, false)
 }
 
-func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc bool) (*Win, error) {
+// newWin makes a window of mem (or of amigo's memory of cap(mem) bytes,
+// alloc), or a dynamic one (dyn) with no memory yet.
+func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc, dyn bool) (*Win, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -159,7 +206,8 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc bool) 
 	}
 	ac := c.e.ac
 	cl := ac.Client()
-	w := &Win{ac: ac, mem: mem, locks: make([]LockType, c.size), put: make([]bool, c.size)}
+	w := &Win{ac: ac, mem: mem, locks: make([]LockType, c.size), put: make([]bool, c.size), msgOut: make([]int, c.size), inline: cl.Config().InlineMax,
+		access: make([]bool, c.size), atomUsers: make([]userState, c.size), postIn: make([]int, c.size), completeIn: make([]int, c.size)}
 	w.done = w.opDone
 	var err error
 	if alloc {
@@ -177,7 +225,12 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc bool) 
 			return nil, fmt.Errorf("mpi: WinCreate: %w", err)
 		}
 	}
-	if w.ctl, err = cl.AllocMemory(64); err != nil {
+	ctlSize := 64
+	if dyn {
+		ctlSize = dynCtlSize
+		w.dyn = &dynState{tabs: make([][]dynEntry, c.size), buf: make([]byte, dynCtlSize-dynTableOff)}
+	}
+	if w.ctl, err = cl.AllocMemory(ctlSize); err != nil {
 		w.release()
 		return nil, fmt.Errorf("mpi: window lock word: %w", err)
 	}
@@ -193,13 +246,18 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc bool) 
 	if len(w.mem) > 0 {
 		mine[4] = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(w.mem))) & 7)
 	}
-	all := make([]uint64, fields*c.size)
-	if err := Allgather(ctx, c, mine, all); err != nil {
+	// The window's communicator first, and the window known by its id,
+	// so that an accumulate that follows the exchange finds it.
+	if w.comm, err = c.Dup(ctx); err != nil {
 		w.release()
 		return nil, fmt.Errorf("mpi: window creation: %w", err)
 	}
-	if w.comm, err = c.Dup(ctx); err != nil {
+	w.register()
+	all := make([]uint64, fields*c.size)
+	if err := Allgather(ctx, w.comm, mine, all); err != nil {
+		w.unregister()
 		w.release()
+		_ = w.comm.Free()
 		return nil, fmt.Errorf("mpi: window creation: %w", err)
 	}
 	n := c.size
@@ -214,7 +272,26 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc bool) 
 	return w, nil
 }
 
+// register makes the window known to its engine by id.
+func (w *Win) register() {
+	e := w.comm.e
+	e.lock()
+	if e.wins == nil {
+		e.wins = make(map[uint32]*Win)
+	}
+	e.wins[uint32(w.comm.id)] = w
+	e.unlock()
+}
+
+func (w *Win) unregister() {
+	e := w.comm.e
+	e.lock()
+	delete(e.wins, uint32(w.comm.id))
+	e.unlock()
+}
+
 func (w *Win) release() {
+	w.detachAll()
 	if w.reg != nil {
 		_ = w.reg.Deregister()
 	}
@@ -250,18 +327,26 @@ func (w *Win) Free(ctx context.Context) error {
 	if w.lockAll && err == nil {
 		err = fmt.Errorf("%w: Free inside LockAll", ErrRMASync)
 	}
+	if (w.started != nil || w.posted != nil) && err == nil {
+		err = fmt.Errorf("%w: Free inside a Start or Post epoch", ErrRMASync)
+	}
 	if err != nil {
 		e.unlock()
 		return err
 	}
 	err = w.flushAll(ctx)
+	if derr := w.dropAllAtomics(ctx); err == nil {
+		err = derr
+	}
 	e.unlock()
 	if berr := w.comm.Barrier(ctx); err == nil {
 		err = berr
 	}
 	e.lock()
 	w.freed = true
+	delete(e.wins, uint32(w.comm.id))
 	w.release()
+	w.unmap()
 	e.unlock()
 	if ferr := w.comm.Free(); err == nil {
 		err = ferr
@@ -312,60 +397,90 @@ func (w *Win) opDone(err error) {
 	}
 }
 
+// place is where an access lands: a region of the target's (its key, the
+// byte offset in it, its length and its address modulo 8), and what the
+// target's layer resolves itself (at: the offset in its window, or the
+// address in a dynamic window).
+type place struct {
+	key  amigo.Key
+	off  uint64
+	size uint64
+	skew uint8
+	at   uint64
+}
+
 // target checks an access of n bytes at displacement disp of rank r's
-// window, in an epoch that allows it, and returns the byte offset.
-func (w *Win) target(r, disp, n int) (uint64, error) {
+// window, in an epoch that allows it, and returns where it lands.
+func (w *Win) target(r, disp, n int) (place, error) {
 	if err := w.check(); err != nil {
-		return 0, err
+		return place{}, err
 	}
 	if r < 0 || r >= len(w.sizes) {
-		return 0, fmt.Errorf("%w: target %d of a window of %d ranks", ErrRank, r, len(w.sizes))
+		return place{}, fmt.Errorf("%w: target %d of a window of %d ranks", ErrRank, r, len(w.sizes))
 	}
-	if !w.fenceOpen && !w.lockAll && w.locks[r] == 0 {
-		return 0, fmt.Errorf("%w: access to rank %d outside an access epoch (Fence or Lock first)", ErrRMASync, r)
+	if !w.fenceOpen && !w.lockAll && w.locks[r] == 0 && !w.access[r] {
+		return place{}, fmt.Errorf("%w: access to rank %d outside an access epoch (Fence, Start or Lock first)", ErrRMASync, r)
 	}
 	if disp < 0 || n < 0 {
-		return 0, fmt.Errorf("%w: displacement %d, %d bytes", ErrRMARange, disp, n)
+		return place{}, fmt.Errorf("%w: displacement %d, %d bytes", ErrRMARange, disp, n)
 	}
 	if e := w.comm.e; e.ft.on {
 		if err := w.comm.targetFailure(r); err != nil {
-			return 0, err
+			return place{}, err
 		}
+	}
+	if w.dyn != nil {
+		return w.dynTarget(r, uint64(disp), uint64(n))
 	}
 	off := uint64(disp) * uint64(w.units[r])
 	if off/uint64(w.units[r]) != uint64(disp) || off > w.sizes[r] || uint64(n) > w.sizes[r]-off {
-		return 0, fmt.Errorf("%w: %d bytes at displacement %d (unit %d) of rank %d's %d-byte window", ErrRMARange, n, disp, w.units[r], r, w.sizes[r])
+		return place{}, fmt.Errorf("%w: %d bytes at displacement %d (unit %d) of rank %d's %d-byte window", ErrRMARange, n, disp, w.units[r], r, w.sizes[r])
 	}
-	return off, nil
+	return place{key: w.keys[r], off: off, size: w.sizes[r], skew: w.skew[r], at: off}, nil
 }
 
 // Put copies origin into rank target's window at displacement disp
 // (MPI_Put). It completes at the origin by FlushLocal (origin may then be
 // reused) and at the target by Flush, Unlock or Fence.
-func (w *Win) Put(origin []byte, target, disp int) error { return w.rma(true, origin, target, disp) }
+func (w *Win) Put(origin []byte, target, disp int) error {
+	return w.rma(true, origin, target, disp, nil)
+}
 
 // Get copies len(origin) bytes of rank target's window at displacement
 // disp into origin (MPI_Get); origin holds them after FlushLocal, Flush,
 // Unlock or Fence.
-func (w *Win) Get(origin []byte, target, disp int) error { return w.rma(false, origin, target, disp) }
+func (w *Win) Get(origin []byte, target, disp int) error {
+	return w.rma(false, origin, target, disp, nil)
+}
 
-// rma issues a Put (put) or a Get between origin and target's window.
-func (w *Win) rma(put bool, origin []byte, target, disp int) error {
+// rma issues a Put (put) or a Get between origin and target's window; rq,
+// if not nil, is the request that completes with it (win_req.go).
+func (w *Win) rma(put bool, origin []byte, target, disp int, rq *rmaReq) error {
 	if w == nil {
 		return fmt.Errorf("%w: nil", ErrWin)
 	}
 	w.comm.e.lock()
 	defer w.comm.e.unlock()
-	off, err := w.target(target, disp, len(origin))
-	if err != nil || len(origin) == 0 {
+	pl, err := w.target(target, disp, len(origin))
+	if err != nil {
 		return err
+	}
+	done := w.done
+	if rq != nil {
+		done = rq.start(1)
+	}
+	if len(origin) == 0 {
+		if rq != nil {
+			rq.finish(nil)
+		}
+		return nil
 	}
 	w.pending++
 	if put {
 		w.put[target] = true
-		err = w.ac.Put(w.eps[target], origin, w.keys[target], off, w.done)
+		err = w.ac.Put(w.eps[target], origin, pl.key, pl.off, done)
 	} else {
-		err = w.ac.Get(w.eps[target], origin, w.keys[target], off, w.done)
+		err = w.ac.Get(w.eps[target], origin, pl.key, pl.off, done)
 	}
 	if err != nil {
 		w.pending--
@@ -376,570 +491,4 @@ func (w *Win) rma(put bool, origin []byte, target, disp int) error {
 		return fmt.Errorf("mpi: %s rank %d: %w", what, target, w.comm.e.peerFailure(err))
 	}
 	return nil
-}
-
-// waitPending advances the context until every operation this rank issued
-// on the window is complete at the origin, and returns their first error.
-// The caller holds the engine's lock.
-func (w *Win) waitPending(ctx context.Context) error {
-	if err := w.comm.e.wait(ctx, func() bool { return w.pending == 0 }); err != nil {
-		return w.comm.e.waitErr(err, "window operations of this rank", noArg, noArg)
-	}
-	err := w.err
-	w.err = nil
-	return err
-}
-
-// FlushLocal completes at the origin every operation this rank issued on
-// the window: their origin buffers may be reused, and Gets' data is there.
-// (It completes those to every target, not only to target.)
-func (w *Win) FlushLocal(ctx context.Context, target int) error {
-	if err := w.enter(); err != nil {
-		return err
-	}
-	defer w.leave()
-	if err := w.rank(target); err != nil {
-		return err
-	}
-	return w.waitPending(ctx)
-}
-
-// FlushLocalAll is FlushLocal for every target.
-func (w *Win) FlushLocalAll(ctx context.Context) error {
-	if err := w.enter(); err != nil {
-		return err
-	}
-	defer w.leave()
-	return w.waitPending(ctx)
-}
-
-// Flush completes every operation this rank issued to target at the
-// target: its Puts and accumulates are visible there.
-func (w *Win) Flush(ctx context.Context, target int) error {
-	if err := w.enter(); err != nil {
-		return err
-	}
-	defer w.leave()
-	if err := w.rank(target); err != nil {
-		return err
-	}
-	return w.flushRank(ctx, target)
-}
-
-// flushRank is Flush with the engine's lock held.
-func (w *Win) flushRank(ctx context.Context, target int) error {
-	err := w.waitPending(ctx)
-	if w.put[target] {
-		w.put[target] = false
-		if ferr := w.flushAMI(ctx, w.eps[target]); err == nil {
-			err = ferr
-		}
-	}
-	return err
-}
-
-// FlushAll is Flush for every target.
-func (w *Win) FlushAll(ctx context.Context) error {
-	if err := w.enter(); err != nil {
-		return err
-	}
-	defer w.leave()
-	return w.flushAll(ctx)
-}
-
-// flushAll is FlushAll with the engine's lock held.
-func (w *Win) flushAll(ctx context.Context) error {
-	err := w.waitPending(ctx)
-	clear(w.put)
-	var ferr error
-	fenced := false
-	if e := w.ac.FenceAll(func(e error) { ferr, fenced = e, true; w.comm.e.events++ }); e != nil {
-		return errors.Join(err, e)
-	}
-	if e := w.comm.e.wait(ctx, func() bool { return fenced }); e != nil {
-		return errors.Join(err, w.comm.e.waitErr(e, "window FlushAll", noArg, noArg))
-	}
-	if err == nil {
-		err = ferr
-	}
-	return err
-}
-
-func (w *Win) flushAMI(ctx context.Context, ep amigo.Endpoint) error {
-	var ferr error
-	flushed := false
-	if err := w.ac.Flush(ep, func(e error) { ferr, flushed = e, true; w.comm.e.events++ }); err != nil {
-		return err
-	}
-	if err := w.comm.e.wait(ctx, func() bool { return flushed }); err != nil {
-		return w.comm.e.waitErr(err, "window Flush of world", ep.Rank, noArg)
-	}
-	return ferr
-}
-
-// Sync makes this rank's loads and stores to its window memory and the
-// peers' operations that were synchronised with it (by a barrier, a
-// message, a lock) visible to each other (MPI_Win_sync): a full memory
-// barrier.
-func (w *Win) Sync() error {
-	if err := w.enter(); err != nil {
-		return err
-	}
-	defer w.leave()
-	var x atomic.Uint64
-	x.Add(1) // a locked instruction: a full barrier on every processor Go runs on
-	return nil
-}
-
-// Fence ends the current active-target epoch and opens the next, unless
-// assert has ModeNoSucceed (MPI_Win_fence): collective over the window's
-// ranks; every operation any rank issued before it is complete at its
-// target when it returns, on every rank.
-func (w *Win) Fence(ctx context.Context, assert int) error {
-	if w == nil {
-		return fmt.Errorf("%w: nil", ErrWin)
-	}
-	e := w.comm.e
-	e.lock()
-	err := w.check()
-	if err == nil && w.lockAll {
-		err = fmt.Errorf("%w: Fence inside LockAll", ErrRMASync)
-	}
-	for r, l := range w.locks {
-		if l != 0 && err == nil {
-			err = fmt.Errorf("%w: Fence while rank %d is locked", ErrRMASync, r)
-		}
-	}
-	if err != nil {
-		e.unlock()
-		return err
-	}
-	if assert&ModeNoPrecede == 0 || w.pending > 0 {
-		err = w.flushAll(ctx)
-	}
-	e.unlock()
-	if berr := w.comm.Barrier(ctx); err == nil {
-		err = berr
-	}
-	e.lock()
-	w.fenceOpen = assert&ModeNoSucceed == 0
-	e.unlock()
-	return err
-}
-
-// Lock opens a passive-target access epoch to rank target (MPI_Win_lock):
-// it returns once this rank holds the target's lock, exclusive or shared.
-// The lock is a word of the target's window that this rank takes with
-// remote atomics: the target need not call into mpi for it. A lock that is
-// held elsewhere is retried until ctx ends.
-func (w *Win) Lock(ctx context.Context, lt LockType, target int) error {
-	if err := w.enter(); err != nil {
-		return err
-	}
-	defer w.leave()
-	return w.lockRank(ctx, lt, target)
-}
-
-// lockRank is Lock with the engine's lock held.
-func (w *Win) lockRank(ctx context.Context, lt LockType, target int) error {
-	if err := w.rank(target); err != nil {
-		return err
-	}
-	if lt != LockExclusive && lt != LockShared {
-		return fmt.Errorf("%w: lock type %d", ErrWin, lt)
-	}
-	if w.locks[target] != 0 || w.lockAll {
-		return fmt.Errorf("%w: Lock of rank %d, which this rank has locked already", ErrRMASync, target)
-	}
-	if w.fenceOpen {
-		return fmt.Errorf("%w: Lock inside a Fence epoch (Fence with ModeNoSucceed first)", ErrRMASync)
-	}
-	for spins := 0; ; spins++ {
-		var ok bool
-		var err error
-		if lt == LockExclusive {
-			var old uint64
-			old, err = w.lockOp(ctx, target, amigo.AtomicCAS, lockExcl, 0)
-			ok = err == nil && old == 0
-		} else {
-			var old uint64
-			old, err = w.lockOp(ctx, target, amigo.AtomicAdd, 1, 0)
-			ok = err == nil && old < lockExcl
-			if err == nil && !ok {
-				_, err = w.lockOp(ctx, target, amigo.AtomicAdd, ^uint64(0), 0)
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("mpi: Lock of rank %d: %w", target, err)
-		}
-		if ok {
-			w.locks[target] = lt
-			return nil
-		}
-		// Held elsewhere: let this rank's context serve what it must,
-		// and the holder run, before the next try.
-		w.ac.Advance()
-		if spins%16 == 15 {
-			// Let the other goroutines of this rank have the engine.
-			w.comm.e.unlock()
-			runtime.Gosched()
-			w.comm.e.lock()
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("mpi: Lock of rank %d: %w", target, err)
-		}
-	}
-}
-
-// lockOp performs one atomic on target's lock word and waits for it; the
-// caller holds the engine's lock.
-func (w *Win) lockOp(ctx context.Context, target int, op amigo.AtomicOp, operand, compare uint64) (uint64, error) {
-	var aerr error
-	done := false
-	w.ctlWord = 0
-	p := amigo.AtomicParams{Dest: w.eps[target], Remote: w.ctlKeys[target], Op: op, Type: amigo.Uint64,
-		Operand: operand, Compare: compare, Result: &w.ctlWord, Done: func(e error) { aerr, done = e, true; w.comm.e.events++ }}
-	if err := w.ac.Atomic(&p); err != nil {
-		return 0, err
-	}
-	if err := w.comm.e.wait(ctx, func() bool { return done }); err != nil {
-		return 0, w.comm.e.waitErr(err, "window lock word of", target, noArg)
-	}
-	return w.ctlWord, aerr
-}
-
-// Unlock completes every operation this rank issued to target, at the
-// target, and releases the lock Lock took (MPI_Win_unlock).
-func (w *Win) Unlock(ctx context.Context, target int) error {
-	if err := w.enter(); err != nil {
-		return err
-	}
-	defer w.leave()
-	if err := w.rank(target); err != nil {
-		return err
-	}
-	lt := w.locks[target]
-	if lt == 0 {
-		return fmt.Errorf("%w: Unlock of rank %d, which this rank has not locked", ErrRMASync, target)
-	}
-	err := w.flushRank(ctx, target)
-	delta := ^uint64(0) // -1: one shared holder less
-	if lt == LockExclusive {
-		delta = ^uint64(lockExcl - 1) // -lockExcl
-	}
-	if _, uerr := w.lockOp(ctx, target, amigo.AtomicAdd, delta, 0); uerr != nil {
-		// The lock word could not be reached: the target failed.
-		err = errors.Join(err, fmt.Errorf("mpi: Unlock of rank %d: %w", target, uerr))
-	}
-	w.locks[target] = 0
-	return err
-}
-
-// LockAll takes a shared lock on every rank's window (MPI_Win_lock_all).
-func (w *Win) LockAll(ctx context.Context) error {
-	if err := w.enter(); err != nil {
-		return err
-	}
-	defer w.leave()
-	if w.lockAll {
-		return fmt.Errorf("%w: LockAll inside LockAll", ErrRMASync)
-	}
-	for r := range w.locks {
-		if err := w.lockRank(ctx, LockShared, r); err != nil {
-			for q := 0; q < r; q++ {
-				_, _ = w.lockOp(ctx, q, amigo.AtomicAdd, ^uint64(0), 0)
-				w.locks[q] = 0
-			}
-			return err
-		}
-	}
-	for r := range w.locks {
-		w.locks[r] = 0
-	}
-	w.lockAll = true
-	return nil
-}
-
-// UnlockAll completes every operation this rank issued on the window at
-// its targets and releases LockAll's locks (MPI_Win_unlock_all).
-func (w *Win) UnlockAll(ctx context.Context) error {
-	if err := w.enter(); err != nil {
-		return err
-	}
-	defer w.leave()
-	if !w.lockAll {
-		return fmt.Errorf("%w: UnlockAll without LockAll", ErrRMASync)
-	}
-	err := w.flushAll(ctx)
-	for r := range w.locks {
-		if _, uerr := w.lockOp(ctx, r, amigo.AtomicAdd, ^uint64(0), 0); uerr != nil {
-			err = errors.Join(err, fmt.Errorf("mpi: UnlockAll, rank %d: %w", r, uerr))
-		}
-	}
-	w.lockAll = false
-	return err
-}
-
-// ---- accumulates
-
-// Put copies origin into rank target's window at displacement disp of w
-// (MPI_Put on elements of T).
-func Put[T Numeric](w *Win, origin []T, target, disp int) error {
-	return w.Put(Bytes(origin), target, disp)
-}
-
-// Get reads len(origin) elements of rank target's window at displacement
-// disp into origin (MPI_Get on elements of T).
-func Get[T Numeric](w *Win, origin []T, target, disp int) error {
-	return w.Get(Bytes(origin), target, disp)
-}
-
-// Accumulate combines origin into rank target's window at displacement
-// disp, element by element, with op (MPI_Accumulate): target[i] = origin[i]
-// op target[i], or origin[i] with Replace. Each element's update is atomic
-// with every other accumulate and atomic on it, from any rank.
-func Accumulate[T Numeric](w *Win, origin []T, target, disp int, op Op) error {
-	return accumulate(w, kindOf[T](), Bytes(origin), nil, nil, target, disp, op)
-}
-
-// GetAccumulate is Accumulate that also fetches each element's value
-// before the update into result (MPI_Get_accumulate); with NoOp it only
-// fetches, atomically.
-func GetAccumulate[T Numeric](w *Win, origin, result []T, target, disp int, op Op) error {
-	if len(result) != len(origin) && op.code != opNoOp {
-		return fmt.Errorf("%w: GetAccumulate of %d elements into a result of %d", ErrCount, len(origin), len(result))
-	}
-	if op.code == opNoOp && len(origin) == 0 {
-		origin = result
-	}
-	return accumulate(w, kindOf[T](), Bytes(origin), Bytes(result), nil, target, disp, op)
-}
-
-// FetchAndOp is GetAccumulate on one element (MPI_Fetch_and_op): *result
-// receives the element's value before target[disp] = origin op target[disp].
-func FetchAndOp[T Numeric](w *Win, origin T, result *T, target, disp int, op Op) error {
-	if result == nil {
-		return fmt.Errorf("%w: FetchAndOp without a result", ErrCount)
-	}
-	o := []T{origin}
-	return accumulate(w, kindOf[T](), Bytes(o), Bytes(unsafe.Slice(result, 1)), nil, target, disp, op)
-}
-
-// CompareAndSwap stores origin into target[disp] if it equals compare, and
-// fetches its previous value into *result (MPI_Compare_and_swap), atomically.
-func CompareAndSwap[T Numeric](w *Win, origin, compare T, result *T, target, disp int) error {
-	if result == nil {
-		return fmt.Errorf("%w: CompareAndSwap without a result", ErrCount)
-	}
-	o, c := []T{origin}, []T{compare}
-	return accumulate(w, kindOf[T](), Bytes(o), Bytes(unsafe.Slice(result, 1)), Bytes(c), target, disp, Op{code: opCAS, name: "CompareAndSwap"})
-}
-
-// opCAS is CompareAndSwap's operation inside accumulate.
-const opCAS opCode = opNoOp + 1
-
-// accumulate issues one atomic update per element. cmp is CompareAndSwap's
-// comparand (one element), result (if not nil) receives the old elements.
-func accumulate(w *Win, k kind, origin, result, cmp []byte, target, disp int, op Op) error {
-	if w == nil {
-		return fmt.Errorf("%w: nil", ErrWin)
-	}
-	w.comm.e.lock()
-	defer w.comm.e.unlock()
-	es := k.size()
-	switch {
-	case k == kInvalid:
-		return fmt.Errorf("%w: unsupported element type", ErrOp)
-	case es > 8:
-		return fmt.Errorf("%w: one-sided accumulate of %v, wider than a remote atomic", ErrOp, k)
-	case !op.valid():
-		return fmt.Errorf("%w: the zero Op", ErrOp)
-	}
-	if op.code < opReplace {
-		if err := op.check(k); err != nil {
-			return err
-		}
-	}
-	n := len(origin)
-	if op.code == opNoOp {
-		n = len(result)
-	}
-	off, err := w.target(target, disp, n)
-	if err != nil || n == 0 {
-		return err
-	}
-	// Every element's word must be aligned in the target's memory.
-	for i := 0; i < n; i += es {
-		if _, _, _, err := w.word(target, off+uint64(i), es); err != nil {
-			return err
-		}
-	}
-	for i := 0; i < n; i += es {
-		u := &rmaUpdate{w: w, k: k, op: op, es: es}
-		u.wordOff, u.width, u.shift, _ = w.word(target, off+uint64(i), es)
-		if op.code != opNoOp {
-			copy(u.operand[:es], origin[i:i+es])
-		}
-		if cmp != nil {
-			copy(u.compare[:es], cmp)
-		}
-		if result != nil {
-			u.result = result[i : i+es]
-		}
-		u.p = amigo.AtomicParams{Dest: w.eps[target], Remote: w.keys[target], Offset: u.wordOff, Result: &u.old, Done: u.done}
-		w.pending++
-		if err := u.start(); err != nil {
-			w.pending--
-			return fmt.Errorf("mpi: accumulate on rank %d: %w", target, err)
-		}
-	}
-	return nil
-}
-
-// word returns the offset, width and bit shift of the aligned 4- or 8-byte
-// word of target's window that holds the es-byte element at byte offset
-// off: the element's own word when it is 4 or 8 bytes and aligned.
-func (w *Win) word(target int, off uint64, es int) (wordOff uint64, width int, shift uint, err error) {
-	width = 4
-	if es == 8 {
-		width = 8
-	}
-	abs := (uint64(w.skew[target]) + off) // the address modulo 8, plus a multiple of 8
-	lead := abs % uint64(width)
-	if lead+uint64(es) > uint64(width) || off < lead || off-lead+uint64(width) > w.sizes[target] {
-		return 0, 0, 0, fmt.Errorf("%w: the %d-byte element at byte %d of rank %d's window is not inside an aligned %d-byte word of the window", ErrRMARange, es, off, target, width)
-	}
-	return off - lead, width, uint(lead * 8), nil
-}
-
-// rmaUpdate is one element's atomic update in flight.
-type rmaUpdate struct {
-	w                 *Win
-	k                 kind
-	op                Op
-	es, width         int
-	shift             uint
-	wordOff           uint64
-	operand, compare  [8]byte
-	result            []byte
-	old, guess        uint64
-	native, fetchOnly bool
-	p                 amigo.AtomicParams
-}
-
-// start posts the update's first atomic: the AMI's own operation when it
-// has one for the element, else the first compare-and-swap of a loop.
-func (u *rmaUpdate) start() error {
-	typ := amigo.Uint32
-	if u.width == 8 {
-		typ = amigo.Uint64
-	}
-	u.p.Type = typ
-	whole := u.es == u.width
-	if whole {
-		v := u.operandWord()
-		switch {
-		case u.op.code == opReplace:
-			u.native, u.p.Op, u.p.Operand = true, amigo.AtomicSwap, v
-		case u.op.code == opCAS:
-			var c [8]byte
-			copy(c[:], u.compare[:u.es])
-			cw := binary.LittleEndian.Uint64(c[:])
-			u.native, u.p.Op, u.p.Operand, u.p.Compare = true, amigo.AtomicCAS, v, cw
-		case u.op.code == opNoOp:
-			u.native, u.p.Op, u.p.Operand = true, amigo.AtomicOr, 0
-		case u.op.code == opSum && u.k.integer():
-			u.native, u.p.Op, u.p.Operand = true, amigo.AtomicAdd, v
-		case u.op.code == opSum && u.k == kFloat64:
-			u.native, u.p.Op, u.p.Type, u.p.Operand = true, amigo.AtomicAdd, amigo.Float64, v
-		case u.op.code == opBand && u.k.integer():
-			u.native, u.p.Op, u.p.Operand = true, amigo.AtomicAnd, v
-		case u.op.code == opBor && u.k.integer():
-			u.native, u.p.Op, u.p.Operand = true, amigo.AtomicOr, v
-		case u.op.code == opBxor && u.k.integer():
-			u.native, u.p.Op, u.p.Operand = true, amigo.AtomicXor, v
-		}
-	}
-	if u.native {
-		return u.w.ac.Atomic(&u.p)
-	}
-	// A compare-and-swap loop, whose first guess is a zero word: the
-	// swap's fetched value corrects it.
-	u.guess = 0
-	return u.cas()
-}
-
-func (u *rmaUpdate) operandWord() uint64 {
-	var b [8]byte
-	copy(b[:], u.operand[:u.es])
-	if u.width == 4 {
-		return uint64(binary.LittleEndian.Uint32(b[:4]))
-	}
-	return binary.LittleEndian.Uint64(b[:])
-}
-
-// cas posts a swap of the word from u.guess to the guess with the
-// element updated.
-func (u *rmaUpdate) cas() error {
-	u.p.Op, u.p.Compare, u.p.Operand = amigo.AtomicCAS, u.guess, u.apply(u.guess)
-	return u.w.ac.Atomic(&u.p)
-}
-
-// element extracts the element from a word's value, as bytes.
-func (u *rmaUpdate) element(word uint64) (b [8]byte) {
-	binary.LittleEndian.PutUint64(b[:], word>>u.shift)
-	return b
-}
-
-// apply returns word with the element updated by the operation.
-func (u *rmaUpdate) apply(word uint64) uint64 {
-	cur := u.element(word)
-	for i := u.es; i < len(cur); i++ {
-		cur[i] = 0
-	}
-	nb := cur
-	switch u.op.code {
-	case opReplace:
-		nb = u.operand
-	case opNoOp:
-	case opCAS:
-		if cur == u.compareBytes() {
-			nb = u.operand
-		}
-	default:
-		combine(u.k, u.op, u.operand[:u.es], nb[:u.es])
-	}
-	var v uint64
-	for i := u.es - 1; i >= 0; i-- {
-		v = v<<8 | uint64(nb[i])
-	}
-	mask := uint64(1)<<(8*uint(u.es)) - 1
-	if u.es == 8 {
-		mask = ^uint64(0)
-	}
-	return word&^(mask<<u.shift) | v<<u.shift
-}
-
-// compareBytes is the comparand, with the bytes above the element zero
-// as apply's copy of the element has them.
-func (u *rmaUpdate) compareBytes() (b [8]byte) {
-	copy(b[:u.es], u.compare[:u.es])
-	return b
-}
-
-// done is the callback of each atomic of the update.
-func (u *rmaUpdate) done(err error) {
-	w := u.w
-	if err == nil && !u.native && u.old != u.guess {
-		// The word changed since the guess: try again from its value.
-		u.guess = u.old
-		if err = u.cas(); err == nil {
-			return
-		}
-	}
-	if err == nil && u.result != nil {
-		b := u.element(u.old)
-		copy(u.result, b[:u.es])
-	}
-	w.opDone(err)
 }

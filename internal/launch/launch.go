@@ -47,6 +47,10 @@ type Options struct {
 	// that fails is published to the others (bootstrap.LostRanks). Wait
 	// then reports every failed rank. Tests of rank failures use it.
 	KeepGoing bool
+	// Nodes, if set, is the host index of each rank that the launcher
+	// reports (PMI_process_mapping), so that a test can spread a job
+	// over hosts it does not have; nil puts every rank on host 0.
+	Nodes []int
 	// BindCores pins rank r to the r-th core this process may use
 	// (sched_setaffinity before the rank starts, as amirun --bind-to core
 	// does), if there are at least N cores; with fewer it leaves the
@@ -94,7 +98,14 @@ func Start(opts Options) (*Job, error) {
 	if opts.Grace <= 0 {
 		opts.Grace = 2 * time.Second
 	}
-	srv, err := pmiserver.New(pmiserver.Config{Size: opts.N, ProcessMapping: pmiserver.ProcessMapping(make([]int, opts.N))})
+	nodes := opts.Nodes
+	if nodes == nil {
+		nodes = make([]int, opts.N)
+	}
+	if len(nodes) != opts.N {
+		return nil, fmt.Errorf("launch: %d host indices for %d ranks", len(nodes), opts.N)
+	}
+	srv, err := pmiserver.New(pmiserver.Config{Size: opts.N, ProcessMapping: pmiserver.ProcessMapping(nodes)})
 	if err != nil {
 		return nil, err
 	}

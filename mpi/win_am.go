@@ -1,0 +1,627 @@
+package mpi
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/amigo-hpc/amigo"
+)
+
+// Accumulates the owner applies. An Accumulate or GetAccumulate of more
+// than one element travels as one active message to the target's layer,
+// which applies it element by element with the processor's atomic
+// instructions on its window memory (an add, a swap, an and, an or, or a
+// compare-and-swap loop on the aligned word that holds the element), and
+// answers with the elements' old values when the origin fetches them, or
+// with an empty reply. So every element's update stays atomic with respect
+// to the AMI's remote atomics on it (which end as the same instructions on
+// the same memory) and to the other accumulates, and a 4 KiB accumulate
+// costs one round trip instead of a thousand remote atomics.
+//
+// The price: the owner's layer applies it when it advances its context,
+// inside a call into mpi; the one-element operations (FetchAndOp,
+// CompareAndSwap, an Accumulate of one element) stay remote atomics that
+// need nothing of the owner. Accumulates from one origin to one target
+// keep their order (MPI's default accumulate_ordering): while a message
+// to a target awaits its reply, the one-element operations to that target
+// travel as messages too.
+//
+// Header of an accumulate message:
+//
+//	bytes 0-3   window id (the id of the window's communicator)
+//	bytes 4-7   slot of the operation at the origin: index | generation<<16
+//	bytes 8-11  blocks of the target layout (1: contiguous)
+//	byte  12    kind: kindRMA
+//	byte  13    operation (opCode)
+//	byte  14    element kind
+//	byte  15    flags: rmaFetch, the origin wants the old values
+//	bytes 16-23 byte offset in the target's window of the first block
+//	bytes 24-31 bytes of a block
+//	bytes 32-39 bytes from a block's start to the next one's
+//
+// The data is the origin's elements, the blocks one after the other (none
+// for NoOp). The reply has the layer's 16-byte header: bytes 0-7 as the
+// request's, byte 12 kindRMAReply, byte 13 a status (rmaOK, or why the
+// owner refused the operation and touched nothing); its data is the old
+// elements when the origin fetches them.
+const rmaHdrLen = 40
+
+const rmaFetch = 1
+
+// Reply statuses.
+const (
+	rmaOK byte = iota
+	rmaUnknown
+	rmaRange
+	rmaBadOp
+)
+
+// layout is a target layout: blocks of blockLen bytes, stride bytes from
+// one block's start to the next one's.
+type layout struct {
+	blocks           int
+	blockLen, stride uint64
+}
+
+// span is the bytes from the first block's start to the last block's end.
+func (l layout) span() uint64 { return uint64(l.blocks-1)*l.stride + l.blockLen }
+
+// rmaMsg is an accumulate sent to its owner, until its reply.
+type rmaMsg struct {
+	w      *Win
+	idx    uint16
+	gen    uint16
+	target int
+	// wait counts what the operation still waits for: the send's done
+	// callback (when the data is not copied at once) and the reply.
+	wait   int
+	err    error
+	result []byte
+	req    *rmaReq // the request it completes, if any
+	sent   func(error)
+	hdr    [rmaHdrLen]byte
+}
+
+func (m *rmaMsg) slot() uint32 { return uint32(m.idx) | uint32(m.gen)<<16 }
+
+func (w *Win) allocMsg() *rmaMsg {
+	if n := len(w.msgFree); n > 0 {
+		m := w.msgs[w.msgFree[n-1]]
+		w.msgFree = w.msgFree[:n-1]
+		return m
+	}
+	m := &rmaMsg{w: w, idx: uint16(len(w.msgs))}
+	m.sent = m.onSent
+	w.msgs = append(w.msgs, m)
+	return m
+}
+
+// maxMsgs bounds the accumulates in flight to their owners per window: the
+// slot's index is 16 bits.
+const maxMsgs = 1 << 16
+
+func (w *Win) freeMsg(m *rmaMsg) {
+	m.gen++
+	m.result, m.err, m.req = nil, nil, nil
+	w.msgFree = append(w.msgFree, m.idx)
+}
+
+// accMsg sends an accumulate of origin (nil for NoOp) to target's window
+// at byte offset off with target layout lay; result, if not nil, receives
+// the old elements. The caller holds the engine's lock and checked the
+// access.
+func (w *Win) accMsg(k kind, op Op, origin, result []byte, target int, off uint64, lay layout, rq *rmaReq) error {
+	if len(w.msgFree) == 0 && len(w.msgs) >= maxMsgs {
+		return fmt.Errorf("%w: more than %d accumulates in flight on a window (flush)", ErrRMASync, maxMsgs)
+	}
+	m := w.allocMsg()
+	m.target, m.result, m.req = target, result, rq
+	h := &m.hdr
+	binary.LittleEndian.PutUint32(h[0:], uint32(w.comm.id))
+	binary.LittleEndian.PutUint32(h[4:], m.slot())
+	binary.LittleEndian.PutUint32(h[8:], uint32(lay.blocks))
+	h[12], h[13], h[14], h[15] = kindRMA, byte(op.code), byte(k), 0
+	if result != nil {
+		h[15] = rmaFetch
+	}
+	binary.LittleEndian.PutUint64(h[16:], off)
+	binary.LittleEndian.PutUint64(h[24:], lay.blockLen)
+	binary.LittleEndian.PutUint64(h[32:], lay.stride)
+	e := w.comm.e
+	var err error
+	if rmaHdrLen+len(origin) <= min(amigo.ImmediateMax, w.inline) {
+		m.wait = 1
+		err = w.ac.SendImmediate(w.eps[target], e.disp, h[:], origin)
+	} else {
+		m.wait = 2
+		err = w.ac.Send(w.eps[target], e.disp, h[:], origin, m.sent)
+	}
+	if err != nil {
+		w.freeMsg(m)
+		return fmt.Errorf("mpi: accumulate on rank %d: %w", target, err)
+	}
+	w.pending++
+	w.msgOut[target]++
+	return nil
+}
+
+// onSent is the send's done callback: the origin's data may be reused. A
+// failed send gets no reply.
+func (m *rmaMsg) onSent(err error) {
+	if err != nil {
+		m.err = err
+		m.wait = 1
+	}
+	m.step()
+}
+
+// step counts one of what the operation waits for, and completes it after
+// the last.
+func (m *rmaMsg) step() {
+	m.wait--
+	if m.wait > 0 {
+		return
+	}
+	w := m.w
+	w.msgOut[m.target]--
+	err, rq := m.err, m.req
+	w.freeMsg(m)
+	w.opDone(err)
+	if rq != nil {
+		rq.finish(err)
+	}
+}
+
+// onRMA handles the layer's one-sided messages: accumulates to apply, and
+// their replies. The caller checked that the header holds a kind.
+func (e *engine) onRMA(m *amigo.Message) {
+	h := m.Header
+	e.events++
+	switch h[12] {
+	case kindRMAReply:
+		e.onRMAReply(m)
+		return
+	case kindRMACtl:
+		e.onRMACtl(m)
+		return
+	}
+	if len(h) != rmaHdrLen {
+		e.stats.Malformed++
+		return
+	}
+	w := e.wins[binary.LittleEndian.Uint32(h[0:])]
+	if w == nil {
+		e.replyRMA(m.Source, h, rmaUnknown, nil)
+		return
+	}
+	k, op, lay, at, fetch := parseRMA(h)
+	st := checkLayout(k, op, lay, m.Size(), fetch)
+	var mem []byte
+	var off uint64
+	if st == rmaOK {
+		var ok bool
+		if mem, off, ok = w.local(at, lay.span()); !ok {
+			st = rmaRange
+		} else {
+			st = checkPlace(mem, off, lay, k.size())
+		}
+	}
+	if st != rmaOK {
+		e.replyRMA(m.Source, h, st, nil)
+		return
+	}
+	if m.Inline() {
+		w.applyReply(m.Source, h, k, op, mem[off:off+lay.span()], lay, m.Data, fetch, m)
+		return
+	}
+	// Data above the inline limit: fetched into scratch, applied when
+	// it is there.
+	rx := &rmaRecv{w: w, src: m.Source, k: k, op: op, mem: mem[off : off+lay.span()], lay: lay, fetch: fetch, data: e.scratch.get(m.Size())}
+	copy(rx.hdr[:], h)
+	if err := m.Receive(rx.data, rx.done); err != nil {
+		e.scratch.put(rx.data)
+		e.replyRMA(m.Source, h, rmaRange, nil)
+	}
+}
+
+// parseRMA decodes an accumulate's header (rmaHdrLen bytes); checkLayout
+// and checkPlace judge what it says.
+func parseRMA(h []byte) (k kind, op Op, lay layout, at uint64, fetch bool) {
+	k, op = kind(h[14]), Op{code: opCode(h[13])}
+	lay = layout{blocks: int(binary.LittleEndian.Uint32(h[8:])), blockLen: binary.LittleEndian.Uint64(h[24:]), stride: binary.LittleEndian.Uint64(h[32:])}
+	return k, op, lay, binary.LittleEndian.Uint64(h[16:]), h[15]&rmaFetch != 0
+}
+
+// rmaRecv is an accumulate whose data is on its way to the owner.
+type rmaRecv struct {
+	w     *Win
+	src   amigo.Endpoint
+	k     kind
+	op    Op
+	mem   []byte // the window's memory the layout spans
+	lay   layout
+	fetch bool
+	data  []byte
+	hdr   [rmaHdrLen]byte
+}
+
+func (rx *rmaRecv) done(err error) {
+	e := rx.w.comm.e
+	e.events++
+	switch {
+	case err != nil:
+		e.replyRMA(rx.src, rx.hdr[:], rmaRange, nil)
+	case rx.w.freed:
+		e.replyRMA(rx.src, rx.hdr[:], rmaUnknown, nil)
+	default:
+		rx.w.applyReply(rx.src, rx.hdr[:], rx.k, rx.op, rx.mem, rx.lay, rx.data, rx.fetch, nil)
+	}
+	e.scratch.put(rx.data)
+}
+
+// checkLayout checks an accumulate that arrived: its operation, and its
+// layout against the data's length, size.
+func checkLayout(k kind, op Op, lay layout, size int, fetch bool) byte {
+	es := k.size()
+	switch {
+	case es == 0 || op.code == opUser || op.code == opMinLoc || op.code == opMaxLoc || op.code > opNoOp:
+		return rmaBadOp
+	case op.code < opReplace && op.check(k) != nil:
+		return rmaBadOp
+	case op.code == opNoOp && !fetch:
+		return rmaBadOp
+	}
+	const most = 1 << 40 // far beyond any window; keeps the arithmetic exact
+	if lay.blocks < 1 || lay.blockLen == 0 || lay.blockLen > most || lay.stride > most || uint64(lay.blocks) > most/max(lay.stride, lay.blockLen) ||
+		lay.blockLen%uint64(es) != 0 || lay.stride%uint64(es) != 0 || (lay.blocks > 1 && lay.stride < lay.blockLen) {
+		return rmaRange
+	}
+	total := uint64(lay.blocks) * lay.blockLen
+	if (op.code == opNoOp && size != 0) || (op.code != opNoOp && uint64(size) != total) {
+		return rmaRange
+	}
+	return rmaOK
+}
+
+// checkPlace checks that the layout from byte off of mem lies inside it,
+// every element in an aligned word of it.
+func checkPlace(mem []byte, off uint64, lay layout, es int) byte {
+	end := lay.span()
+	if off > uint64(len(mem)) || end > uint64(len(mem))-off {
+		return rmaRange
+	}
+	if es > 8 {
+		return rmaOK
+	}
+	// The first and the last element's words: the others lie between,
+	// at the same alignment.
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	if !elemFits(base, uint64(len(mem)), off, es) || !elemFits(base, uint64(len(mem)), off+end-uint64(es), es) {
+		return rmaRange
+	}
+	return rmaOK
+}
+
+// elemFits reports whether the es-byte element at byte off of memory at
+// base (n bytes) lies in an aligned word (4 bytes, 8 for es 8) of it.
+func elemFits(base uintptr, n, off uint64, es int) bool {
+	width := uint64(4)
+	if es == 8 {
+		width = 8
+	}
+	lead := (uint64(base) + off) % width
+	return lead%uint64(es) == 0 && off >= lead && off-lead+width <= n
+}
+
+// applyReply applies an accumulate to mem, the part of this rank's window
+// its layout spans, and replies to src: by m.Reply when m is the message
+// and the reply is small.
+func (w *Win) applyReply(src amigo.Endpoint, h []byte, k kind, op Op, mem []byte, lay layout, data []byte, fetch bool, m *amigo.Message) {
+	e := w.comm.e
+	var old []byte
+	if fetch {
+		old = e.scratch.get(int(uint64(lay.blocks) * lay.blockLen))
+	}
+	if op.code == opNoOp {
+		data = nil
+	}
+	w.applyLayout(k, op, mem, lay, data, old)
+	if m != nil && hdrLen+len(old) <= amigo.ImmediateMax {
+		var r [hdrLen]byte
+		copy(r[:8], h[:8])
+		r[12], r[13] = kindRMAReply, rmaOK
+		// A reply that cannot be sent has lost its origin, whose
+		// flush reports it.
+		_ = m.Reply(e.disp, r[:], old)
+		if old != nil {
+			e.scratch.put(old)
+		}
+		return
+	}
+	e.replyRMA(src, h, rmaOK, old)
+}
+
+// replyRMA answers an accumulate. data (from the scratch pool, or nil) is
+// the old elements; it goes back to the pool once sent.
+func (e *engine) replyRMA(src amigo.Endpoint, h []byte, status byte, data []byte) {
+	if hdrLen+len(data) <= min(amigo.ImmediateMax, e.immMax+hdrLen) {
+		var r [hdrLen]byte
+		copy(r[:8], h[:8])
+		r[12], r[13] = kindRMAReply, status
+		_ = e.ac.SendImmediate(src, e.disp, r[:], data)
+		if data != nil {
+			e.scratch.put(data)
+		}
+		return
+	}
+	rs := &rmaSend{e: e, data: data}
+	copy(rs.hdr[:8], h[:8])
+	rs.hdr[12], rs.hdr[13] = kindRMAReply, status
+	if err := e.ac.Send(src, e.disp, rs.hdr[:], data, rs.done); err != nil {
+		e.scratch.put(data)
+	}
+}
+
+// rmaSend is a large reply in flight.
+type rmaSend struct {
+	e    *engine
+	data []byte
+	hdr  [hdrLen]byte
+}
+
+func (rs *rmaSend) done(error) { rs.e.scratch.put(rs.data) }
+
+// onRMAReply completes the accumulate a reply answers.
+func (e *engine) onRMAReply(m *amigo.Message) {
+	h := m.Header
+	if len(h) != hdrLen {
+		e.stats.Malformed++
+		return
+	}
+	w := e.wins[binary.LittleEndian.Uint32(h[0:])]
+	slot := binary.LittleEndian.Uint32(h[4:])
+	idx, gen := int(slot&0xffff), uint16(slot>>16)
+	if w == nil || idx >= len(w.msgs) || w.msgs[idx].gen != gen || w.msgs[idx].wait == 0 {
+		e.stats.Malformed++
+		return
+	}
+	rm := w.msgs[idx]
+	switch {
+	case h[13] != rmaOK:
+		rm.err = fmt.Errorf("%w: rank %d refused an accumulate (%s)", ErrRMARange, rm.target, rmaStatusText(h[13]))
+	case rm.result != nil && m.Inline() && len(m.Data) == len(rm.result):
+		copy(rm.result, m.Data)
+	case rm.result != nil && !m.Inline() && m.Size() == len(rm.result):
+		// The old values are fetched into the result; the reply counts
+		// when they are there.
+		rm.wait++
+		if err := m.Receive(rm.result, rm.received); err != nil {
+			rm.wait--
+			rm.err = err
+		}
+	case rm.result != nil:
+		rm.err = fmt.Errorf("mpi: rank %d answered an accumulate of %d bytes with %d", rm.target, len(rm.result), m.Size())
+	}
+	rm.step()
+}
+
+func (m *rmaMsg) received(err error) {
+	m.w.comm.e.events++
+	if err != nil && m.err == nil {
+		m.err = err
+	}
+	m.step()
+}
+
+func rmaStatusText(s byte) string {
+	switch s {
+	case rmaUnknown:
+		return "no such window"
+	case rmaRange:
+		return "outside the window"
+	case rmaBadOp:
+		return "operation"
+	}
+	return fmt.Sprintf("status %d", s)
+}
+
+// applyLayout applies op to the blocks of lay in mem (from its start),
+// with operands in (nil for NoOp) and old values into old (if not nil),
+// both holding the blocks one after the other.
+//
+// When no origin uses remote atomics on the window (usersWord is zero),
+// the update is plain loads and stores, the reduction kernels' loops:
+// claiming the word with bulkBit holds the origins that would start off
+// until the update is done (useAtomics), and the owner applies one
+// accumulate at a time, so each element's update is atomic with respect
+// to every other. Otherwise every element's update is an atomic
+// instruction or a compare-and-swap loop (applyBlock).
+func (w *Win) applyLayout(k kind, op Op, mem []byte, lay layout, in, old []byte) {
+	users := w.usersWord()
+	if atomic.CompareAndSwapUint64(users, 0, bulkBit) {
+		w.eachBlock(mem, lay, in, old, func(dst, s, o []byte) { w.applyPlain(k, op, dst, s, o) })
+		atomic.AddUint64(users, ^uint64(bulkBit-1)) // -bulkBit
+		w.plainUpdates++
+		return
+	}
+	w.eachBlock(mem, lay, in, old, func(dst, s, o []byte) { w.applyBlock(k, op, dst, s, o) })
+}
+
+// eachBlock calls fn on each block of lay in mem with its operands and
+// its place for old values.
+func (w *Win) eachBlock(mem []byte, lay layout, in, old []byte, fn func(dst, in, old []byte)) {
+	bl := lay.blockLen
+	for b := uint64(0); b < uint64(lay.blocks); b++ {
+		at, lo := b*lay.stride, b*bl
+		var s, o []byte
+		if in != nil {
+			s = in[lo : lo+bl]
+		}
+		if old != nil {
+			o = old[lo : lo+bl]
+		}
+		fn(mem[at:at+bl], s, o)
+	}
+}
+
+// applyPlain applies op to the elements of dst with plain loads and
+// stores. Operands not aligned for their type (a message's data) are
+// copied into aligned scratch first.
+func (w *Win) applyPlain(k kind, op Op, dst, in, old []byte) {
+	if old != nil {
+		copy(old, dst)
+	}
+	switch op.code {
+	case opNoOp:
+		return
+	case opReplace:
+		copy(dst, in)
+		return
+	}
+	es := min(k.size(), 8)
+	if uintptr(unsafe.Pointer(unsafe.SliceData(in)))%uintptr(es) != 0 {
+		e := w.comm.e
+		a := e.scratch.get(len(in))
+		copy(a, in)
+		combine(k, op, a, dst)
+		e.scratch.put(a)
+		return
+	}
+	combine(k, op, in, dst)
+}
+
+// applyBlock applies op to the elements of kind k in dst, this rank's
+// window memory, with operands in (nil for NoOp), storing their old values
+// into old (if not nil). Each element's update is an atomic instruction,
+// or a compare-and-swap loop, on its aligned word (checkApply); elements
+// wider than 8 bytes, which no remote atomic touches, are updated in place.
+func (w *Win) applyBlock(k kind, op Op, dst, in, old []byte) {
+	es := k.size()
+	for i := 0; i < len(dst); i += es {
+		p := unsafe.Pointer(&dst[i])
+		var s, o []byte
+		if in != nil {
+			s = in[i : i+es]
+		}
+		if old != nil {
+			o = old[i : i+es]
+		}
+		if es > 8 {
+			// Touched by no remote atomic: the owner's plain update.
+			w.applyPlain(k, op, dst[i:i+es], s, o)
+			continue
+		}
+		if !applyNative(k, op, p, es, s, o) {
+			w.casElem(k, op, p, es, s, o)
+		}
+	}
+}
+
+// applyNative applies the update with one atomic instruction when the
+// processor has one for it, and reports whether it did.
+func applyNative(k kind, op Op, p unsafe.Pointer, es int, s, o []byte) bool {
+	if es == 4 {
+		var v uint32
+		if s != nil {
+			v = binary.LittleEndian.Uint32(s)
+		}
+		var prev uint32
+		switch {
+		case op.code == opSum && k.integer():
+			prev = atomic.AddUint32((*uint32)(p), v) - v
+		case op.code == opReplace:
+			prev = atomic.SwapUint32((*uint32)(p), v)
+		case op.code == opNoOp:
+			prev = atomic.LoadUint32((*uint32)(p))
+		case op.code == opBand && k.integer():
+			prev = atomic.AndUint32((*uint32)(p), v)
+		case op.code == opBor && k.integer():
+			prev = atomic.OrUint32((*uint32)(p), v)
+		default:
+			return false
+		}
+		if o != nil {
+			binary.LittleEndian.PutUint32(o, prev)
+		}
+		return true
+	}
+	if es == 8 {
+		var v uint64
+		if s != nil {
+			v = binary.LittleEndian.Uint64(s)
+		}
+		var prev uint64
+		switch {
+		case op.code == opSum && k.integer():
+			prev = atomic.AddUint64((*uint64)(p), v) - v
+		case op.code == opReplace:
+			prev = atomic.SwapUint64((*uint64)(p), v)
+		case op.code == opNoOp:
+			prev = atomic.LoadUint64((*uint64)(p))
+		case op.code == opBand && k.integer():
+			prev = atomic.AndUint64((*uint64)(p), v)
+		case op.code == opBor && k.integer():
+			prev = atomic.OrUint64((*uint64)(p), v)
+		default:
+			return false
+		}
+		if o != nil {
+			binary.LittleEndian.PutUint64(o, prev)
+		}
+		return true
+	}
+	return false
+}
+
+// casElem updates the element at p by a compare-and-swap loop on its
+// aligned word (4 bytes, or 8 for an 8-byte element), leaving the word's
+// other bytes as they were.
+func (w *Win) casElem(k kind, op Op, p unsafe.Pointer, es int, s, o []byte) {
+	width := uintptr(4)
+	if es == 8 {
+		width = 8
+	}
+	lead := uintptr(p) % width
+	wp := unsafe.Add(p, -int(lead))
+	shift := uint(lead * 8)
+	mask := ^uint64(0)
+	if es < 8 {
+		mask = uint64(1)<<(8*uint(es)) - 1
+	}
+	in, cur := w.elem[0][:es], w.elem[1][:es]
+	if s != nil {
+		copy(in, s)
+	}
+	for {
+		var word uint64
+		if width == 4 {
+			word = uint64(atomic.LoadUint32((*uint32)(wp)))
+		} else {
+			word = atomic.LoadUint64((*uint64)(wp))
+		}
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], word>>shift&mask)
+		copy(cur, b[:es])
+		if o != nil {
+			copy(o, cur)
+		}
+		switch op.code {
+		case opReplace:
+			copy(cur, in)
+		case opNoOp:
+		default:
+			combine(k, op, in, cur)
+		}
+		copy(b[:es], cur)
+		nw := word&^(mask<<shift) | binary.LittleEndian.Uint64(b[:])&mask<<shift
+		if width == 4 {
+			if atomic.CompareAndSwapUint32((*uint32)(wp), uint32(word), uint32(nw)) {
+				return
+			}
+		} else if atomic.CompareAndSwapUint64((*uint64)(wp), word, nw) {
+			return
+		}
+	}
+}
