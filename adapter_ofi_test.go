@@ -37,14 +37,18 @@ func TestTransportOFI(t *testing.T) {
 					return fmt.Errorf("adapters %v, want ofi", r.Adapters())
 				}
 				c := r.Ctx
-				got := 0
+				arrived, got := 0, 0
 				var bad error
 				c.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
-					want := fill(make([]byte, sizes[got%len(sizes)]), got)
+					// Handlers run in the order of the sends; a fetched
+					// message completes later.
+					i := arrived
+					arrived++
+					want := fill(make([]byte, sizes[i%len(sizes)]), i)
 					buf := make([]byte, m.Size())
 					check := func(err error) {
 						if err == nil && !bytes.Equal(buf, want) {
-							err = fmt.Errorf("message %d of %d bytes corrupt", got, len(want))
+							err = fmt.Errorf("message %d of %d bytes corrupt", i, len(want))
 						}
 						if err != nil && bad == nil {
 							bad = err
