@@ -10,6 +10,14 @@ import (
 
 // Errors reported by amigo. Errors that involve a peer come wrapped in a
 // *PeerError naming it; test with errors.Is.
+//
+// Every package of the module names itself at the front of the errors it
+// makes, once ("amigo: ", "mpi: ", "tcp: ", "shm: ", "ofi: "), and wraps
+// what went wrong underneath with %w, so a message reads from the call
+// that failed down to the cause ("mpi: Recv from rank 1 tag 3: amigo: rank
+// 1 context 0: closed"). Sentinel values meant for errors.Is carry no
+// prefix of their own where a wrapper adds it, and package mpi's wrappers
+// keep its prefix to the front when they wrap its own errors.
 var (
 	// ErrClosed reports a client or context that was closed, or a peer that
 	// closed before an operation with it completed.

@@ -142,7 +142,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	mine := []int64{int64(color), int64(key)}
 	all := make([]int64, 2*c.size)
 	if err := Allgather(ctx, c, mine, all); err != nil {
-		return nil, fmt.Errorf("mpi: Split: %w", err)
+		return nil, errorf("mpi: Split: %w", err)
 	}
 	id, err := c.agreeID(ctx, color != Undefined)
 	if err != nil {
@@ -229,7 +229,7 @@ func (c *Comm) agreeIDs(ctx context.Context, take bool, ids []int, cross func(ct
 				e.idNext = -1
 			}
 			e.unlock()
-			return fmt.Errorf("mpi: agreeing on a context id: %w", err)
+			return errorf("mpi: agreeing on a context id: %w", err)
 		}
 		found := 0
 		for w := 0; w < idWords && found < len(ids); w++ {
@@ -295,7 +295,7 @@ func Finalize(ctx context.Context, w *Comm) error {
 		s.barrier()
 		err := w.run(ctx, s)
 		if err != nil && !errors.Is(err, ErrProcFailed) && !errors.Is(err, ErrRevoked) {
-			return fmt.Errorf("mpi: Finalize: %w", err)
+			return errorf("mpi: Finalize: %w", err)
 		}
 		if err == nil {
 			return w.free()
@@ -304,7 +304,7 @@ func Finalize(ctx context.Context, w *Comm) error {
 	// Ranks failed: the survivors meet in an agreement instead, which
 	// waits for every rank not known failed (ft.go).
 	if _, err := w.e.agree(ctx, w, []uint64{1}); err != nil {
-		return fmt.Errorf("mpi: Finalize: %w", err)
+		return errorf("mpi: Finalize: %w", err)
 	}
 	return w.free()
 }

@@ -179,7 +179,7 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 	cl := ac.Client()
 	inline := cl.Config().InlineMax
 	if inline < hdrLen {
-		return nil, fmt.Errorf("mpi: amigo InlineMax %d is below the layer's %d-byte header", inline, hdrLen)
+		return nil, errorf("mpi: amigo InlineMax %d is below the layer's %d-byte header", inline, hdrLen)
 	}
 	e = &engine{
 		ac:      ac,
@@ -231,7 +231,7 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 		_ = ac.SetDispatch(e.disp, nil)
 		e.unregister()
 		e.closed = true
-		return nil, fmt.Errorf("mpi: World: %w", err)
+		return nil, errorf("mpi: World: %w", err)
 	}
 	return w, nil
 }

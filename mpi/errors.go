@@ -3,6 +3,7 @@ package mpi
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/amigo-hpc/amigo"
 )
@@ -60,3 +61,28 @@ func (e *TruncateError) Error() string {
 }
 
 func (e *TruncateError) Unwrap() error { return ErrTruncate }
+
+// errorf is fmt.Errorf for the layer's own messages, which start with
+// "mpi: ": the prefix stands once at the front however many of the
+// layer's errors the message wraps (each of which starts with it too), as
+// every package of amigo names itself once ("amigo: ", "mpi: ", "tcp: ").
+// The error wraps what fmt.Errorf's would.
+func errorf(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	msg := err.Error()
+	if strings.Count(msg, prefix) <= 1 {
+		return err
+	}
+	return &layerError{msg: prefix + strings.ReplaceAll(strings.TrimPrefix(msg, prefix), prefix, ""), err: err}
+}
+
+const prefix = "mpi: "
+
+// layerError is an error of errorf whose message was tidied.
+type layerError struct {
+	msg string
+	err error
+}
+
+func (e *layerError) Error() string { return e.msg }
+func (e *layerError) Unwrap() error { return e.err }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,6 +159,59 @@ func TestErrClosedWrapsAmigo(t *testing.T) {
 		}
 		if got := err.Error(); got != "mpi: closed" {
 			return fmt.Errorf("Barrier after Finalize says %q", got)
+		}
+		return nil
+	})
+}
+
+// Every error of the package names it once, at the front, even when it
+// wraps another of the package's errors (Dup's agreement on a context id
+// fails in the Allreduce under it when its context ends), and still
+// matches what it wraps.
+func TestErrorPrefixOnce(t *testing.T) {
+	run(t, 4, func(ctx context.Context, w *mpi.Comm) error {
+		half, err := w.Split(ctx, w.Rank()%2, 0)
+		if err != nil {
+			return err
+		}
+		defer half.Free()
+		leader := 1 - w.Rank()%2 // the other half's first rank in w
+		ic, err := mpi.IntercommCreate(ctx, half, 0, w, leader, 5)
+		if err != nil {
+			return err
+		}
+		if err := ic.Free(); err != nil {
+			return err
+		}
+		var errs []error
+		errs = append(errs, mpi.InterBcast(ctx, ic, []int32{1}, mpi.ProcNull))
+		errs = append(errs, ic.Barrier(ctx))
+		_, err = w.Split(ctx, -5, 0)
+		errs = append(errs, err)
+		errs = append(errs, w.Send(ctx, nil, 9, 0))
+		var dupErr error
+		if w.Rank() == 0 {
+			// Alone in a collective whose context has ended: it fails
+			// in the Allreduce under the agreement.
+			done, cancel := context.WithCancel(ctx)
+			cancel()
+			_, dupErr = w.Dup(done)
+			errs = append(errs, dupErr)
+		}
+		for i, err := range errs {
+			if err == nil {
+				return fmt.Errorf("call %d: no error", i)
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "mpi: ") || strings.Count(msg, "mpi: ") != 1 {
+				return fmt.Errorf("call %d: %q does not name the package once, at the front", i, msg)
+			}
+		}
+		if !errors.Is(errs[0], mpi.ErrComm) || !errors.Is(errs[1], mpi.ErrComm) {
+			return fmt.Errorf("the errors of a freed intercommunicator do not wrap ErrComm: %v; %v", errs[0], errs[1])
+		}
+		if w.Rank() == 0 && !errors.Is(dupErr, context.Canceled) {
+			return fmt.Errorf("Dup with an ended context: %v, want context.Canceled wrapped", dupErr)
 		}
 		return nil
 	})

@@ -593,7 +593,7 @@ func (c *Comm) Agree(ctx context.Context, flag int) (int, error) {
 	}
 	v, err := e.agree(ctx, c, []uint64{uint64(flag)})
 	if err != nil {
-		return 0, fmt.Errorf("mpi: Agree: %w", err)
+		return 0, errorf("mpi: Agree: %w", err)
 	}
 	return int(v[0]), nil
 }
@@ -644,10 +644,10 @@ func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
 			if e.idNext == c.id {
 				e.idNext = -1
 			}
-			return nil, fmt.Errorf("mpi: Shrink: %w", err)
+			return nil, errorf("mpi: Shrink: %w", err)
 		}
 		if !bitGet(v, c.rank) {
-			return nil, fmt.Errorf("mpi: Shrink: %w: the other ranks count this one failed", ErrProcFailed)
+			return nil, errorf("mpi: Shrink: %w: the other ranks count this one failed", ErrProcFailed)
 		}
 		if prev == nil || !slices.Equal(prev, v[:aw]) {
 			prev = v[:aw]
@@ -715,7 +715,7 @@ func (e *engine) waitErr(err error, op string, peer, tag int) error {
 	case tag == AnyTag:
 		op += " any tag"
 	}
-	return fmt.Errorf("mpi: %s: %w", op, err)
+	return errorf("mpi: %s: %w", op, err)
 }
 
 // noArg is a peer or tag that waitErr leaves out.

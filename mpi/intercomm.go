@@ -82,11 +82,11 @@ func IntercommCreate(ctx context.Context, local *Comm, localLeader int, peer *Co
 	if leader {
 		theirs := []int64{int64(local.size), int64(localLeader)}
 		if _, err := peer.Sendrecv(ctx, Bytes(theirs), remoteLeader, tag, Bytes(hdr), remoteLeader, tag); err != nil {
-			return nil, fmt.Errorf("mpi: IntercommCreate: exchanging with the remote leader: %w", err)
+			return nil, errorf("mpi: IntercommCreate: exchanging with the remote leader: %w", err)
 		}
 	}
 	if err := Bcast(ctx, local, hdr, localLeader); err != nil {
-		return nil, fmt.Errorf("mpi: IntercommCreate: %w", err)
+		return nil, errorf("mpi: IntercommCreate: %w", err)
 	}
 	rsize, rleader := int(hdr[0]), int(hdr[1])
 	if rsize <= 0 || rleader < 0 || rleader >= rsize {
@@ -95,11 +95,11 @@ func IntercommCreate(ctx context.Context, local *Comm, localLeader int, peer *Co
 	remote := make([]int64, 2*rsize)
 	if leader {
 		if _, err := peer.Sendrecv(ctx, Bytes(mine), remoteLeader, tag, Bytes(remote), remoteLeader, tag); err != nil {
-			return nil, fmt.Errorf("mpi: IntercommCreate: exchanging groups: %w", err)
+			return nil, errorf("mpi: IntercommCreate: exchanging groups: %w", err)
 		}
 	}
 	if err := Bcast(ctx, local, remote, localLeader); err != nil {
-		return nil, fmt.Errorf("mpi: IntercommCreate: %w", err)
+		return nil, errorf("mpi: IntercommCreate: %w", err)
 	}
 	reps := make([]amigo.Endpoint, rsize)
 	for i := range reps {
@@ -118,7 +118,7 @@ func IntercommCreate(ctx context.Context, local *Comm, localLeader int, peer *Co
 		return err
 	}, localLeader)
 	if err != nil {
-		return nil, fmt.Errorf("mpi: IntercommCreate: %w", err)
+		return nil, errorf("mpi: IntercommCreate: %w", err)
 	}
 	ic := &Intercomm{leader: localLeader, rleader: rleader}
 	ic.first = minRank(local.eps) < minRank(reps)
@@ -162,7 +162,7 @@ func (ic *Intercomm) check() error {
 	if ic == nil || ic.x == nil {
 		return fmt.Errorf("%w: nil intercommunicator", ErrComm)
 	}
-	return nil
+	return ic.x.checkLocked()
 }
 
 // Rank returns the calling rank's rank in the local group.
@@ -233,7 +233,7 @@ func (ic *Intercomm) Dup(ctx context.Context) (*Intercomm, error) {
 		return ic.swap(ctx, t, send, recv)
 	}, ic.leader)
 	if err != nil {
-		return nil, fmt.Errorf("mpi: Intercomm.Dup: %w", err)
+		return nil, errorf("mpi: Intercomm.Dup: %w", err)
 	}
 	d := &Intercomm{leader: ic.leader, rleader: ic.rleader, first: ic.first}
 	d.local = &Comm{e: ic.local.e, rank: ic.local.rank, size: ic.local.size, eps: slices.Clone(ic.local.eps)}
@@ -258,11 +258,11 @@ func (ic *Intercomm) Merge(ctx context.Context, high bool) (*Comm, error) {
 	}
 	if ic.x.rank == ic.leader {
 		if err := ic.swap(ctx, t, Bytes(h[:]), Bytes(rh[:])); err != nil {
-			return nil, fmt.Errorf("mpi: Intercomm.Merge: %w", err)
+			return nil, errorf("mpi: Intercomm.Merge: %w", err)
 		}
 	}
 	if err := Bcast(ctx, ic.local, rh[:], ic.leader); err != nil {
-		return nil, fmt.Errorf("mpi: Intercomm.Merge: %w", err)
+		return nil, errorf("mpi: Intercomm.Merge: %w", err)
 	}
 	first := ic.first
 	if (h[0] != 0) != (rh[0] != 0) {
@@ -273,7 +273,7 @@ func (ic *Intercomm) Merge(ctx context.Context, high bool) (*Comm, error) {
 		return ic.swap(ctx, t, send, recv)
 	}, ic.leader)
 	if err != nil {
-		return nil, fmt.Errorf("mpi: Intercomm.Merge: %w", err)
+		return nil, errorf("mpi: Intercomm.Merge: %w", err)
 	}
 	m := &Comm{e: ic.local.e, size: ic.local.size + ic.x.size}
 	if first {
@@ -367,11 +367,11 @@ func (ic *Intercomm) Barrier(ctx context.Context) error {
 	}
 	t := ic.next()
 	if err := ic.local.Barrier(ctx); err != nil {
-		return fmt.Errorf("mpi: Intercomm.Barrier: %w", err)
+		return errorf("mpi: Intercomm.Barrier: %w", err)
 	}
 	if ic.x.rank == ic.leader {
 		if err := ic.swap(ctx, t, nil, nil); err != nil {
-			return fmt.Errorf("mpi: Intercomm.Barrier: %w", err)
+			return errorf("mpi: Intercomm.Barrier: %w", err)
 		}
 	}
 	return ic.local.Barrier(ctx)
@@ -403,7 +403,7 @@ func InterBcast[T Numeric](ctx context.Context, ic *Intercomm, buf []T, root int
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("mpi: InterBcast: %w", err)
+		return errorf("mpi: InterBcast: %w", err)
 	}
 	return nil
 }
@@ -431,7 +431,7 @@ func InterReduce[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T, 
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("mpi: InterReduce: %w", err)
+		return errorf("mpi: InterReduce: %w", err)
 	}
 	return nil
 }
@@ -455,7 +455,7 @@ func InterAllreduce[T Numeric](ctx context.Context, ic *Intercomm, send, recv []
 		err = Bcast(ctx, ic.local, recv, ic.leader)
 	}
 	if err != nil {
-		return fmt.Errorf("mpi: InterAllreduce: %w", err)
+		return errorf("mpi: InterAllreduce: %w", err)
 	}
 	return nil
 }
@@ -488,7 +488,7 @@ func InterGather[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T, 
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("mpi: InterGather: %w", err)
+		return errorf("mpi: InterGather: %w", err)
 	}
 	return nil
 }
@@ -522,7 +522,7 @@ func InterScatter[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T,
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("mpi: InterScatter: %w", err)
+		return errorf("mpi: InterScatter: %w", err)
 	}
 	return nil
 }
@@ -549,7 +549,7 @@ func InterAllgather[T Numeric](ctx context.Context, ic *Intercomm, send, recv []
 		err = Bcast(ctx, ic.local, recv, ic.leader)
 	}
 	if err != nil {
-		return fmt.Errorf("mpi: InterAllgather: %w", err)
+		return errorf("mpi: InterAllgather: %w", err)
 	}
 	return nil
 }
@@ -573,7 +573,7 @@ func InterAlltoall[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T
 		recvs[j] = xmsg{rb[j*bs : (j+1)*bs], j}
 	}
 	if err := ic.xfer(ctx, t, sends, recvs); err != nil {
-		return fmt.Errorf("mpi: InterAlltoall: %w", err)
+		return errorf("mpi: InterAlltoall: %w", err)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package mpi
 
 import (
-	"fmt"
 	"math"
 	"os"
 	"strconv"
@@ -121,7 +120,7 @@ func (o Options) resolve(environ func(string) (string, bool)) (Options, error) {
 		if v, ok := environ(s.env); ok && v != "" {
 			n, err := strconv.Atoi(strings.TrimSpace(v))
 			if err != nil {
-				return o, fmt.Errorf("mpi: %s=%q: %v", s.env, v, err)
+				return o, errorf("mpi: %s=%q: %v", s.env, v, err)
 			}
 			*s.ptr(&o) = n
 		}
@@ -140,11 +139,11 @@ func (o Options) resolve(environ func(string) (string, bool)) (Options, error) {
 	}
 	switch {
 	case o.Dispatch >= amigo.MaxDispatch:
-		return o, fmt.Errorf("mpi: Dispatch %d: want below %d", o.Dispatch, amigo.MaxDispatch)
+		return o, errorf("mpi: Dispatch %d: want below %d", o.Dispatch, amigo.MaxDispatch)
 	case o.MatchBuckets < 1 || o.MatchBuckets > 1<<20 || o.MatchBuckets&(o.MatchBuckets-1) != 0:
-		return o, fmt.Errorf("mpi: MatchBuckets %d: want a power of two up to 1<<20", o.MatchBuckets)
+		return o, errorf("mpi: MatchBuckets %d: want a power of two up to 1<<20", o.MatchBuckets)
 	case o.BcastSegment < 1:
-		return o, fmt.Errorf("mpi: BcastSegment %d: want at least 1", o.BcastSegment)
+		return o, errorf("mpi: BcastSegment %d: want at least 1", o.BcastSegment)
 	}
 	return o, nil
 }

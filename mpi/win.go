@@ -214,7 +214,7 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc, dyn b
 		size := cap(mem)
 		if size > 0 {
 			if w.reg, err = cl.AllocMemory(size); err != nil {
-				return nil, fmt.Errorf("mpi: WinAllocate: %w", err)
+				return nil, errorf("mpi: WinAllocate: %w", err)
 			}
 			w.mem = w.reg.Bytes()[:size:size]
 		} else {
@@ -222,7 +222,7 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc, dyn b
 		}
 	} else if len(mem) > 0 {
 		if w.reg, err = cl.RegisterMemory(mem); err != nil {
-			return nil, fmt.Errorf("mpi: WinCreate: %w", err)
+			return nil, errorf("mpi: WinCreate: %w", err)
 		}
 	}
 	ctlSize := 64
@@ -232,7 +232,7 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc, dyn b
 	}
 	if w.ctl, err = cl.AllocMemory(ctlSize); err != nil {
 		w.release()
-		return nil, fmt.Errorf("mpi: window lock word: %w", err)
+		return nil, errorf("mpi: window lock word: %w", err)
 	}
 	// Every rank's key, lock key, size, unit and skew, in one Allgather.
 	const fields = 5
@@ -250,7 +250,7 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc, dyn b
 	// so that an accumulate that follows the exchange finds it.
 	if w.comm, err = c.Dup(ctx); err != nil {
 		w.release()
-		return nil, fmt.Errorf("mpi: window creation: %w", err)
+		return nil, errorf("mpi: window creation: %w", err)
 	}
 	w.register()
 	all := make([]uint64, fields*c.size)
@@ -258,7 +258,7 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc, dyn b
 		w.unregister()
 		w.release()
 		_ = w.comm.Free()
-		return nil, fmt.Errorf("mpi: window creation: %w", err)
+		return nil, errorf("mpi: window creation: %w", err)
 	}
 	n := c.size
 	w.keys, w.ctlKeys = make([]amigo.Key, n), make([]amigo.Key, n)
@@ -488,7 +488,7 @@ func (w *Win) rma(put bool, origin []byte, target, disp int, rq *rmaReq) error {
 		if put {
 			what = "Put to"
 		}
-		return fmt.Errorf("mpi: %s rank %d: %w", what, target, w.comm.e.peerFailure(err))
+		return errorf("mpi: %s rank %d: %w", what, target, w.comm.e.peerFailure(err))
 	}
 	return nil
 }

@@ -140,7 +140,7 @@ func (w *Win) accMsg(k kind, op Op, origin, result []byte, target int, off uint6
 	}
 	if err != nil {
 		w.freeMsg(m)
-		return fmt.Errorf("mpi: accumulate on rank %d: %w", target, err)
+		return errorf("mpi: accumulate on rank %d: %w", target, err)
 	}
 	w.pending++
 	w.msgOut[target]++
@@ -402,7 +402,7 @@ func (e *engine) onRMAReply(m *amigo.Message) {
 			rm.err = err
 		}
 	case rm.result != nil:
-		rm.err = fmt.Errorf("mpi: rank %d answered an accumulate of %d bytes with %d", rm.target, len(rm.result), m.Size())
+		rm.err = errorf("mpi: rank %d answered an accumulate of %d bytes with %d", rm.target, len(rm.result), m.Size())
 	}
 	rm.step()
 }

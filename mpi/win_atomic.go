@@ -53,7 +53,7 @@ func (w *Win) useAtomics(target int) error {
 	defer cancel()
 	if w.atomUsers[target] == registering {
 		if err := w.comm.e.wait(ctx, func() bool { return w.atomUsers[target] != registering }); err != nil {
-			return fmt.Errorf("mpi: accumulate on rank %d: %w", target, err)
+			return errorf("mpi: accumulate on rank %d: %w", target, err)
 		}
 	}
 	if w.atomUsers[target] == user {
@@ -69,7 +69,7 @@ func (w *Win) useAtomics(target int) error {
 		// Counted or not, the word cannot be reached: the target
 		// failed, and its count no longer matters.
 		w.atomUsers[target] = notUser
-		return fmt.Errorf("mpi: accumulate on rank %d: %w", target, err)
+		return errorf("mpi: accumulate on rank %d: %w", target, err)
 	}
 	w.atomUsers[target] = user
 	return nil
@@ -83,7 +83,7 @@ func (w *Win) dropAtomics(ctx context.Context, target int) error {
 	}
 	w.atomUsers[target] = notUser
 	if _, err := w.ctlOp(ctx, target, ctlUsersOff, amigo.AtomicAdd, ^uint64(0), 0); err != nil {
-		return fmt.Errorf("mpi: ending atomics on rank %d: %w", target, err)
+		return errorf("mpi: ending atomics on rank %d: %w", target, err)
 	}
 	return nil
 }
@@ -284,7 +284,7 @@ func (w *Win) accumulateLayout(k kind, origin, result, cmp []byte, target, disp 
 		w.pending++
 		if err := u.start(); err != nil {
 			w.pending--
-			return i / es, fmt.Errorf("mpi: accumulate on rank %d: %w", target, err)
+			return i / es, errorf("mpi: accumulate on rank %d: %w", target, err)
 		}
 	}
 	return n / es, nil

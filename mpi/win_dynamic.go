@@ -114,7 +114,7 @@ func (w *Win) Attach(mem []byte) error {
 	}
 	reg, err := w.ac.Client().RegisterMemory(mem)
 	if err != nil {
-		return fmt.Errorf("mpi: Attach: %w", err)
+		return errorf("mpi: Attach: %w", err)
 	}
 	d.att = append(d.att, attachment{mem: mem, reg: reg, slot: slot})
 	e := w.slotWords(slot)
@@ -144,7 +144,7 @@ func (w *Win) Detach(mem []byte) error {
 			w.unpublish(a)
 			d.att = append(d.att[:i], d.att[i+1:]...)
 			if err := a.reg.Deregister(); err != nil {
-				return fmt.Errorf("mpi: Detach: %w", err)
+				return errorf("mpi: Detach: %w", err)
 			}
 			return nil
 		}
@@ -250,15 +250,15 @@ func (w *Win) readTable(r int) error {
 	var gerr error
 	done := false
 	if err := w.ac.Get(w.eps[r], d.buf, w.ctlKeys[r], dynTableOff, func(err error) { gerr, done = err, true; w.comm.e.events++ }); err != nil {
-		return fmt.Errorf("mpi: reading rank %d's attachments: %w", r, err)
+		return errorf("mpi: reading rank %d's attachments: %w", r, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dynReadTimeout)
 	defer cancel()
 	if err := w.comm.e.wait(ctx, func() bool { return done }); err != nil {
-		return fmt.Errorf("mpi: reading rank %d's attachments: %w", r, err)
+		return errorf("mpi: reading rank %d's attachments: %w", r, err)
 	}
 	if gerr != nil {
-		return fmt.Errorf("mpi: reading rank %d's attachments: %w", r, gerr)
+		return errorf("mpi: reading rank %d's attachments: %w", r, gerr)
 	}
 	used := min(binary.LittleEndian.Uint64(d.buf), dynMax)
 	tab = make([]dynEntry, 0, used)

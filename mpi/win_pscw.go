@@ -113,7 +113,7 @@ func (w *Win) Start(ctx context.Context, g *Group, assert int) error {
 	}
 	if assert&ModeNoCheck == 0 {
 		if err := w.comm.e.wait(ctx, func() bool { return allPositive(w.postIn, ranks) }); err != nil {
-			return fmt.Errorf("mpi: Start, waiting for the targets' Post: %w", err)
+			return errorf("mpi: Start, waiting for the targets' Post: %w", err)
 		}
 		for _, r := range ranks {
 			w.postIn[r]--
@@ -194,7 +194,7 @@ func (w *Win) Wait(ctx context.Context) error {
 	}
 	ranks := w.posted
 	if err := w.comm.e.wait(ctx, func() bool { return allPositive(w.completeIn, ranks) }); err != nil {
-		return fmt.Errorf("mpi: Wait for the origins' Complete: %w", err)
+		return errorf("mpi: Wait for the origins' Complete: %w", err)
 	}
 	w.endExposure()
 	return nil
@@ -234,7 +234,7 @@ func (w *Win) notify(r int, what byte) error {
 	binary.LittleEndian.PutUint32(h[4:], uint32(w.comm.rank))
 	h[12], h[13] = kindRMACtl, what
 	if err := w.ac.SendImmediate(w.eps[r], w.comm.e.disp, h[:], nil); err != nil {
-		return fmt.Errorf("mpi: notice to rank %d of the window: %w", r, err)
+		return errorf("mpi: notice to rank %d of the window: %w", r, err)
 	}
 	return nil
 }

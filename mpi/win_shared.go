@@ -52,7 +52,7 @@ func WinAllocateShared(ctx context.Context, c *Comm, size, dispUnit int) (*Win, 
 	}
 	sizes := make([]int64, c.size)
 	if err := Allgather(ctx, c, []int64{int64(size)}, sizes); err != nil {
-		return nil, fmt.Errorf("mpi: WinAllocateShared: %w", err)
+		return nil, errorf("mpi: WinAllocateShared: %w", err)
 	}
 	offs := make([]int, c.size+1)
 	for r, s := range sizes {
@@ -101,7 +101,7 @@ func mapShared(ctx context.Context, c *Comm, size int) ([]byte, error) {
 	}
 	if berr := Bcast(ctx, c, where, 0); berr != nil {
 		closeShared(fd, seg)
-		return nil, fmt.Errorf("mpi: WinAllocateShared: %w", berr)
+		return nil, errorf("mpi: WinAllocateShared: %w", berr)
 	}
 	if c.rank != 0 && where[0] != 0 {
 		seg, err = mapPeerSegment(int(where[0]), int(where[1]), size)
@@ -121,10 +121,10 @@ func mapShared(ctx context.Context, c *Comm, size int) ([]byte, error) {
 	switch {
 	case err != nil:
 		closeShared(-1, seg)
-		return nil, fmt.Errorf("mpi: WinAllocateShared, a segment of %d bytes: %w", size, err)
+		return nil, errorf("mpi: WinAllocateShared, a segment of %d bytes: %w", size, err)
 	case aerr != nil:
 		closeShared(-1, seg)
-		return nil, fmt.Errorf("mpi: WinAllocateShared: %w", aerr)
+		return nil, errorf("mpi: WinAllocateShared: %w", aerr)
 	case all[0] != 0:
 		closeShared(-1, seg)
 		return nil, fmt.Errorf("%w: WinAllocateShared: another rank could not map the segment", ErrWin)

@@ -217,7 +217,7 @@ func (w *Win) lockRank(ctx context.Context, lt LockType, target int) error {
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("mpi: Lock of rank %d: %w", target, err)
+			return errorf("mpi: Lock of rank %d: %w", target, err)
 		}
 		if ok {
 			w.locks[target] = lt
@@ -234,7 +234,7 @@ func (w *Win) lockRank(ctx context.Context, lt LockType, target int) error {
 			w.comm.e.lock()
 		}
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("mpi: Lock of rank %d: %w", target, err)
+			return errorf("mpi: Lock of rank %d: %w", target, err)
 		}
 	}
 }
@@ -289,7 +289,7 @@ func (w *Win) Unlock(ctx context.Context, target int) error {
 	}
 	if _, uerr := w.lockOp(ctx, target, amigo.AtomicAdd, delta, 0); uerr != nil {
 		// The lock word could not be reached: the target failed.
-		err = errors.Join(err, fmt.Errorf("mpi: Unlock of rank %d: %w", target, uerr))
+		err = errors.Join(err, errorf("mpi: Unlock of rank %d: %w", target, uerr))
 	}
 	w.locks[target] = 0
 	return err
@@ -336,7 +336,7 @@ func (w *Win) UnlockAll(ctx context.Context) error {
 	}
 	for r := range w.locks {
 		if _, uerr := w.lockOp(ctx, r, amigo.AtomicAdd, ^uint64(0), 0); uerr != nil {
-			err = errors.Join(err, fmt.Errorf("mpi: UnlockAll, rank %d: %w", r, uerr))
+			err = errors.Join(err, errorf("mpi: UnlockAll, rank %d: %w", r, uerr))
 		}
 	}
 	w.lockAll = false

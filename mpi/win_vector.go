@@ -84,7 +84,7 @@ func (w *Win) rmaVector(put bool, es int, origin []byte, target, disp int, v Vec
 	}
 	if err != nil {
 		w.pending--
-		return fmt.Errorf("mpi: strided RMA with rank %d: %w", target, err)
+		return errorf("mpi: strided RMA with rank %d: %w", target, err)
 	}
 	return nil
 }
