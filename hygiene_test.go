@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -86,12 +87,22 @@ func devShm(t testing.TB) map[string]bool {
 	return m
 }
 
+// newIn returns the entries of after not in before, but for those another
+// live process owns: a name that starts with the process id of a process
+// other than this one that is still running (libfabric's shm provider names
+// its regions "pid:..."), which other jobs on the machine make.
 func newIn(before, after map[string]bool) []string {
 	var out []string
 	for n := range after {
-		if !before[n] {
-			out = append(out, n)
+		if before[n] {
+			continue
 		}
+		if pid, _, ok := strings.Cut(n, ":"); ok {
+			if p, err := strconv.Atoi(pid); err == nil && p != os.Getpid() && syscall.Kill(p, 0) == nil {
+				continue
+			}
+		}
+		out = append(out, n)
 	}
 	return out
 }
