@@ -19,9 +19,8 @@ import (
 // breaks its connection, dies or stays silent longer than Timeout fails every
 // operation in flight with it, with an error naming it.
 type TCPConfig struct {
-	// Addr is the host or host:port to listen on and publish (unless
-	// Advertise is set)
-	// (AMIGO_TCP_ADDR). Empty: the address of the interface that routes to
+	// Addr is the host or host:port to listen on, and to publish unless
+	// Advertise is set (AMIGO_TCP_ADDR). Empty: the address of the interface that routes to
 	// the launcher, or 127.0.0.1 when all ranks share this host, or the
 	// first address of an interface that is up.
 	Addr string

@@ -43,6 +43,10 @@ type MulticastParams struct {
 // *PeerError naming the target.
 var ErrMulticast = errors.New("multicast failed")
 
+// errTargetFailed is what a target learns of another target that failed
+// the multicast: the origin's call-off says which, not why.
+var errTargetFailed = errors.New("failed, as the origin reported")
+
 // Multicast sends data to every target of targets with one announcement and
 // one transfer of the data from the origin, forwarded along the targets. Each
 // target's handler for dispatch d sees an announced message (Message.Multicast
@@ -602,11 +606,12 @@ func (c *Context) onMCTarget(src int32, pk *wire.Packet) {
 			c.mcFinish(o, st.fwdErr)
 			return
 		}
-		var failed Endpoint
-		if int(m.Pos) < len(st.targets) {
-			failed = st.targets[m.Pos]
+		if int(m.Pos) >= len(st.targets) {
+			c.mcFinish(o, ErrMulticast)
+			return
 		}
-		c.mcFinish(o, fmt.Errorf("%w: target %v failed", ErrMulticast, failed))
+		failed := st.targets[m.Pos]
+		c.mcFinish(o, fmt.Errorf("%w: target %v: %w", ErrMulticast, failed, peerErr(failed, errTargetFailed)))
 	case wire.KindMCDATA:
 		if st.fwdErr != nil {
 			return // waiting for the origin to call it off
