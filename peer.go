@@ -385,13 +385,18 @@ func (c *Context) countRDMA(k transport.RDMAKind) {
 }
 
 // queueMore queues the injection of o's remaining pieces behind p's other
-// instructions; an eager stream's, behind the other streams (peer.more).
+// instructions; an eager stream's, behind the other streams (peer.more),
+// and so the RDMA that carries on an operation under way (a receiver's
+// fetch, a PUT after STOP, a multicast deposit): behind p.q it could wait
+// for a Fence there that waits for it, or for the peer, whose own Fence
+// waits for it (two ranks that each sent the other a large message and
+// then a PutNotify waited for each other for ever).
 func (c *Context) queueMore(p *peer, o *op) {
 	var in inst
 	in.kind = instMore
 	in.dest = p.idx
 	in.op = o.id()
-	if o.kind == opSendStream {
+	if o.kind == opSendStream || o.parent != nil || !o.kind.issued() {
 		p.more.push(&in)
 	} else {
 		p.q.push(&in)
