@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -95,6 +96,7 @@ type Result struct {
 	ErrSamples          []string
 	ByeMissing          []int // live-looking peers whose goodbye never came
 	UnexpectedPeak      int
+	Held                int // messages the budget scenario's slow receiver held
 	PeerFailures        uint64
 	GoroutinesBefore    int
 	GoroutinesAfter     int
@@ -192,6 +194,8 @@ type rank struct {
 	armedAt     time.Time
 	killMark    amigo.Stats
 	killPending bool
+	mix         []int  // SOAK_MIX: only these kinds, for diagnosis
+	events      uint64 // completions and arrivals, for the traffic loop
 }
 
 func envInt(name string) int {
@@ -245,6 +249,12 @@ func runRank() error {
 		r.seen[p] = map[uint64]struct{}{}
 	}
 	r.byeFrom, r.byeAcked = make([]bool, r.n), make([]bool, r.n)
+	for _, k := range strings.Split(os.Getenv("SOAK_MIX"), ",") {
+		// The draw that selects kind k in issue.
+		if i := slices.Index(kindNames[:], k); i >= 0 {
+			r.mix = append(r.mix, []int{0, 40, 60, 72, 82, 92}[i])
+		}
+	}
 	for d, h := range map[amigo.Dispatch]amigo.Handler{dMsg: r.onMsg, dPut: r.onPut, dPutAck: r.onPutAck, dMcast: r.onMcast, dBye: r.onBye} {
 		if err := r.c.SetDispatch(d, h); err != nil {
 			return err
@@ -287,12 +297,15 @@ func runRank() error {
 			break
 		}
 		r.issue()
-		r.c.Wait(traffic, func() bool {
-			return (r.inFlight < maxInFlight/2 && r.bytesOut < maxBytesOut/2) || armedFlag.Load() != r.armed.Load() || r.checkKill()
+		// Advance until an operation completes or a message arrives (Wait
+		// does not advance when its condition already holds), or a
+		// while has passed: the budget scenario's hold ends by time.
+		ev := r.events
+		step, cancelStep := context.WithTimeout(traffic, 50*time.Millisecond)
+		r.c.Wait(step, func() bool {
+			return r.events != ev || armedFlag.Load() != r.armed.Load() || r.checkKill()
 		})
-		if r.inFlight == 0 && r.peer() < 0 {
-			time.Sleep(10 * time.Millisecond) // every peer failed: nothing to do
-		}
+		cancelStep()
 		r.checkKill()
 		r.releaseHeld(false)
 	}
@@ -455,6 +468,7 @@ func (r *rank) track(k int, n int, then func(err error)) func(error) {
 	r.inFlight++
 	r.bytesOut += n
 	return func(err error) {
+		r.events++
 		r.inFlight--
 		r.bytesOut -= n
 		if err != nil {
@@ -479,12 +493,16 @@ func (r *rank) issue() {
 			r.send(r.victim, kEager, 16<<10+r.rng.IntN(40<<10))
 		}
 	}
-	for r.inFlight < maxInFlight && r.bytesOut < maxBytesOut {
+	for try := 0; try < 2*maxInFlight && r.inFlight < maxInFlight && r.bytesOut < maxBytesOut; try++ {
 		p := r.peer()
 		if p < 0 {
 			return
 		}
-		switch x := r.rng.IntN(100); {
+		x := r.rng.IntN(100)
+		if r.mix != nil {
+			x = r.mix[r.rng.IntN(len(r.mix))]
+		}
+		switch {
 		case x < 40:
 			r.send(p, kInline, r.rng.IntN(1024))
 		case x < 60:
@@ -624,6 +642,7 @@ func (r *rank) verify(h header, data []byte) {
 }
 
 func (r *rank) onMsg(c *amigo.Context, m *amigo.Message) {
+	r.events++
 	h, ok := parseHeader(m.Header)
 	if !r.accept(h, ok, true) {
 		return
@@ -636,6 +655,7 @@ func (r *rank) onMsg(c *amigo.Context, m *amigo.Message) {
 		d, err := m.Defer()
 		if err == nil {
 			r.held = append(r.held, deferred{d: d, h: h})
+			r.res.Held++
 			return
 		}
 		r.noteErr(err)
@@ -651,6 +671,7 @@ func (r *rank) receive(m *amigo.Message, h header) {
 }
 
 func (r *rank) received(h header, buf []byte, err error) {
+	r.events++
 	if err != nil {
 		r.res.ReceiveFailures++
 		r.noteErr(err)
@@ -677,6 +698,7 @@ func (r *rank) releaseHeld(now bool) {
 }
 
 func (r *rank) onPut(c *amigo.Context, m *amigo.Message) {
+	r.events++
 	h, ok := parseHeader(m.Header)
 	if !r.accept(h, ok, false) {
 		return
@@ -691,9 +713,13 @@ func (r *rank) onPut(c *amigo.Context, m *amigo.Message) {
 	}
 }
 
-func (r *rank) onPutAck(c *amigo.Context, m *amigo.Message) { r.putBusy[m.Source.Rank] = false }
+func (r *rank) onPutAck(c *amigo.Context, m *amigo.Message) {
+	r.events++
+	r.putBusy[m.Source.Rank] = false
+}
 
 func (r *rank) onMcast(c *amigo.Context, m *amigo.Message) {
+	r.events++
 	h, ok := parseHeader(m.Header)
 	if !r.accept(h, ok, false) {
 		return
@@ -820,6 +846,9 @@ func (r *rank) die(phase string) {
 func (r *rank) collectives(end time.Time) (st [2]KindStats, errs []error) {
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
+	if os.Getenv("SOAK_NOCOLL") != "" {
+		return st, nil
+	}
 	comm, err := mpi.World(ctx, r.cl.Context(1), nil)
 	if err != nil {
 		return st, []error{err}

@@ -20,7 +20,7 @@ type row struct {
 	errUnnamed                        uint64
 	byeMissing, leaks, exits, missing int
 	unclean                           int
-	peakUnexpected                    int
+	peakUnexpected, held              int
 	samples                           []string
 }
 
@@ -98,6 +98,7 @@ func (s *summary) add(rr *roundResult) {
 			w.leaks++
 		}
 		w.peakUnexpected = max(w.peakUnexpected, res.UnexpectedPeak)
+		w.held += res.Held
 		for _, x := range res.ErrSamples {
 			if len(w.samples) < 6 && !slices.Contains(w.samples, x) {
 				w.samples = append(w.samples, x)
@@ -202,6 +203,11 @@ func (s *summary) table() string {
 		}
 		slices.Sort(ph)
 		fmt.Fprintf(&b, "- %s: %s\n", k, strings.Join(ph, ", "))
+	}
+	for _, k := range s.order {
+		if w := s.rows[k]; strings.HasPrefix(k, "budget") {
+			fmt.Fprintf(&b, "- %s: %d messages held by the slow receiver; unexpected data peaked at %d bytes of a %d-byte budget\n", k, w.held, w.peakUnexpected, unexpBudget)
+		}
 	}
 	b.WriteString("\nErrors reported (samples):\n\n")
 	for _, k := range s.order {
