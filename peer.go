@@ -164,6 +164,14 @@ func (c *Context) execute(in *inst) {
 		c.reject(in)
 		return
 	case instMcast:
+		// In its turn among the instructions for the first target: behind
+		// a Fence there, which must not wait for it.
+		if p := c.peer(in.dest); p.q.len() > 0 {
+			p.q.push(in)
+			c.stats.Queued++
+			c.activate(p)
+			return
+		}
 		c.mcStart(in)
 		return
 	}
@@ -244,6 +252,9 @@ func (c *Context) inject(p *peer, in *inst) bool {
 		return c.injectCtl(p, in)
 	case instRaw:
 		return c.injectRaw(p, in)
+	case instMcast:
+		c.mcStart(in)
+		return true
 	case instMore:
 		o := c.ops.lookup(in.op)
 		if o == nil {
