@@ -207,7 +207,7 @@ type roundResult struct {
 	exits    []string  // ranks that exited abnormally, other than the victim of a kill
 	missing  []int     // ranks that should have reported and did not
 	tails    []string  // output of ranks that misbehaved
-	armedAll bool
+	skipped  bool      // the fault was not injected: collectives outlasted the traffic
 	shmLeft  int
 }
 
@@ -367,7 +367,7 @@ func runRound(o options, sc scenario, idx int, seed uint64) (*roundResult, error
 			rr.exits = append(rr.exits, werr.Error())
 		} else {
 			for i, r := range ee.Ranks {
-				if r == rr.victim && strings.HasPrefix(sc.name, "kill-") {
+				if r == rr.victim && strings.HasPrefix(sc.name, "kill-") && !rr.skipped {
 					continue
 				}
 				rr.exits = append(rr.exits, ee.Errs[i].Error())
@@ -375,7 +375,7 @@ func runRound(o options, sc scenario, idx int, seed uint64) (*roundResult, error
 		}
 	}
 	for r := range n {
-		isKilled := r == rr.victim && strings.HasPrefix(sc.name, "kill-")
+		isKilled := r == rr.victim && strings.HasPrefix(sc.name, "kill-") && !rr.skipped
 		if rr.results[r] == nil && !isKilled {
 			rr.missing = append(rr.missing, r)
 		}
@@ -400,10 +400,13 @@ func (rr *roundResult) inject(o options, job *launch.Job, proxies []*Proxy, arme
 		case <-armed:
 			got++
 		case <-wait.C:
-			got = n // collectives too slow: inject anyway, late
+			// Collectives outlasted the traffic: no fault this round
+			// (a rank killed in one would hang its peers' mpi waits,
+			// which is not what the round measures).
+			rr.skipped = true
+			return
 		}
 	}
-	rr.armedAll = true
 	time.Sleep(time.Second)
 	v := rr.victim
 	pid := job.Pid(v)
@@ -524,6 +527,9 @@ func (rr *roundResult) brief() string {
 	s := fmt.Sprintf("ops %d ok %d failed %d hangs %d checksum %d errors %d faults %d", ops, ok, failed, hangs, cs, errs, rr.faults)
 	if rr.killedIn != "" {
 		s += " killed: " + rr.killedIn
+	}
+	if rr.skipped {
+		s += " (fault skipped: collectives outlasted the traffic)"
 	}
 	if !rr.clean() {
 		s += " NOT CLEAN"

@@ -11,7 +11,7 @@ import (
 
 // row sums the rounds of one scenario.
 type row struct {
-	rounds, faults                    int
+	rounds, faults, skipped           int
 	killedIn                          map[string]int
 	issued, ok, failed, hangs         uint64
 	delivered, bytes                  uint64
@@ -19,6 +19,7 @@ type row struct {
 	errVictim, errByVictim, errOther  uint64
 	errUnnamed                        uint64
 	byeMissing, leaks, exits, missing int
+	byeAckErrors                      int
 	unclean                           int
 	peakUnexpected, held              int
 	samples                           []string
@@ -53,6 +54,9 @@ func (s *summary) add(rr *roundResult) {
 	s.rounds = append(s.rounds, rr)
 	w.rounds++
 	w.faults += rr.faults
+	if rr.skipped {
+		w.skipped++
+	}
 	if rr.killedIn != "" {
 		w.killedIn[rr.killedIn]++
 	}
@@ -94,6 +98,7 @@ func (s *summary) add(rr *roundResult) {
 			w.delivered += d
 		}
 		w.byeMissing += len(res.ByeMissing)
+		w.byeAckErrors += res.ByeAckErrors
 		if rr.leaked(r) {
 			w.leaks++
 		}
@@ -146,6 +151,7 @@ func (s *summary) total() row {
 	for _, w := range s.rows {
 		t.rounds += w.rounds
 		t.faults += w.faults
+		t.skipped += w.skipped
 		t.issued += w.issued
 		t.ok += w.ok
 		t.failed += w.failed
@@ -161,6 +167,7 @@ func (s *summary) total() row {
 		t.errOther += w.errOther
 		t.errUnnamed += w.errUnnamed
 		t.byeMissing += w.byeMissing
+		t.byeAckErrors += w.byeAckErrors
 		t.leaks += w.leaks
 		t.exits += w.exits
 		t.missing += w.missing
@@ -176,21 +183,24 @@ func (s *summary) table() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "amigo chaos soak: %d ranks per job, AMIGO_TCP_TIMEOUT=%v, rounds of %v traffic, %v in all\n\n",
 		s.o.ranks, s.o.timeout, s.o.round, s.elapsed.Round(time.Second))
-	b.WriteString("| scenario | rounds | faults | ops | completed | failed | hangs | messages delivered | MiB | checksum failures | duplicates | out of order | lost | errors naming the victim | errors by the victim | other errors | leaks | clean |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| scenario | rounds | rounds without fault | faults | ops | completed | failed | hangs | messages delivered | MiB | checksum failures | duplicates | out of order | lost | errors naming the victim | errors by the victim | other errors | leaks | clean |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	line := func(name string, w row) {
 		clean := "yes"
 		if w.unclean > 0 {
 			clean = fmt.Sprintf("**no (%d)**", w.unclean)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %s | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n",
-			name, w.rounds, w.faults, w.issued, w.ok, w.failed, w.hangs, w.delivered, mib(w.bytes),
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %s | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n",
+			name, w.rounds, w.skipped, w.faults, w.issued, w.ok, w.failed, w.hangs, w.delivered, mib(w.bytes),
 			w.checksum, w.dups, w.outOfOrder, w.lost, w.errVictim, w.errByVictim, w.errOther+w.errUnnamed, w.leaks+w.exits+w.missing, clean)
 	}
 	for _, k := range s.order {
 		line(k, *s.rows[k])
 	}
 	line("**total**", s.total())
+	t := s.total()
+	fmt.Fprintf(&b, "\nGoodbyes (the last message of each pair, sent with remote completion): %d never came from a peer the rank had no error from; %d saw their acknowledgement lost because the peer closed right after its handler ran (not counted as errors above).\n",
+		t.byeMissing, t.byeAckErrors)
 	b.WriteString("\nKills, by the phase the victim was in:\n\n")
 	for _, k := range s.order {
 		w := s.rows[k]
