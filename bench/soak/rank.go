@@ -199,6 +199,7 @@ type rank struct {
 	mix         []int  // SOAK_MIX: only these kinds, for diagnosis
 	events      uint64 // completions and arrivals, for the traffic loop
 	drainBound  time.Duration
+	recvOpen    [nKinds]int // receives of announced data under way, by kind
 }
 
 func envInt(name string) int {
@@ -320,7 +321,7 @@ func runRank() error {
 	// Drain: every operation completes or fails within the bound, or it is
 	// a hang.
 	drain, cancelDrain := context.WithTimeout(context.Background(), r.drainBound)
-	r.c.Wait(drain, func() bool { return r.inFlight == 0 })
+	r.c.Wait(drain, func() bool { return r.inFlight == 0 && r.recvOpen == [nKinds]int{} })
 	cancelDrain()
 	r.goodbye(2*tcpTimeout + 3*time.Second)
 	<-collDone
@@ -341,6 +342,10 @@ func runRank() error {
 		if h := ks.Issued - ks.OK - ks.Failed; h > 0 {
 			r.res.Hangs += h
 			r.res.HangKinds = append(r.res.HangKinds, fmt.Sprintf("%s:%d", kindNames[k], h))
+		}
+		if h := r.recvOpen[k]; h > 0 {
+			r.res.Hangs += uint64(h)
+			r.res.HangKinds = append(r.res.HangKinds, fmt.Sprintf("receive %s:%d", kindNames[k], h))
 		}
 	}
 	st := r.c.Stats()
@@ -672,13 +677,26 @@ func (r *rank) onMsg(c *amigo.Context, m *amigo.Message) {
 
 func (r *rank) receive(m *amigo.Message, h header) {
 	buf := make([]byte, m.Size())
+	r.receiving(h, true)
 	if err := m.Receive(buf, func(err error) { r.received(h, buf, err) }); err != nil {
 		r.received(h, buf, err)
 	}
 }
 
+// receiving counts a receive of announced data started; received counts
+// it ended. One still open after the drain neither completed nor failed.
+func (r *rank) receiving(h header, start bool) {
+	k := int(h.kind) % nKinds
+	if start {
+		r.recvOpen[k]++
+	} else {
+		r.recvOpen[k]--
+	}
+}
+
 func (r *rank) received(h header, buf []byte, err error) {
 	r.events++
+	r.receiving(h, false)
 	if err != nil {
 		r.res.ReceiveFailures++
 		r.noteErr(err)
@@ -697,6 +715,7 @@ func (r *rank) releaseHeld(now bool) {
 	for _, d := range r.held {
 		buf := make([]byte, d.h.n)
 		h := d.h
+		r.receiving(h, true)
 		if err := r.c.Accept(d.d, buf, func(err error) { r.received(h, buf, err) }); err != nil {
 			r.received(h, buf, err)
 		}
