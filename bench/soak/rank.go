@@ -485,7 +485,7 @@ func (r *rank) track(k int, n int, then func(err error)) func(error) {
 		r.bytesOut -= n
 		if err != nil {
 			r.res.Kinds[k].Failed++
-			r.noteErr(err)
+			r.noteErr(fmt.Errorf("%s: %w", kindNames[k], err))
 		} else {
 			r.res.Kinds[k].OK++
 			r.res.Kinds[k].Bytes += uint64(n)
@@ -670,7 +670,7 @@ func (r *rank) onMsg(c *amigo.Context, m *amigo.Message) {
 			r.res.Held++
 			return
 		}
-		r.noteErr(err)
+		r.noteErr(fmt.Errorf("defer: %w", err))
 	}
 	r.receive(m, h)
 }
@@ -699,7 +699,7 @@ func (r *rank) received(h header, buf []byte, err error) {
 	r.receiving(h, false)
 	if err != nil {
 		r.res.ReceiveFailures++
-		r.noteErr(err)
+		r.noteErr(fmt.Errorf("receive %s: %w", kindNames[h.kind%nKinds], err))
 		return
 	}
 	r.verify(h, buf)
@@ -735,7 +735,7 @@ func (r *rank) onPut(c *amigo.Context, m *amigo.Message) {
 	}
 	r.verify(h, r.putMem[h.off:h.off+uint64(h.n)])
 	if err := c.SendImmediate(m.Source, dPutAck, nil, nil); err != nil {
-		r.noteErr(err)
+		r.noteErr(fmt.Errorf("put acknowledgement: %w", err))
 	}
 }
 
@@ -776,7 +776,7 @@ func (r *rank) goodbye(bound time.Duration) {
 				r.byeAcked[p] = true
 			}})
 		if err != nil {
-			r.noteErr(err)
+			r.noteErr(fmt.Errorf("goodbye: %w", err))
 			r.byeAcked[p] = true
 		}
 	}
