@@ -435,7 +435,12 @@ func (r *rank) noteErr(err error) {
 	var pe *amigo.PeerError
 	if errors.As(err, &pe) && int(pe.Addr.Rank) >= 0 && int(pe.Addr.Rank) < r.n && int(pe.Addr.Rank) != r.me {
 		r.res.ErrNamed[pe.Addr.Rank]++
-		r.failed[pe.Addr.Rank] = true
+		// A multicast names the target where the chain broke, which may
+		// be alive and well (its own forwarding failed): only other
+		// errors make this rank stop talking to the peer.
+		if !errors.Is(err, amigo.ErrMulticast) {
+			r.failed[pe.Addr.Rank] = true
+		}
 	} else {
 		r.res.ErrUnnamed++
 	}
