@@ -766,13 +766,16 @@ func (r *rank) onBye(c *amigo.Context, m *amigo.Message) { r.byeFrom[m.Source.Ra
 func (r *rank) goodbye(bound time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
+	// Every peer gets one, even one this rank has an error from: it may
+	// not have one from this rank, and wait for it.
 	for p := range r.n {
-		if p == r.me || r.failed[p] {
+		if p == r.me {
 			continue
 		}
+		wasFailed := r.failed[p]
 		err := r.c.SendWith(&amigo.SendParams{Dest: amigo.EndpointOf(p), Dispatch: dBye,
 			RemoteDone: func(err error) {
-				if err != nil {
+				if err != nil && !wasFailed {
 					// The peer ran the goodbye's handler and closed
 					// before its acknowledgement left: counted apart.
 					r.res.ByeAckErrors++
@@ -781,7 +784,9 @@ func (r *rank) goodbye(bound time.Duration) {
 				r.byeAcked[p] = true
 			}})
 		if err != nil {
-			r.noteErr(fmt.Errorf("goodbye: %w", err))
+			if !wasFailed {
+				r.noteErr(fmt.Errorf("goodbye: %w", err))
+			}
 			r.byeAcked[p] = true
 		}
 	}
