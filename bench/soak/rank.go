@@ -323,7 +323,8 @@ func runRank() error {
 	drain, cancelDrain := context.WithTimeout(context.Background(), r.drainBound)
 	r.c.Wait(drain, func() bool { return r.inFlight == 0 && r.recvOpen == [nKinds]int{} })
 	cancelDrain()
-	r.goodbye(2*tcpTimeout + 3*time.Second)
+	// A peer may drain for up to drainBound before it says goodbye.
+	r.goodbye(r.drainBound + 2*tcpTimeout + 3*time.Second)
 	<-collDone
 	r.res.Kinds[kColl] = coll[0]
 	r.res.CollectivesTime = collTime
