@@ -19,11 +19,18 @@ import (
 // breaks its connection, dies or stays silent longer than Timeout fails every
 // operation in flight with it, with an error naming it.
 type TCPConfig struct {
-	// Addr is the host or host:port to listen on and publish
-	// (AMIGO_TCP_ADDR). Empty: the address of the interface that routes to
+	// Addr is the host or host:port to listen on, and to publish unless
+	// Advertise is set (AMIGO_TCP_ADDR). Empty: the address of the interface that routes to
 	// the launcher, or 127.0.0.1 when all ranks share this host, or the
 	// first address of an interface that is up.
 	Addr string
+	// Advertise, if set, is published to the peers instead of the address
+	// the adapter listens on (AMIGO_TCP_ADVERTISE): "host:port", or a host
+	// alone, published with the listening port. Set it when peers reach
+	// this rank through something that forwards to its listener (a NAT or
+	// container port mapping, a tunnel, a fault-injecting proxy); the
+	// handshake still authenticates the rank behind the address.
+	Advertise string
 	// Timeout bounds connection set-up and how long a peer may stay silent
 	// before it counts as dead; idle connections carry a ping every
 	// Timeout/4 (AMIGO_TCP_TIMEOUT, default 10s).
@@ -76,6 +83,11 @@ func init() {
 			get: func(c *Config) string { return c.TCP.Addr },
 			set: func(c *Config, v string) error { c.TCP.Addr = strings.TrimSpace(v); return nil },
 		},
+		setting{
+			name: "AMIGO_TCP_ADVERTISE", doc: "TCP, host[:port] published instead of the listening address (empty: the listening address)",
+			get: func(c *Config) string { return c.TCP.Advertise },
+			set: func(c *Config, v string) error { c.TCP.Advertise = strings.TrimSpace(v); return nil },
+		},
 		dur("AMIGO_TCP_TIMEOUT", "TCP, silence after which a peer is dead", func(c *Config) *time.Duration { return &c.TCP.Timeout }),
 		dur("AMIGO_TCP_HANDOFF", "TCP, time without advancing before the adapter's goroutines take the sockets", func(c *Config) *time.Duration { return &c.TCP.Handoff }),
 		dur("AMIGO_TCP_READ_SPIN", "TCP, polling of a quiet socket before parking", func(c *Config) *time.Duration { return &c.TCP.ReadSpin }),
@@ -100,6 +112,7 @@ func resolveTCP(c *Config) error {
 func tcpOptions(c *Config) tcp.Options {
 	return tcp.Options{
 		Addr:         c.TCP.Addr,
+		Advertise:    c.TCP.Advertise,
 		RingSlots:    c.TCP.RingSlots,
 		RDMASlots:    c.RDMASlots,
 		Timeout:      c.TCP.Timeout,

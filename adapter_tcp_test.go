@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -459,5 +460,31 @@ func TestTCPServesWhileComputing(t *testing.T) {
 		if err := c0.Wait(ctx, func() bool { return done }); err != nil || getErr != nil {
 			t.Fatalf("PUT to a computing rank: %v %v", err, getErr)
 		}
+	}
+}
+
+// AMIGO_TCP_ADVERTISE sets the published address; a malformed one makes the
+// configuration refused, naming the setting.
+func TestTCPAdvertiseSetting(t *testing.T) {
+	t.Setenv("AMIGO_TCP_ADVERTISE", " 10.0.0.7:4100 ")
+	set, err := amigo.Settings(amigo.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range set {
+		if s.Name == "AMIGO_TCP_ADVERTISE" {
+			found = true
+			if s.Value != "10.0.0.7:4100" {
+				t.Errorf("AMIGO_TCP_ADVERTISE = %q, want 10.0.0.7:4100", s.Value)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("AMIGO_TCP_ADVERTISE is not a setting")
+	}
+	t.Setenv("AMIGO_TCP_ADVERTISE", "10.0.0.7:0")
+	if _, err := amigo.Settings(amigo.Config{}); err == nil || !strings.Contains(err.Error(), "Advertise") {
+		t.Fatalf("port 0 advertised: got %v, want it refused", err)
 	}
 }

@@ -280,3 +280,69 @@ func TestFenceBesideDeferred(t *testing.T) {
 		})
 	}
 }
+
+// Two ranks that each send the other a message large enough to be fetched
+// by RDMA and then fence toward it (a PutNotify, a Fence) both complete:
+// the fetch of the peer's message, the PUT after a "put" STOP and the rest
+// of a stopped stream do not wait behind the receiver's own Fence, which
+// waits for its own message, which waits for the peer's fetch.
+func TestFenceCrossedLargeSends(t *testing.T) {
+	for _, over := range []string{"loop", "shm", "tcp"} {
+		for _, variant := range []string{"discard", "keep", "put"} {
+			t.Run(over+"/"+variant, func(t *testing.T) {
+				const size = 3<<20 + 5
+				cl := openOver(t, 2, amigo.Config{StopVariant: variant, SpinIterations: 50, YieldIterations: 50}, over)
+				everyRank(t, cl, func(ctx context.Context, c *amigo.Client) error {
+					x := c.Context(0)
+					peer := amigo.EndpointOf(1 - c.Rank())
+					g, err := c.RegisterAll(ctx, make([]byte, 4096))
+					if err != nil {
+						return err
+					}
+					data := make([]byte, size)
+					for i := range data {
+						data[i] = byte(i*7 + c.Rank())
+					}
+					buf := make([]byte, size)
+					got, notified := error(nil), false
+					received := false
+					x.SetDispatch(1, func(_ *amigo.Context, m *amigo.Message) {
+						if err := m.Receive(buf, func(err error) { got, received = err, true }); err != nil {
+							got, received = err, true
+						}
+					})
+					x.SetDispatch(2, func(*amigo.Context, *amigo.Message) { notified = true })
+					if err := c.Barrier(ctx); err != nil {
+						return err
+					}
+					k := amigo.NewCounter()
+					k.Add(3)
+					if err := x.Send(peer, 1, nil, data, k.Done()); err != nil {
+						return err
+					}
+					if err := x.PutNotify(peer, data[:4096], g.Key(peer.Rank), 0, 2, nil, k.Done()); err != nil {
+						return err
+					}
+					if err := x.Fence(peer, k.Done()); err != nil {
+						return err
+					}
+					if err := x.WaitCounter(ctx, k); err != nil {
+						return fmt.Errorf("rank %d: its send, PutNotify and Fence: %w", c.Rank(), err)
+					}
+					if err := x.Wait(ctx, func() bool { return received && notified }); err != nil {
+						return fmt.Errorf("rank %d: the peer's message and notification: %w", c.Rank(), err)
+					}
+					if got != nil {
+						return got
+					}
+					for i := range buf {
+						if buf[i] != byte(i*7+int(peer.Rank)) {
+							return fmt.Errorf("rank %d: byte %d of the peer's message is wrong", c.Rank(), i)
+						}
+					}
+					return c.Barrier(ctx)
+				})
+			})
+		}
+	}
+}

@@ -43,6 +43,10 @@ type MulticastParams struct {
 // *PeerError naming the target.
 var ErrMulticast = errors.New("multicast failed")
 
+// errTargetFailed is what a target learns of another target that failed
+// the multicast: the origin's call-off says which, not why.
+var errTargetFailed = errors.New("failed, as the origin reported")
+
 // Multicast sends data to every target of targets with one announcement and
 // one transfer of the data from the origin, forwarded along the targets. Each
 // target's handler for dispatch d sees an announced message (Message.Multicast
@@ -102,6 +106,7 @@ func (c *Context) MulticastWith(p *MulticastParams) error {
 		in = &tmp
 	}
 	in.kind = instMcast
+	in.dest = st.idx[0]
 	in.mc = st
 	in.data = p.Data
 	in.done = p.Sent
@@ -154,16 +159,20 @@ func (st *mcState) entries() []byte {
 	return b
 }
 
-// sendRaw sends an encoded packet to the peer at idx, queueing a copy if need
-// be.
+// sendRaw sends an encoded packet of a multicast under way to the peer at
+// idx, queueing a copy if need be with the control packets of the STOP
+// protocol, ahead of the instructions queued for the peer (peer.ctl): behind
+// them it could wait for a Fence that waits for the multicast, or for
+// another rank whose own Fence does. (The multicast itself started in its
+// turn among the instructions for its first target.)
 func (c *Context) sendRaw(idx int32, pkt []byte) {
 	p := c.peer(idx)
 	if p.failed != nil {
 		return
 	}
 	in := inst{kind: instRaw, dest: idx, data: pkt}
-	if p.q.len() > 0 || !c.inject(p, &in) {
-		p.q.push(&in)
+	if p.ctl.len() > 0 || !c.inject(p, &in) {
+		p.ctl.push(&in)
 		c.activate(p)
 	}
 }
@@ -178,10 +187,15 @@ func (c *Context) injectRaw(p *peer, in *inst) bool {
 	return true
 }
 
+// sendMC sends a packet of a multicast under way.
 func (c *Context) sendMC(idx int32, k wire.Kind, disp uint16, hdr []byte, m *wire.MC) {
+	c.sendRaw(idx, encodeMC(k, disp, hdr, m))
+}
+
+func encodeMC(k wire.Kind, disp uint16, hdr []byte, m *wire.MC) []byte {
 	pkt := make([]byte, wire.MCSize(len(m.Entries)/wire.MCEntrySize, len(hdr)))
 	wire.PutMC(pkt, k, disp, hdr, m)
-	c.sendRaw(idx, pkt)
+	return pkt
 }
 
 // watch makes the origin notice the failure of any of its targets.
@@ -602,11 +616,12 @@ func (c *Context) onMCTarget(src int32, pk *wire.Packet) {
 			c.mcFinish(o, st.fwdErr)
 			return
 		}
-		var failed Endpoint
-		if int(m.Pos) < len(st.targets) {
-			failed = st.targets[m.Pos]
+		if int(m.Pos) >= len(st.targets) {
+			c.mcFinish(o, ErrMulticast)
+			return
 		}
-		c.mcFinish(o, fmt.Errorf("%w: target %v failed", ErrMulticast, failed))
+		failed := st.targets[m.Pos]
+		c.mcFinish(o, fmt.Errorf("%w: target %v: %w", ErrMulticast, failed, peerErr(failed, errTargetFailed)))
 	case wire.KindMCDATA:
 		if st.fwdErr != nil {
 			return // waiting for the origin to call it off

@@ -98,6 +98,10 @@ func mcastKillRank(way string) error {
 		}
 		switch {
 		case recvErr != nil:
+			var pe *amigo.PeerError
+			if errors.As(recvErr, &pe) {
+				fmt.Printf("rank %d: names rank %d\n", me, pe.Addr.Rank)
+			}
 			fmt.Printf("rank %d: outcome error: %v\n", me, recvErr)
 		case !bytes.Equal(buf, data):
 			fmt.Printf("rank %d: outcome wrong data\n", me)
@@ -158,6 +162,8 @@ func TestMulticastTargetKilled(t *testing.T) {
 					t.Errorf("rank %d completed with wrong data", r)
 				case strings.HasPrefix(o, "error") && !strings.Contains(o, fmt.Sprintf("rank %d", killVictim)):
 					t.Errorf("rank %d: error does not name rank %d: %s", r, killVictim, o)
+				case strings.HasPrefix(o, "error") && !strings.Contains(all, fmt.Sprintf("rank %d: names rank %d\n", r, killVictim)):
+					t.Errorf("rank %d: errors.As finds no *PeerError naming rank %d in: %s", r, killVictim, o)
 				case r > killVictim && o == "ok":
 					t.Errorf("rank %d, after the killed rank in the chain, completed ok", r)
 				}

@@ -2,6 +2,7 @@ package amigo_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -242,4 +243,74 @@ func namesRank(err error, rank int) error {
 		return fmt.Errorf("%v does not name rank %d", err, rank)
 	}
 	return nil
+}
+
+// A multicast posted after a Fence toward its first target starts once the
+// Fence is over, and does not hold the Fence up: every rank sends its next
+// neighbour a large message, fences toward it and multicasts to the others
+// starting with it, while the others do the same. All complete, and every
+// target gets every multicast.
+func TestMulticastAfterFence(t *testing.T) {
+	for _, over := range []string{"loop", "shm", "tcp"} {
+		t.Run(over, func(t *testing.T) {
+			const n, size = 3, 1<<20 + 3
+			cl := openOver(t, n, amigo.Config{SpinIterations: 50, YieldIterations: 50}, over)
+			everyRank(t, cl, func(ctx context.Context, c *amigo.Client) error {
+				x, me := c.Context(0), c.Rank()
+				next := amigo.EndpointOf((me + 1) % n)
+				data := make([]byte, size)
+				for i := range data {
+					data[i] = byte(i + me)
+				}
+				got, received := 0, 0
+				var bad error
+				x.SetDispatch(1, func(_ *amigo.Context, m *amigo.Message) {
+					buf := make([]byte, m.Size())
+					from := m.Source.Rank
+					mc := m.Multicast()
+					if err := m.Receive(buf, func(err error) {
+						received++
+						if err != nil {
+							bad = err
+						} else if mc && buf[size-1] != byte(size-1+from) {
+							bad = fmt.Errorf("rank %d: multicast from %d: wrong data", me, from)
+						}
+						if mc {
+							got++
+						}
+					}); err != nil {
+						bad = err
+					}
+				})
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
+				var targets []amigo.Endpoint
+				for i := 1; i < n; i++ {
+					targets = append(targets, amigo.EndpointOf((me+i)%n))
+				}
+				k := amigo.NewCounter()
+				k.Add(3)
+				if err := x.Send(next, 1, nil, data, k.Done()); err != nil {
+					return err
+				}
+				if err := x.Fence(next, k.Done()); err != nil {
+					return err
+				}
+				if err := x.Multicast(targets, 1, nil, data, k.Done()); err != nil {
+					return err
+				}
+				if err := x.WaitCounter(ctx, k); err != nil {
+					return fmt.Errorf("rank %d: send, fence, multicast: %w", me, err)
+				}
+				if err := x.Wait(ctx, func() bool { return got == n-1 && received == n || bad != nil }); err != nil {
+					return fmt.Errorf("rank %d: %d multicasts, %d messages received: %w", me, got, received, err)
+				}
+				if bad != nil {
+					return bad
+				}
+				return c.Barrier(ctx)
+			})
+		})
+	}
 }

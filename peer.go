@@ -164,6 +164,14 @@ func (c *Context) execute(in *inst) {
 		c.reject(in)
 		return
 	case instMcast:
+		// In its turn among the instructions for the first target: behind
+		// a Fence there, which must not wait for it.
+		if p := c.peer(in.dest); p.q.len() > 0 {
+			p.q.push(in)
+			c.stats.Queued++
+			c.activate(p)
+			return
+		}
 		c.mcStart(in)
 		return
 	}
@@ -244,6 +252,9 @@ func (c *Context) inject(p *peer, in *inst) bool {
 		return c.injectCtl(p, in)
 	case instRaw:
 		return c.injectRaw(p, in)
+	case instMcast:
+		c.mcStart(in)
+		return true
 	case instMore:
 		o := c.ops.lookup(in.op)
 		if o == nil {
@@ -385,13 +396,18 @@ func (c *Context) countRDMA(k transport.RDMAKind) {
 }
 
 // queueMore queues the injection of o's remaining pieces behind p's other
-// instructions; an eager stream's, behind the other streams (peer.more).
+// instructions; an eager stream's, behind the other streams (peer.more),
+// and so the RDMA that carries on an operation under way (a receiver's
+// fetch, a PUT after STOP, a multicast deposit): behind p.q it could wait
+// for a Fence there that waits for it, or for the peer, whose own Fence
+// waits for it (two ranks that each sent the other a large message and
+// then a PutNotify waited for each other for ever).
 func (c *Context) queueMore(p *peer, o *op) {
 	var in inst
 	in.kind = instMore
 	in.dest = p.idx
 	in.op = o.id()
-	if o.kind == opSendStream {
+	if o.kind == opSendStream || o.parent != nil || !o.kind.issued() {
 		p.more.push(&in)
 	} else {
 		p.q.push(&in)

@@ -104,7 +104,12 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 		a.ln.Close()
 		return nil, fmt.Errorf("tcp: engine: %w", err)
 	}
-	a.addr = net.JoinHostPort(publish, strconv.Itoa(a.ln.Addr().(*net.TCPAddr).Port))
+	port := a.ln.Addr().(*net.TCPAddr).Port
+	a.addr = net.JoinHostPort(publish, strconv.Itoa(port))
+	if opts.Advertise != "" {
+		// Validate checked it; only the port was missing.
+		a.addr, _ = advertised(opts.Advertise, port)
+	}
 	if err := job.Put(KVSKey, []byte(a.addr)); err != nil {
 		a.ln.Close()
 		a.eng.close()

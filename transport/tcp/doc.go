@@ -6,7 +6,9 @@
 //  1. New listens (on Options.Addr, or an address it picks: the interface
 //     that routes to the launcher, or loopback when every rank shares the
 //     host) and publishes host:port under KVSKey through the job's
-//     bootstrap. After the job's fence, Start reads every peer's address.
+//     bootstrap, or Options.Advertise when something in front of the
+//     listener (a port mapping, a tunnel, a proxy) is what peers must
+//     dial. After the job's fence, Start reads every peer's address.
 //  2. Port.Link, on first use of a link (a local context to a remote one),
 //     returns at once and connects in the background; packets injected
 //     meanwhile leave once the connection is up. Each link has a connection

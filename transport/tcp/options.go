@@ -3,7 +3,10 @@ package tcp
 import (
 	"fmt"
 	"log"
+	"net"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/amigo-hpc/amigo/internal/ring"
@@ -19,6 +22,14 @@ type Options struct {
 	// 127.0.0.1 when every rank shares this host, or else the first
 	// non-loopback IPv4 address of an interface that is up.
 	Addr string
+	// Advertise, if set, is the address published to the peers instead of
+	// the listening one (AMIGO_TCP_ADVERTISE): "host:port" as is, or a host
+	// alone, published with the listening port. It serves a rank reached
+	// through something that forwards to its listener: a NAT or container
+	// port mapping, an SSH tunnel, a fault-injecting proxy. The adapter
+	// listens on Addr as without it; peers dial only the advertised
+	// address, and the handshake authenticates the rank behind it.
+	Advertise string
 	// RingSlots is the number of 64-byte slots of each link's descriptor
 	// buffer (default 1024: 64 KiB). A packet's slots are given back only
 	// once the target acknowledged it, so the buffer must cover a round
@@ -112,5 +123,27 @@ func (o Options) Validate() (Options, error) {
 	case o.SocketBuffer < 0:
 		return o, fmt.Errorf("tcp: SocketBuffer %d", o.SocketBuffer)
 	}
+	if o.Advertise != "" {
+		if _, err := advertised(o.Advertise, 1); err != nil {
+			return o, err
+		}
+	}
 	return o, nil
+}
+
+// advertised returns the address to publish for Options.Advertise adv when
+// the adapter listens on port.
+func advertised(adv string, port int) (string, error) {
+	host, p, err := net.SplitHostPort(adv)
+	if err != nil {
+		// A host alone (a bare IPv6 address too) takes the listening port.
+		host, p = strings.Trim(adv, "[]"), strconv.Itoa(port)
+	}
+	if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("tcp: Advertise %q: want host or host:port with a port in [1, 65535]", adv)
+	}
+	if host == "" || strings.ContainsAny(host, " /[]") {
+		return "", fmt.Errorf("tcp: Advertise %q: want host or host:port", adv)
+	}
+	return net.JoinHostPort(host, p), nil
 }
