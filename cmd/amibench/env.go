@@ -40,6 +40,7 @@ type Env struct {
 
 	records  []record // rank 0's rows, kept for --plot
 	progress progress // the progress line on a terminal (rank 0)
+	warmed   string   // the benchmark whose first size had its longer warm-up
 }
 
 // Field is one column of a benchmark's output: OSU's column title and the
@@ -212,6 +213,15 @@ func (e *Env) Iters(size int, c counts) (iters, warm int) {
 	}
 	if e.Opts.Warmup >= 0 {
 		warm = e.Opts.Warmup
+	} else if e.warmed != e.bench {
+		// The first size of a benchmark warms up for twice its
+		// iterations: the milliseconds after a process starts (the Go
+		// runtime's and the peer's own start, the processors' clocks)
+		// would otherwise show in the first row alone — a 0.16 us
+		// ping-pong measured 0.28 us as the first size and 0.16 us as
+		// the second. Every rank counts alike.
+		e.warmed = e.bench
+		warm = max(warm, 2*iters)
 	}
 	return iters, warm
 }
