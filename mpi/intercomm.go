@@ -345,6 +345,18 @@ func (ic *Intercomm) swap(ctx context.Context, t uint32, send, recv []byte) erro
 	return ic.xfer(ctx, t, []xmsg{{send, ic.rleader}}, []xmsg{{recv, ic.rleader}})
 }
 
+// rooted begins a rooted collective on ic: it checks ic and root, and
+// counts the collective (next), returning its tag and the caller's part.
+func (ic *Intercomm) rooted(root int) (t uint32, isRoot, rootGroup bool, err error) {
+	if err = ic.check(); err != nil {
+		return 0, false, false, err
+	}
+	if isRoot, rootGroup, err = ic.interRoot(root); err != nil {
+		return 0, false, false, err
+	}
+	return ic.next(), isRoot, rootGroup, nil
+}
+
 // interRoot checks root, a collective's root argument on an
 // intercommunicator, and says whether the calling rank is the root, in the
 // root's group, or in the other group.
@@ -381,14 +393,10 @@ func (ic *Intercomm) Barrier(ctx context.Context) error {
 // other group, which pass the root's rank; the root's group mates pass
 // ProcNull and move nothing (MPI_Bcast on an intercommunicator).
 func InterBcast[T Numeric](ctx context.Context, ic *Intercomm, buf []T, root int) error {
-	if err := ic.check(); err != nil {
-		return err
-	}
-	isRoot, rootGroup, err := ic.interRoot(root)
+	t, isRoot, rootGroup, err := ic.rooted(root)
 	if err != nil {
 		return err
 	}
-	t := ic.next()
 	b := Bytes(buf)
 	switch {
 	case isRoot:
@@ -412,14 +420,10 @@ func InterBcast[T Numeric](ctx context.Context, ic *Intercomm, buf []T, root int
 // that does not hold the root, into recv at the root (root Root); the
 // root's group mates pass ProcNull and the other group the root's rank.
 func InterReduce[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T, op Op, root int) error {
-	if err := ic.check(); err != nil {
-		return err
-	}
-	isRoot, rootGroup, err := ic.interRoot(root)
+	t, isRoot, rootGroup, err := ic.rooted(root)
 	if err != nil {
 		return err
 	}
-	t := ic.next()
 	switch {
 	case isRoot:
 		err = ic.xfer(ctx, t, nil, []xmsg{{Bytes(recv), ic.rleader}})
@@ -463,14 +467,10 @@ func InterAllreduce[T Numeric](ctx context.Context, ic *Intercomm, send, recv []
 // InterGather gathers the send buffers of the other group's ranks, in
 // their order, into recv at the root (root Root; RemoteSize blocks).
 func InterGather[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T, root int) error {
-	if err := ic.check(); err != nil {
-		return err
-	}
-	isRoot, rootGroup, err := ic.interRoot(root)
+	t, isRoot, rootGroup, err := ic.rooted(root)
 	if err != nil {
 		return err
 	}
-	t := ic.next()
 	switch {
 	case isRoot:
 		if len(recv)%ic.x.size != 0 {
@@ -496,14 +496,10 @@ func InterGather[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T, 
 // InterScatter sends block i of the root's send buffer (root Root;
 // RemoteSize blocks) to rank i of the other group, into its recv.
 func InterScatter[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T, root int) error {
-	if err := ic.check(); err != nil {
-		return err
-	}
-	isRoot, rootGroup, err := ic.interRoot(root)
+	t, isRoot, rootGroup, err := ic.rooted(root)
 	if err != nil {
 		return err
 	}
-	t := ic.next()
 	switch {
 	case isRoot:
 		if len(send)%ic.x.size != 0 {
