@@ -16,8 +16,17 @@
 # processes), 8-byte one-way latency, bandwidth at 1 MiB and 4 MiB (windows of
 # 64), and 16 ranks on this host doing an all-to-all of 1 KiB messages (the
 # oversubscription case on a small machine).
+#
+#   bash bench/compare.sh small        # the small and mid-size set instead:
+#                                       # bench/all.sh (pt2pt vs MPICH, Open MPI
+#                                       # and UCX; oversubscribed collectives;
+#                                       # TCP; shared memory by ranks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = small ]; then
+  shift
+  exec bash bench/all.sh "$@"
+fi
 if [ -z "${AMIGO_BENCH_LOCKED:-}" ]; then
   exec env AMIGO_BENCH_LOCKED=1 flock /tmp/amigo-bench.lock bash "$0" "$@"
 fi
