@@ -293,6 +293,14 @@ var promMetrics = []promMetric{
 			s := &rd.stats
 			return []promSample{{"no_dispatch", float64(s.NoDispatch)}, {"malformed", float64(s.Malformed)}, {"stale_ack", float64(s.StaleAcks)}}
 		}},
+	{"amigo_acks_total", "counter", "Remote-completion acknowledgements, by direction.", "direction",
+		func(rd *ctxReading) []promSample {
+			return []promSample{{"sent", float64(rd.stats.AcksSent)}, {"received", float64(rd.stats.AcksReceived)}}
+		}},
+	{"amigo_held_for_dispatch_total", "counter", "Messages held until their handler was registered or their grace ended.", "", func(rd *ctxReading) []promSample { return one(rd.stats.HeldForDispatch) }},
+	{"amigo_refused_by_peer_total", "counter", "Inline messages without an acknowledgement that a peer refused for want of a handler.", "", func(rd *ctxReading) []promSample { return one(rd.stats.RefusedByPeer) }},
+	{"amigo_wait_sleep_timeouts_total", "counter", "Sleeps that ran to their bound without a ring.", "", func(rd *ctxReading) []promSample { return one(rd.stats.SleepTimeouts) }},
+	{"amigo_multicast_announcements_total", "counter", "Multicast announcements received as a target.", "", func(rd *ctxReading) []promSample { return one(rd.stats.MulticastsReceived) }},
 	{"amigo_stats_age_seconds", "gauge", "Age of the counters reported: how long ago the context's owner last read them for a scrape (-1: never).", "",
 		func(rd *ctxReading) []promSample {
 			if rd.age < 0 {
