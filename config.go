@@ -45,7 +45,8 @@ type Config struct {
 	// before it starts yielding the processor (AMIGO_SPIN). Zero, the
 	// default, lets the context choose: DedicatedSpin when an adapter
 	// between processes reports a processor for each rank of this host,
-	// else 1000; on a host with more ranks than processors at most 20.
+	// else 1000; on a host with more ranks than processors none (a waiting
+	// goroutine yields after every idle Advance), and at most 20 if set.
 	SpinIterations int
 	// YieldIterations is how many idle Advance calls, each followed by a
 	// yield, it then makes before it sleeps (AMIGO_YIELD, default 200).
