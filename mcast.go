@@ -184,6 +184,7 @@ func (c *Context) injectRaw(p *peer, in *inst) bool {
 	}
 	copy(b, in.data)
 	p.commit(nil)
+	p.owed = p.msg.Injected()
 	return true
 }
 
