@@ -467,7 +467,7 @@ func (rr *roundResult) clean() bool {
 			continue
 		}
 		if res.ChecksumFailures > 0 || res.Duplicates > 0 || res.OutOfOrder > 0 || res.Hangs > 0 ||
-			len(res.ByeMissing) > 0 || rr.leaked(r) || rr.lost(r) > 0 {
+			len(res.ByeMissing) > 0 || res.ByeAckErrors > 0 || rr.leaked(r) || rr.lost(r) > 0 {
 			return false
 		}
 		if faultless(rr.sc.name) && rr.errors(r) > 0 {
