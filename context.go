@@ -691,9 +691,13 @@ const farewellBound = time.Second
 // (a last SendImmediate, which has no callback to be told it was
 // dropped), and the control packets the context owes (the
 // acknowledgement of a message it received: a peer must not see its send
-// fail because the receiver closed the moment it had the data). Bounded
-// by farewellBound: a peer that takes nothing leaves the rest to fail
-// with ErrClosed, as Close documents.
+// fail because the receiver closed the moment it had the data). On a link
+// whose peer does not read the descriptor buffer in place (tcp), a
+// control packet injected is not yet delivered: it may still wait for
+// its connection to be made, and a goodbye that overtook it would fail
+// the operation it completes; farewell waits until the peer took it.
+// Bounded by farewellBound: a peer that takes nothing leaves the rest to
+// fail with ErrClosed, as Close documents.
 func (c *Context) farewell() {
 	var deadline time.Time
 	for {
@@ -703,6 +707,9 @@ func (c *Context) farewell() {
 				owed = true
 				break
 			}
+		}
+		if !owed {
+			owed = c.owesDelivery()
 		}
 		if !owed {
 			return
@@ -720,6 +727,17 @@ func (c *Context) farewell() {
 			time.Sleep(20 * time.Microsecond)
 		}
 	}
+}
+
+// owesDelivery reports whether a live peer on a link that is not shared
+// has yet to take a control packet this context injected (peer.owed).
+func (c *Context) owesDelivery() bool {
+	for _, p := range c.peers {
+		if p != nil && p.failed == nil && !p.link.Shared && p.owed > p.msg.Transferred() && p.link.Err() == nil {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Context) shutdown(reason error) {

@@ -94,12 +94,17 @@ func (c *Context) peerFailed(p *peer, err error) {
 	if c.closed.Load() {
 		return
 	}
-	c.stats.PeerFailures++
+	goodbye := errors.Is(err, ErrClosed)
+	if goodbye {
+		c.stats.PeerGoodbyes++
+	} else {
+		c.stats.PeerFailures++
+	}
 	if logger == nil {
 		return
 	}
 	attrs := []any{"rank", c.client.rank, "context", c.index, "peer", p.ep.Rank, "peer_context", p.ep.Context, "err", err}
-	if errors.Is(err, ErrClosed) {
+	if goodbye {
 		logger.Debug("peer closed", attrs...)
 		return
 	}

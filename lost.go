@@ -45,9 +45,12 @@ func (c *Client) watchLost(job bootstrap.Job) {
 				return
 			case <-t.C:
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*lostPoll)
-			ranks, err := bootstrap.LostRanks(ctx, job)
-			cancel()
+			// Bounded by the job's request timeout, not by the poll's
+			// period: a launcher that answers late (a loaded host) would
+			// otherwise leave its answer on the connection after the
+			// deadline, which fails the connection for good, and the
+			// rank's finalize at Close with it.
+			ranks, err := bootstrap.LostRanks(context.Background(), job)
 			if errors.Is(err, bootstrap.ErrClosed) {
 				return
 			}

@@ -184,6 +184,7 @@ func (c *Context) injectRaw(p *peer, in *inst) bool {
 	}
 	copy(b, in.data)
 	p.commit(nil)
+	p.owed = p.msg.Injected()
 	return true
 }
 
@@ -279,6 +280,9 @@ func (c *Context) onMCOrigin(src int32, pk *wire.Packet) {
 					})
 				}
 			}
+		}
+		if pk.Kind == wire.KindMCGO {
+			c.mcGoneGO(m)
 		}
 		return
 	}
@@ -444,6 +448,33 @@ func (c *Context) mcAbort(o *op, pos int, cause error) {
 	}
 }
 
+// mcGoneGO answers the last target's return of a store-and-forward request
+// that the origin called off before the request reached the targets after
+// the one that failed: the call-off overtook the request on its way (it
+// travels on other links) and they prepared their buffers after it, so
+// every target of the chain but the failed one is told again.
+func (c *Context) mcGoneGO(m *wire.MC) {
+	for _, g := range c.mcGone {
+		if g.op != m.Op {
+			continue
+		}
+		self := c.Endpoint()
+		for i := 0; i < m.NumEntries(); i++ {
+			r, cx, _ := m.Entry(i)
+			ep := Endpoint{Rank: int(r), Context: int(cx)}
+			idx, err := c.peerIndex(ep)
+			if err != nil || uint32(i) == g.pos || ep == self {
+				continue
+			}
+			c.sendMC(idx, wire.KindMCABORT, 0, nil, &wire.MC{
+				Op: m.Op, Pos: g.pos, Status: wire.StatusRemoteIO,
+				OriginRank: uint32(self.Rank), OriginCtx: uint32(self.Context),
+			})
+		}
+		return
+	}
+}
+
 // mcTombstone remembers a multicast the origin called off, for targets that
 // check in late.
 type mcTombstone struct {
@@ -480,6 +511,14 @@ func (c *Context) onMCRTS(src int32, pk *wire.Packet) {
 	}
 	if c.mcTarget(origin, m.Op) != nil {
 		return // a duplicate
+	}
+	if c.peer(origin).failed != nil {
+		// A target forwarded the request of an origin this context has
+		// failed already: nothing would fail a target made now (its
+		// origin's failure was handled), and no call-off can come.
+		// Dropped unseen, like the rest of what the origin sent.
+		c.stats.MulticastsDropped++
+		return
 	}
 	st := &mcState{
 		way:       m.Way,
@@ -574,6 +613,18 @@ func (c *Context) mcPrepare(o *op, buf []byte, done func(error)) {
 		m := wire.MC{Op: st.originOp, Size: o.size, Way: st.way, OriginRank: uint32(origin.Rank), OriginCtx: uint32(origin.Context), Entries: st.entries()}
 		if st.pos+1 < n {
 			m.Pos = uint32(st.pos + 1)
+			next := c.peer(st.idx[st.pos+1])
+			err := next.failed
+			if err == nil {
+				err = next.link.Err()
+			}
+			if err != nil {
+				// The request cannot go on: tell the origin, which may
+				// have called the multicast off before this target had
+				// its request (see mcGoneGO), and wait for its call-off.
+				c.mcForwardFailed(o, err)
+				return
+			}
 			c.sendMC(st.idx[st.pos+1], wire.KindMCRTS, st.disp, st.hdr, &m)
 		} else {
 			m.Pos = uint32(st.pos)
@@ -717,24 +768,31 @@ func (c *Context) mcChildDone(o *op, off, n uint64, err error) {
 		return
 	}
 	if err != nil || st.fwdErr != nil {
-		if st.fwdErr != nil {
-			return // told the origin already; waiting for its MCABORT
+		if st.fwdErr == nil {
+			// The next target could not take the deposit.
+			c.mcForwardFailed(o, err)
 		}
-		// The next target could not take the deposit: tell the origin,
-		// and wait for it to call the multicast off (see fwdErr).
-		origin := c.endpointAt(st.originIdx)
-		c.sendMC(st.originIdx, wire.KindMCFAIL, 0, nil, &wire.MC{
-			Op: st.originOp, Pos: uint32(st.pos + 1), Status: wire.StatusRemoteIO,
-			OriginRank: uint32(origin.Rank), OriginCtx: uint32(origin.Context),
-		})
-		st.fwdErr = fmt.Errorf("%w: target %v: %w", ErrMulticast, st.targets[st.pos+1], asPeerErr(st.targets[st.pos+1], err))
-		return
+		return // waiting for the origin's MCABORT (see fwdErr)
 	}
 	c.mcNotify(o, off, n)
 	st.forwarded += n
 	if st.forwarded == o.size && st.received == o.size {
 		c.mcFinish(o, nil)
 	}
+}
+
+// mcForwardFailed tells the origin that the target o could not pass the
+// multicast on to the next target, for err, and has o wait for the origin
+// to call the multicast off (see fwdErr).
+func (c *Context) mcForwardFailed(o *op, err error) {
+	st := o.mc
+	origin := c.endpointAt(st.originIdx)
+	c.sendMC(st.originIdx, wire.KindMCFAIL, 0, nil, &wire.MC{
+		Op: st.originOp, Pos: uint32(st.pos + 1), Status: wire.StatusRemoteIO,
+		OriginRank: uint32(origin.Rank), OriginCtx: uint32(origin.Context),
+	})
+	next := st.targets[st.pos+1]
+	st.fwdErr = fmt.Errorf("%w: target %v: %w", ErrMulticast, next, asPeerErr(next, err))
 }
 
 // failMcastPeer fails the multicasts of which the peer p is a target.

@@ -78,8 +78,9 @@ func metricsProgram() error {
 	if err := a.Wait(ctx, func() bool { return finished }); err != nil {
 		return err
 	}
-	if getErr == nil || a.Stats().PeerFailures != 1 {
-		return fmt.Errorf("Get from a closed rank: %v, %d peer failures", getErr, a.Stats().PeerFailures)
+	// A peer that closed in order said goodbye: it did not fail.
+	if st := a.Stats(); getErr == nil || st.PeerGoodbyes != 1 || st.PeerFailures != 0 {
+		return fmt.Errorf("Get from a closed rank: %v, %d peer goodbyes, %d peer failures", getErr, st.PeerGoodbyes, st.PeerFailures)
 	}
 	return nil
 }

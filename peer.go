@@ -51,7 +51,12 @@ type peer struct {
 	// that the receiver sees a window's announcements early and fetches
 	// them together (stopWorth), rather than after the first message
 	// streamed whole.
-	more    instRing
+	more instRing
+	// owed is the FIFO's injection count after the last control packet
+	// (ACK, STOP, CTS, FIN, a multicast's) injected: the peer has them all
+	// once the transfer counter reaches it. Close waits for that on links
+	// where injected is not yet delivered (farewell).
+	owed    uint64
 	streams []*op // messages this peer is streaming to us
 	ops     int   // live operations bound to this peer
 	// issued counts those of ops this context started toward the peer

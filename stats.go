@@ -27,7 +27,8 @@ type Stats struct {
 	Sleeps             uint64        // times a waiting goroutine slept
 	SleepTimeouts      uint64        // sleeps that ran to their bound (Config.SleepMax; 1 ms on a shared doorbell) without a ring
 	SleepTime          time.Duration // time waiting goroutines slept
-	PeerFailures       uint64        // peers whose link failed (closed, died, unreachable)
+	PeerFailures       uint64        // peers whose link failed (died, unreachable, broken): not those that closed in order
+	PeerGoodbyes       uint64        // peers that closed in order (said goodbye) while this context was open
 
 	// Eager SEND with receiver-driven STOP.
 	SentEager         uint64 // sends announced by SEND and streamed
@@ -45,4 +46,5 @@ type Stats struct {
 	MulticastsReceived  uint64 // multicast announcements received as target
 	MulticastsDelivered uint64 // multicasts whose data a target received whole
 	MulticastBytesPut   uint64 // bytes deposited into the next buffer of a chain
+	MulticastsDropped   uint64 // multicast requests dropped unseen: their origin had failed here
 }

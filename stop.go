@@ -217,6 +217,7 @@ func (c *Context) injectCtl(p *peer, in *inst) bool {
 		c.stats.AcksSent++
 	}
 	p.commit(nil)
+	p.owed = p.msg.Injected()
 	return true
 }
 

@@ -581,6 +581,13 @@ func (c *Comm) Failed() []int {
 // counts if it reached a rank that did not fail. Agree works on a
 // communicator with failed ranks and on a revoked one; it is collective
 // over the ranks of c still alive.
+//
+// If a rank of the agreement knew, when it called Agree, of a failed rank
+// of c whose failure it had not acknowledged (FailureAck), every rank that
+// returns returns the agreed value with a *ProcFailedError
+// (MPIX_ERR_PROC_FAILED) naming the lowest such rank; failures every rank
+// acknowledged before the call raise none. The error's Err is the AMI's
+// report where this rank knows of the failure, else ErrAgreedFailed.
 func (c *Comm) Agree(ctx context.Context, flag int) (int, error) {
 	if c == nil {
 		return 0, c.check()
@@ -591,11 +598,47 @@ func (c *Comm) Agree(ctx context.Context, flag int) (int, error) {
 	if err := c.checkFT(); err != nil {
 		return 0, err
 	}
-	v, err := e.agree(ctx, c, []uint64{uint64(flag)})
+	// The flag, then the ranks whose failure is known and not
+	// acknowledged here, complemented: the AND of the complements is the
+	// complement of the union.
+	aw := (c.size + 63) / 64
+	vals := make([]uint64, 1+aw)
+	vals[0] = uint64(flag)
+	for w := range aw {
+		vals[1+w] = ^uint64(0)
+		if w < len(c.ft.failed) {
+			vals[1+w] = ^(c.ft.failed[w] &^ c.ft.acked[w])
+		}
+	}
+	v, err := e.agree(ctx, c, vals)
 	if err != nil {
 		return 0, errorf("mpi: Agree: %w", err)
 	}
+	for w := range aw {
+		if unacked := ^v[1+w]; unacked != 0 {
+			r := 64*w + bits.TrailingZeros64(unacked)
+			if r >= c.size {
+				break
+			}
+			return int(v[0]), c.agreedFailed(r)
+		}
+	}
 	return int(v[0]), nil
+}
+
+// ErrAgreedFailed is the cause of an Agree's *ProcFailedError naming a
+// rank whose failure another rank of the agreement knew of, and this one
+// not yet.
+var ErrAgreedFailed = errors.New("failed, as a rank of the agreement knew")
+
+// agreedFailed returns the error of Agree for rank r of c, which a rank of
+// the agreement knew failed and had not acknowledged.
+func (c *Comm) agreedFailed(r int) error {
+	w := c.eps[r].Rank
+	if f := c.e.ft.failed; f != nil && f[w] != nil {
+		return &ProcFailedError{Rank: r, WorldRank: w, Err: f[w]}
+	}
+	return &ProcFailedError{Rank: r, WorldRank: w, Err: ErrAgreedFailed}
 }
 
 // Shrink returns a communicator of the ranks of c that have not failed,

@@ -315,9 +315,12 @@ func ftAgree(ctx context.Context, w *mpi.Comm, kind string) error {
 		}
 		mpi.DieInAgree(kind, round, 3, die)
 	}
+	// Rank 2's failure, known to every survivor and acknowledged by
+	// none, raises MPI_ERR_PROC_FAILED with the agreed value (rank 1's
+	// too where a survivor knew of it before the call).
 	v, err := w.Agree(ctx, flags[w.Rank()])
-	if err != nil {
-		return err
+	if pf := (*mpi.ProcFailedError)(nil); !errors.As(err, &pf) || !errors.Is(err, mpi.ErrProcFailed) || (pf.WorldRank != victim && pf.WorldRank != 1) {
+		return fmt.Errorf("Agree with rank %d failed and not acknowledged: %v, want a ProcFailedError naming it", victim, err)
 	}
 	if v != 0b010 && v != 0b110 {
 		return fmt.Errorf("Agree: %#b, want 0b10 or 0b110", v)
@@ -336,7 +339,18 @@ func ftAgree(ctx context.Context, w *mpi.Comm, kind string) error {
 	if all[0] != all[1] {
 		return fmt.Errorf("Agree gave %#b and %#b", all[0], all[1])
 	}
-	// And again, on the communicator with the failures and on the new one.
+	// And again, on the communicator with the failures, whose failures
+	// every survivor knows (Shrink agreed on them) but none acknowledged:
+	// they all name rank 1.
+	v, err = w.Agree(ctx, 0b1011|w.Rank())
+	if pf := (*mpi.ProcFailedError)(nil); !errors.As(err, &pf) || pf.WorldRank != 1 || v != 0b1011 {
+		return fmt.Errorf("Agree with ranks 1 and 2 failed and not acknowledged: %#b %v, want 0b1011 and a ProcFailedError naming rank 1", v, err)
+	}
+	// Acknowledged everywhere, the failures raise nothing: on the
+	// communicator with the failures and on the new one.
+	if err := w.FailureAck(); err != nil {
+		return err
+	}
 	for _, c := range []*mpi.Comm{w, s} {
 		v, err := c.Agree(ctx, 0b1011|w.Rank())
 		if err != nil {

@@ -29,6 +29,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"runtime"
@@ -249,14 +250,30 @@ func (w *lineWriter) lines() string {
 	return strings.Join(w.tail, "\n")
 }
 
-// freePort returns a port nobody listens on now.
+// freePort returns a port nobody listens on now, below the range the
+// kernel hands out for port 0 and for outgoing connections
+// (ip_local_port_range), so that no socket made meanwhile (a proxy's
+// listener, a connection) takes it before the rank listens on it.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 2048 {
+				lo = v
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	span := min(lo-1024, 10000)
+	start := rand.IntN(span)
+	for i := range span {
+		port := lo - span + (start+i)%span
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err == nil {
+			l.Close()
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("soak: no free port below %d", lo)
 }
 
 func runRound(o options, sc scenario, idx int, seed uint64) (*roundResult, error) {
@@ -467,7 +484,7 @@ func (rr *roundResult) clean() bool {
 			continue
 		}
 		if res.ChecksumFailures > 0 || res.Duplicates > 0 || res.OutOfOrder > 0 || res.Hangs > 0 ||
-			len(res.ByeMissing) > 0 || rr.leaked(r) || rr.lost(r) > 0 {
+			len(res.ByeMissing) > 0 || res.ByeAckErrors > 0 || rr.leaked(r) || rr.lost(r) > 0 {
 			return false
 		}
 		if faultless(rr.sc.name) && rr.errors(r) > 0 {

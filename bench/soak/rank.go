@@ -95,7 +95,7 @@ type Result struct {
 	ErrUnnamed          uint64   // errors that named no rank
 	ErrSamples          []string
 	ByeMissing          []int // live-looking peers whose goodbye never came
-	ByeAckErrors        int   // goodbyes whose remote completion failed
+	ByeAckErrors        int   // goodbyes whose remote completion the peer's orderly close failed
 	UnexpectedPeak      int
 	Held                int // messages the budget scenario's slow receiver held
 	PeerFailures        uint64
@@ -776,11 +776,15 @@ func (r *rank) goodbye(bound time.Duration) {
 		wasFailed := r.failed[p]
 		err := r.c.SendWith(&amigo.SendParams{Dest: amigo.EndpointOf(p), Dispatch: dBye,
 			RemoteDone: func(err error) {
-				if err != nil && !wasFailed {
-					// The peer ran the goodbye's handler and closed
-					// before its acknowledgement left: counted apart.
+				switch {
+				case err == nil || wasFailed:
+				case errors.Is(err, amigo.ErrClosed):
+					// The peer closed in order without acknowledging
+					// its goodbye: an acknowledgement lost at close.
 					r.res.ByeAckErrors++
 					r.sample("goodbye: " + err.Error())
+				default:
+					r.noteErr(fmt.Errorf("goodbye: %w", err))
 				}
 				r.byeAcked[p] = true
 			}})

@@ -199,7 +199,7 @@ func (s *summary) table() string {
 	}
 	line("**total**", s.total())
 	t := s.total()
-	fmt.Fprintf(&b, "\nGoodbyes (the last message of each pair, sent with remote completion): %d never came from a peer the rank had no error from; %d saw their acknowledgement lost because the peer closed right after its handler ran (not counted as errors above).\n",
+	fmt.Fprintf(&b, "\nGoodbyes (the last message of each pair, sent with remote completion): %d never came from a peer the rank had no error from; %d saw their remote completion fail with the peer's orderly close (an acknowledgement lost at close; such a round is not clean).\n",
 		t.byeMissing, t.byeAckErrors)
 	b.WriteString("\nKills, by the phase the victim was in:\n\n")
 	for _, k := range s.order {

@@ -127,6 +127,14 @@ func (t *Tracker) Pending() int { return t.pending }
 // yet counted complete.
 func (t *Tracker) Outstanding() uint64 { return t.injected - t.xfer.Load() }
 
+// Injected returns the number of descriptors injected so far: the transfer
+// counter reaches it once the engine completed them all.
+func (t *Tracker) Injected() uint64 { return t.injected }
+
+// Transferred returns the engine's transfer counter: the number of
+// descriptors it completed.
+func (t *Tracker) Transferred() uint64 { return t.xfer.Load() }
+
 // Space reports whether k slots starting at the tail are free: the engine's
 // head has passed them and none of them holds a listed callback.
 func (t *Tracker) Space(k int) bool {
