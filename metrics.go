@@ -302,6 +302,7 @@ var promMetrics = []promMetric{
 	{"amigo_refused_by_peer_total", "counter", "Inline messages without an acknowledgement that a peer refused for want of a handler.", "", func(rd *ctxReading) []promSample { return one(rd.stats.RefusedByPeer) }},
 	{"amigo_wait_sleep_timeouts_total", "counter", "Sleeps that ran to their bound without a ring.", "", func(rd *ctxReading) []promSample { return one(rd.stats.SleepTimeouts) }},
 	{"amigo_multicast_announcements_total", "counter", "Multicast announcements received as a target.", "", func(rd *ctxReading) []promSample { return one(rd.stats.MulticastsReceived) }},
+	{"amigo_multicasts_dropped_total", "counter", "Multicast requests dropped unseen because their origin had failed here.", "", func(rd *ctxReading) []promSample { return one(rd.stats.MulticastsDropped) }},
 	{"amigo_stats_age_seconds", "gauge", "Age of the counters reported: how long ago the context's owner last read them for a scrape (-1: never).", "",
 		func(rd *ctxReading) []promSample {
 			if rd.age < 0 {
