@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/amigo-hpc/amigo/internal/order"
+	"github.com/amigo-hpc/amigo/internal/ring"
 	"github.com/amigo-hpc/amigo/internal/wire"
 	"github.com/amigo-hpc/amigo/transport"
 )
@@ -298,7 +299,23 @@ func (c *Context) injectDirectDone(idx int32, d Dispatch, header, data []byte, d
 // writeAM writes an inline active message with no callback into p's
 // descriptor buffer, if it has room; the caller holds the context.
 func (p *peer) writeAM(d Dispatch, header, data []byte) bool {
-	b := p.reserve(wire.AMSize(len(header), len(data), false))
+	size := wire.AMSize(len(header), len(data), false)
+	if size <= ring.SlotSize-ring.HeaderSize {
+		// One slot: no pad, no callback; the position computed once.
+		pos, ok := p.msg.InjectOne()
+		if !ok {
+			return false
+		}
+		s := p.ring.Small(pos)
+		wire.PutAM(s[ring.HeaderSize:ring.HeaderSize+size], uint16(d), header, data, false, 0)
+		ring.SealSmall(s, size)
+		p.ring.Publish(pos + 1)
+		if p.bell != nil {
+			p.bell.Ring()
+		}
+		return true
+	}
+	b := p.reserve(size)
 	if b == nil {
 		return false
 	}

@@ -197,6 +197,19 @@ func (r *Ring) Seal(tail uint64, payload int) {
 	order.Store64(r.word(tail), header(SlotsFor(payload), 0, payload))
 }
 
+// Small returns the slot at position pos, for a descriptor of one slot
+// (payload up to SlotSize-HeaderSize bytes, which never needs a pad): the
+// caller writes the payload from byte HeaderSize on, then calls SealSmall.
+func (r *Ring) Small(pos uint64) *[SlotSize]byte {
+	return (*[SlotSize]byte)(unsafe.Pointer(&r.slots[(pos&r.mask)*SlotSize]))
+}
+
+// SealSmall stores the header of the descriptor of one slot s (from
+// Small) carrying payload bytes, as Seal does.
+func SealSmall(s *[SlotSize]byte, payload int) {
+	order.Store64((*atomic.Uint64)(unsafe.Pointer(s)), header(1, 0, payload))
+}
+
 // Publish stores the producer's tail.
 func (r *Ring) Publish(tail uint64) { order.Store64(&r.ctl.tail, tail) }
 
@@ -239,6 +252,7 @@ type Reader struct {
 	k    uint64 // slots of the descriptors returned by Next or Peek and not yet released
 	nd   uint64 // how many descriptors those slots hold, pads included
 	rel  uint64 // position up to which slots are released (<= head)
+	owed uint64 // descriptors taken and not yet counted (Take, Count)
 	_    [64]byte
 }
 
@@ -272,6 +286,10 @@ func (c *Reader) Next() ([]byte, error) {
 		if w == 0 {
 			return nil, nil
 		}
+		if b := c.r.small(c.head, w); b != nil {
+			c.k, c.nd = 1, 1
+			return b, nil
+		}
 		k, pad, payload, err := Decode(w, c.r.slots, c.r.n, c.head)
 		if err != nil {
 			return nil, err
@@ -283,6 +301,59 @@ func (c *Reader) Next() ([]byte, error) {
 		}
 		c.Consume()
 	}
+}
+
+// small returns the payload of the descriptor at pos whose header word is
+// w if it is one of one slot with no flags (every small message), else
+// nil: the common case of Decode, which accepts every such word in a ring
+// of at least 2 slots, in one comparison.
+func (r *Ring) small(pos, w uint64) []byte {
+	if w&0xffffffff != 1 || w>>32 > SlotSize-HeaderSize {
+		return nil
+	}
+	s := (*[SlotSize]byte)(unsafe.Pointer(&r.slots[(pos&r.mask)*SlotSize]))
+	return s[HeaderSize : HeaderSize+w>>32 : HeaderSize+w>>32]
+}
+
+// Take returns the payload of the next descriptor, or nil when the ring is
+// empty, and consumes it at once, as Next and Consume do, except that it
+// counts the descriptor (with the pads before it) as a completed transfer
+// only at the next Count: a consumer that reads several descriptors in a
+// row stores the transfer counter once for them all. The payload stays
+// valid until the next Flush, Release or Take. A corrupt descriptor
+// returns ErrCorrupt, and the reader must not be used again.
+func (c *Reader) Take() ([]byte, error) {
+	if c.k == 0 && c.head-c.rel < c.r.n/2 {
+		w := c.r.word(c.head).Load()
+		if b := c.r.small(c.head, w); b != nil {
+			c.head++
+			c.owed++
+			return b, nil
+		}
+		if w == 0 {
+			return nil, nil
+		}
+	}
+	b, err := c.Next()
+	if err != nil || b == nil {
+		return b, err
+	}
+	c.head += c.k
+	c.owed += c.nd
+	c.k, c.nd = 0, 0
+	return b, nil
+}
+
+// Count adds the descriptors taken since the last Count to the transfer
+// counter. It reports whether there were any.
+func (c *Reader) Count() bool {
+	if c.owed == 0 {
+		return false
+	}
+	ctl := c.r.ctl
+	order.Store64(&ctl.xfer, ctl.xfer.Load()+c.owed)
+	c.owed = 0
+	return true
 }
 
 // Peek returns the payload of the descriptor that follows those returned by
