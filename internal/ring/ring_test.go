@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -271,6 +272,21 @@ func FuzzReader(f *testing.F) {
 	p.put([]byte("hello"))
 	p.put(make([]byte, 150))
 	f.Add(seed)
+	// A slot of records between two descriptors, read by Take (the
+	// length picks the mode).
+	rec := make([]byte, MemSize(8)+1)
+	r, _ = New(rec[:MemSize(8)], 8)
+	p = &producer{r: r}
+	p.put([]byte("before"))
+	s := r.Small(p.tail)
+	copy(RecordPayload(s, HeaderSize, 5), "first")
+	off := OpenRecords(s, 5)
+	copy(RecordPayload(s, off, 3), "two")
+	SealRecord(s, off, 3)
+	p.tail++
+	r.Publish(p.tail)
+	p.put(make([]byte, 100))
+	f.Add(rec)
 	f.Fuzz(func(t *testing.T, mem []byte) {
 		buf := make([]uint64, MemSize(8)/8)
 		raw := unsafeBytes(buf)
@@ -627,5 +643,61 @@ func TestTakeCount(t *testing.T) {
 	}
 	if pads == 0 {
 		t.Fatal("no round wrapped with a pad")
+	}
+}
+
+// Records: Take returns them in order, waits at an empty offset while the
+// producer may still append (the next slot empty), takes appended records,
+// and leaves the slot once the producer wrote the next descriptor,
+// counting it as one descriptor. Stale bytes a previous lap left in the
+// slot are never read as records.
+func TestRecords(t *testing.T) {
+	r, err := NewHeap(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stale bytes in every slot, as a previous lap of data would leave them.
+	for pos := uint64(0); pos < 4; pos++ {
+		s := r.Small(pos)
+		for i := HeaderSize; i < SlotSize; i++ {
+			s[i] = 0xff
+		}
+	}
+	p := &producer{r: r}
+	rd := r.NewReader()
+	xfer := r.TransferCounter()
+	take := func(want string) {
+		t.Helper()
+		b, err := rd.Take()
+		if err != nil || string(b) != want {
+			t.Fatalf("Take: %q, %v; want %q", b, err, want)
+		}
+	}
+	for lap := 0; lap < 6; lap++ {
+		s := r.Small(p.tail)
+		copy(RecordPayload(s, HeaderSize, 2), "r0")
+		off := OpenRecords(s, 2)
+		p.tail++
+		r.Publish(p.tail)
+		take("r0")
+		take("") // nothing yet, and the producer may append
+		if rd.Pending() != true || rd.Count() != false {
+			t.Fatal("the reader left the slot of records early")
+		}
+		for i := 1; off+RecordSize(MaxRecord/4) <= SlotSize; i++ {
+			msg := fmt.Sprintf("r%d%s", i, bytes.Repeat([]byte{'.'}, i))
+			copy(RecordPayload(s, off, len(msg)), msg)
+			SealRecord(s, off, len(msg))
+			off += RecordSize(len(msg))
+			take(msg)
+		}
+		x0 := xfer.Load()
+		p.put([]byte("next"))
+		take("next")
+		rd.Count()
+		if got := xfer.Load() - x0; got != 2 {
+			t.Fatalf("lap %d: %d descriptors counted, want 2 (the slot of records and the next)", lap, got)
+		}
+		rd.Flush()
 	}
 }
