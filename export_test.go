@@ -8,3 +8,15 @@ func Asleep(c *Context, n uint64) bool { return c.bell.Armed() && c.bell.Sleepin
 // Slept returns how many times c's goroutine entered a sleep, and how many
 // rings woke it (or pre-empted a sleep it had armed).
 func Slept(c *Context) (sleeps, rings uint64) { return c.bell.Sleeping(), c.bell.Rings() }
+
+// Descriptors returns how many descriptors c has written into the
+// descriptor buffer toward ep, pads included: fewer than the messages
+// sent when small messages shared slots as records. Call it on c's
+// goroutine.
+func Descriptors(c *Context, ep Endpoint) uint64 {
+	idx, err := c.peerIndex(ep)
+	if err != nil || c.peers[idx] == nil {
+		return 0
+	}
+	return c.peers[idx].msg.Injected()
+}

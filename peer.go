@@ -23,6 +23,14 @@ type peer struct {
 	msg  *fifo.Tracker
 	k    int // slots of the descriptor reserved and not yet committed
 	size int // its payload bytes
+	// records: the link's consumer reads the ring with ring.Reader.Take, so
+	// small messages may share slots (writeRecord). roff is the offset of
+	// the next record in the slot of records at rpos, or 0 when there is
+	// none to append to. epoch is Context.epoch at the last small message.
+	records bool
+	roff    int
+	rpos    uint64
+	epoch   uint64
 
 	rq    *transport.RDMAQueue
 	rdma  *fifo.Tracker
@@ -102,7 +110,7 @@ func (c *Context) connect(idx int32) *peer {
 		link.Msg, _ = ring.NewHeap(2)
 		link.Fail(err)
 	}
-	p := &peer{idx: idx, ep: ep, link: link, ring: link.Msg, bell: link.MsgBell, rq: link.RDMA}
+	p := &peer{idx: idx, ep: ep, link: link, ring: link.Msg, bell: link.MsgBell, rq: link.RDMA, records: link.Shared}
 	p.msg = fifo.New(link.Msg.Slots(), link.Msg.HeadCounter(), link.Msg.TransferCounter(), nil)
 	p.rdma = fifo.New(link.RDMA.Slots(), link.RDMA.HeadCounter(), link.RDMA.TransferCounter(), link.RDMA.Status)
 	p.chunk = c.cfg.RDMAChunk
@@ -128,6 +136,7 @@ func (c *Context) connect(idx int32) *peer {
 // peer's message FIFO, writing a pad first if the descriptor would wrap. It
 // returns nil when the FIFO has no room: the caller keeps its instruction.
 func (p *peer) reserve(size int) []byte {
+	p.roff = 0 // records may not follow another descriptor
 	k := ring.SlotsFor(size)
 	tail := p.msg.Tail()
 	pad := p.ring.PadFor(tail, k)

@@ -73,7 +73,8 @@ type Receiver interface {
 // (loop, shm): it first gives back the slots the last call consumed (after
 // whatever the program did in between, answers included: see
 // ring.Reader.Consume), then hands up to budget descriptors to r as from
-// sent them, consuming each, and gives the slots back at once if half the
+// sent them, consuming each (and counting them as transfers once, after
+// the last), and gives the slots back at once if half the
 // ring is held. It returns how many it handed over, whether the producer
 // should be woken (it may wait for room or for these transfers), and the
 // ring's corruption, after which rd must not be read again.
@@ -81,17 +82,18 @@ func PollRing(rd *ring.Reader, from Addr, r Receiver, budget int) (got int, wake
 	freed := rd.Flush()
 	if rd.Pending() {
 		for got < budget {
-			pkt, err := rd.Next()
+			pkt, err := rd.Take()
 			if err != nil {
+				rd.Count()
 				return got, freed || got > 0, err
 			}
 			if pkt == nil {
 				break
 			}
 			r.Receive(from, pkt)
-			rd.Consume()
 			got++
 		}
+		rd.Count()
 		if rd.Unreleased() >= rd.Slots()/2 {
 			freed = rd.Flush() || freed
 		}

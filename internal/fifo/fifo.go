@@ -120,6 +120,9 @@ func (t *Tracker) Slots() int { return int(t.n) }
 // Tail returns the position at which the next descriptor will be injected.
 func (t *Tracker) Tail() uint64 { return t.tail }
 
+// Injected returns the number of descriptors injected so far.
+func (t *Tracker) Injected() uint64 { return t.injected }
+
 // Pending returns the pending callback counter.
 func (t *Tracker) Pending() int { return t.pending }
 
@@ -168,6 +171,27 @@ func (t *Tracker) Inject(k int, cb Done) {
 	}
 	t.tail += uint64(k)
 	t.injected++
+}
+
+// InjectOne is Space(1) and Inject(1, nil) in one, for the descriptor of
+// one slot with no callback that most small messages are: if the slot at
+// the tail is free, it records the descriptor there and returns the
+// slot's position, which the caller fills and then publishes (the new
+// Tail); else it returns false and records nothing.
+func (t *Tracker) InjectOne() (pos uint64, ok bool) {
+	pos = t.tail
+	if pos+1-t.headCache > t.n {
+		t.headCache = t.head.Load()
+		if pos+1-t.headCache > t.n {
+			return 0, false
+		}
+	}
+	if t.list[pos&t.mask].cb != nil {
+		return 0, false
+	}
+	t.tail = pos + 1
+	t.injected++
+	return pos, true
 }
 
 // Complete is the completion check described in the package comment. It

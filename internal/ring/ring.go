@@ -52,6 +52,27 @@
 // side that sleeps for the other's stores arms its doorbell and calls
 // order.Barrier before it looks a last time (package transport).
 //
+// # Records
+//
+// A slot can carry several small payloads (packets of a few bytes), so that
+// a burst of them moves fewer cache lines between the cores. Its header
+// word says one slot, FlagRecords and length 0; from byte 8 on it holds
+// records, each an 8-byte record word (bits 0-15 the payload length, bit
+// 16 set, the rest zero) followed by the payload, padded to 8 bytes. The
+// producer opens such a slot with its first record, zeroes the rest of the
+// slot and stores the header word (release), and publishes tail past it;
+// while it writes nothing else into the ring it may append records to the
+// slot, each by writing the payload and then storing the record word
+// (release), until the slot is full. It leaves the slot for good when it
+// writes the next descriptor. The consumer reads records in order; at an
+// offset whose word is still zero it looks at the next slot's header
+// word: non-zero there means the producer left the slot, and after a last
+// look at the offset (the producer's stores are ordered, so a record
+// stored before the next descriptor is visible by now) the consumer
+// leaves it too and counts it as one descriptor. Only Take reads records;
+// Decode, Next and Peek find such a slot corrupt, so only a consumer that
+// reads with Take may be given them.
+//
 // The producer decides whether there is room; package fifo does that for the
 // injection FIFOs of amigo. The ring only lays descriptors out and reads them
 // back, validating everything it reads, because in shared memory the other side
@@ -79,6 +100,16 @@ const (
 	MaxSlots = 1 << 15
 	// FlagPad marks a descriptor that only fills slots up to the end of the ring.
 	FlagPad = 1
+	// FlagRecords marks a descriptor of one slot that holds records (see
+	// the package comment) instead of one payload.
+	FlagRecords = 2
+	// RecordHeaderSize is the size of the word that starts a record.
+	RecordHeaderSize = 8
+	// MaxRecord is the largest payload a record may carry.
+	MaxRecord = SlotSize - HeaderSize - RecordHeaderSize
+
+	recordMark  = 1 << 16
+	recordsWord = 1 | FlagRecords<<16
 )
 
 // ErrCorrupt reports a descriptor that cannot have been written by a correct
@@ -197,6 +228,49 @@ func (r *Ring) Seal(tail uint64, payload int) {
 	order.Store64(r.word(tail), header(SlotsFor(payload), 0, payload))
 }
 
+// Small returns the slot at position pos, for a descriptor of one slot
+// (payload up to SlotSize-HeaderSize bytes, which never needs a pad): the
+// caller writes the payload from byte HeaderSize on, then calls SealSmall.
+func (r *Ring) Small(pos uint64) *[SlotSize]byte {
+	return (*[SlotSize]byte)(unsafe.Pointer(&r.slots[(pos&r.mask)*SlotSize]))
+}
+
+// SealSmall stores the header of the descriptor of one slot s (from
+// Small) carrying payload bytes, as Seal does.
+func SealSmall(s *[SlotSize]byte, payload int) {
+	order.Store64((*atomic.Uint64)(unsafe.Pointer(s)), header(1, 0, payload))
+}
+
+// RecordSize returns the bytes a record carrying payload bytes occupies.
+func RecordSize(payload int) int { return RecordHeaderSize + (payload+7)&^7 }
+
+// RecordPayload returns the payload area of a record of payload bytes at
+// byte off of slot s (from Small), for the caller to fill before SealRecord.
+func RecordPayload(s *[SlotSize]byte, off, payload int) []byte {
+	return s[off+RecordHeaderSize : off+RecordHeaderSize+payload : off+RecordHeaderSize+payload]
+}
+
+// SealRecord stores the record word of the record of payload bytes at byte
+// off of slot s, whose payload the caller has written.
+func SealRecord(s *[SlotSize]byte, off, payload int) {
+	order.Store64((*atomic.Uint64)(unsafe.Pointer(&s[off])), recordMark|uint64(payload))
+}
+
+// OpenRecords makes slot s (from Small) a slot of records whose first
+// record, of payload bytes, the caller has written at byte HeaderSize: it
+// seals that record, zeroes the rest of the slot and stores the slot's
+// header word. It returns the offset of the next record. The caller
+// publishes tail past the slot.
+func OpenRecords(s *[SlotSize]byte, payload int) int {
+	off := HeaderSize + RecordSize(payload)
+	for i := off; i < SlotSize; i += 8 {
+		*(*uint64)(unsafe.Pointer(&s[i])) = 0
+	}
+	*(*uint64)(unsafe.Pointer(&s[HeaderSize])) = recordMark | uint64(payload)
+	order.Store64((*atomic.Uint64)(unsafe.Pointer(s)), recordsWord)
+	return off
+}
+
 // Publish stores the producer's tail.
 func (r *Ring) Publish(tail uint64) { order.Store64(&r.ctl.tail, tail) }
 
@@ -239,6 +313,8 @@ type Reader struct {
 	k    uint64 // slots of the descriptors returned by Next or Peek and not yet released
 	nd   uint64 // how many descriptors those slots hold, pads included
 	rel  uint64 // position up to which slots are released (<= head)
+	owed uint64 // descriptors taken and not yet counted (Take, Count)
+	moff uint64 // in a slot of records at head: offset of the next record
 	_    [64]byte
 }
 
@@ -250,7 +326,7 @@ func (r *Ring) NewReader() *Reader {
 
 // Pending reports whether a descriptor waits at the head.
 func (c *Reader) Pending() bool {
-	return c.k != 0 || c.r.word(c.head).Load() != 0
+	return c.k != 0 || c.moff != 0 || c.r.word(c.head).Load() != 0
 }
 
 // Next returns the payload of the next descriptor, or nil when the ring is
@@ -272,6 +348,10 @@ func (c *Reader) Next() ([]byte, error) {
 		if w == 0 {
 			return nil, nil
 		}
+		if b := c.r.small(c.head, w); b != nil {
+			c.k, c.nd = 1, 1
+			return b, nil
+		}
 		k, pad, payload, err := Decode(w, c.r.slots, c.r.n, c.head)
 		if err != nil {
 			return nil, err
@@ -283,6 +363,107 @@ func (c *Reader) Next() ([]byte, error) {
 		}
 		c.Consume()
 	}
+}
+
+// small returns the payload of the descriptor at pos whose header word is
+// w if it is one of one slot with no flags (every small message), else
+// nil: the common case of Decode, which accepts every such word in a ring
+// of at least 2 slots, in one comparison.
+func (r *Ring) small(pos, w uint64) []byte {
+	if w&0xffffffff != 1 || w>>32 > SlotSize-HeaderSize {
+		return nil
+	}
+	s := (*[SlotSize]byte)(unsafe.Pointer(&r.slots[(pos&r.mask)*SlotSize]))
+	return s[HeaderSize : HeaderSize+w>>32 : HeaderSize+w>>32]
+}
+
+// Take returns the payload of the next descriptor, or of the next record
+// (see the package comment), or nil when there is none yet, and consumes
+// it at once, as Next and Consume do, except that it counts descriptors
+// (pads included) as completed transfers only at the next Count: a
+// consumer that reads several in a row stores the transfer counter once
+// for them all. The payload stays valid until the next Flush, Release or
+// Take. A corrupt descriptor returns ErrCorrupt, and the reader must not
+// be used again. Take must not be mixed with Next and Peek.
+func (c *Reader) Take() ([]byte, error) {
+	for {
+		if c.moff != 0 {
+			b, err := c.record()
+			if b != nil || err != nil || c.moff != 0 {
+				return b, err
+			}
+		}
+		if c.k != 0 {
+			return nil, errors.New("ring: Take after Next or Peek")
+		}
+		if c.head-c.rel >= c.r.n/2 {
+			c.Flush()
+		}
+		w := c.r.word(c.head).Load()
+		if b := c.r.small(c.head, w); b != nil {
+			c.head++
+			c.owed++
+			return b, nil
+		}
+		if w == 0 {
+			return nil, nil
+		}
+		if w == recordsWord {
+			c.moff = HeaderSize
+			continue
+		}
+		k, pad, payload, err := Decode(w, c.r.slots, c.r.n, c.head)
+		if err != nil {
+			return nil, err
+		}
+		c.head += uint64(k)
+		c.owed++
+		if !pad {
+			return payload, nil
+		}
+	}
+}
+
+// record returns the next record of the slot of records at head, or nil
+// when none has come yet. When the producer has left the slot (it is
+// full, or the next slot holds a descriptor and no record came before it)
+// it leaves it too: the slot is consumed and moff is zero.
+func (c *Reader) record() ([]byte, error) {
+	s := c.r.Small(c.head)
+	for c.moff <= SlotSize-RecordHeaderSize {
+		w := (*atomic.Uint64)(unsafe.Pointer(&s[c.moff])).Load()
+		if w == 0 {
+			if c.r.word(c.head+1).Load() == 0 {
+				return nil, nil // the producer may still append
+			}
+			if w = (*atomic.Uint64)(unsafe.Pointer(&s[c.moff])).Load(); w == 0 {
+				break
+			}
+		}
+		n := w &^ recordMark
+		if w&recordMark == 0 || n > SlotSize-RecordHeaderSize-c.moff {
+			return nil, ErrCorrupt
+		}
+		at := c.moff + RecordHeaderSize
+		c.moff = at + (n+7)&^7
+		return s[at : at+n : at+n], nil
+	}
+	c.moff = 0
+	c.head++
+	c.owed++
+	return nil, nil
+}
+
+// Count adds the descriptors taken since the last Count to the transfer
+// counter. It reports whether there were any.
+func (c *Reader) Count() bool {
+	if c.owed == 0 {
+		return false
+	}
+	ctl := c.r.ctl
+	order.Store64(&ctl.xfer, ctl.xfer.Load()+c.owed)
+	c.owed = 0
+	return true
 }
 
 // Peek returns the payload of the descriptor that follows those returned by

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -271,6 +272,21 @@ func FuzzReader(f *testing.F) {
 	p.put([]byte("hello"))
 	p.put(make([]byte, 150))
 	f.Add(seed)
+	// A slot of records between two descriptors, read by Take (the
+	// length picks the mode).
+	rec := make([]byte, MemSize(8)+1)
+	r, _ = New(rec[:MemSize(8)], 8)
+	p = &producer{r: r}
+	p.put([]byte("before"))
+	s := r.Small(p.tail)
+	copy(RecordPayload(s, HeaderSize, 5), "first")
+	off := OpenRecords(s, 5)
+	copy(RecordPayload(s, off, 3), "two")
+	SealRecord(s, off, 3)
+	p.tail++
+	r.Publish(p.tail)
+	p.put(make([]byte, 100))
+	f.Add(rec)
 	f.Fuzz(func(t *testing.T, mem []byte) {
 		buf := make([]uint64, MemSize(8)/8)
 		raw := unsafeBytes(buf)
@@ -280,7 +296,21 @@ func FuzzReader(f *testing.F) {
 			t.Fatal(err)
 		}
 		rd := r.NewReader()
-		consume := len(mem)%2 == 1 // the shm adapter's way: consume, flush later
+		mode := len(mem) % 3
+		consume := mode == 1 // consume, flush later
+		if mode == 2 {       // the shm adapter's way: take, count, flush later
+			for i := 0; i < 20; i++ {
+				b, err := rd.Take()
+				if err != nil || b == nil {
+					rd.Count()
+					return
+				}
+				if rd.Unreleased() > 8 {
+					t.Fatalf("%d slots taken and unreleased in a ring of 8", rd.Unreleased())
+				}
+			}
+			return
+		}
 		for i := 0; i < 20; i++ {
 			b, err := rd.Next()
 			if err != nil || b == nil {
@@ -528,5 +558,146 @@ func TestConsumeLaps(t *testing.T) {
 		if read != sent {
 			t.Fatalf("%d slots: read %d of %d", slots, read, sent)
 		}
+	}
+}
+
+// Take reads what Next reads, small descriptors (written with Small and
+// SealSmall), larger ones and pads alike, consuming each; the transfer
+// counter moves only at Count, by every descriptor taken, pads included;
+// Flush gives the slots back.
+func TestTakeCount(t *testing.T) {
+	r, err := NewHeap(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &producer{r: r}
+	putSmall := func(msg []byte) bool {
+		if p.free() < 1 {
+			return false
+		}
+		s := r.Small(p.tail)
+		copy(s[HeaderSize:], msg)
+		SealSmall(s, len(msg))
+		p.tail++
+		r.Publish(p.tail)
+		return true
+	}
+	rd := r.NewReader()
+	xfer := r.TransferCounter()
+	seed := byte(0)
+	pads := 0
+	for round := 0; round < 200; round++ {
+		var want [][]byte
+		written := uint64(0) // descriptors, pads included
+		for len(want) < 5 {
+			n := int(seed) % 100
+			msg := pattern(n, seed)
+			before := p.tail
+			var ok bool
+			if n <= SlotSize-HeaderSize && seed%3 != 0 {
+				ok = putSmall(msg)
+			} else {
+				ok = p.put(msg)
+			}
+			if !ok {
+				break
+			}
+			if pad := r.PadFor(before, SlotsFor(n)); pad > 0 && p.tail-before > uint64(SlotsFor(n)) {
+				written++
+				pads++
+			}
+			written++
+			want = append(want, msg)
+			seed++
+		}
+		x0 := xfer.Load()
+		for i, w := range want {
+			b, err := rd.Take()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(b, w) {
+				t.Fatalf("round %d message %d: took %d bytes, want %d", round, i, len(b), len(w))
+			}
+		}
+		if b, err := rd.Take(); b != nil || err != nil {
+			t.Fatalf("round %d: Take on an empty ring: %d bytes, %v", round, len(b), err)
+		}
+		// Pads Next skips on the way are counted at once; the rest wait.
+		if got := xfer.Load() - x0; got > written-uint64(len(want)) {
+			t.Fatalf("round %d: %d transfers counted before Count", round, got)
+		}
+		if !rd.Count() {
+			t.Fatalf("round %d: Count found nothing to count", round)
+		}
+		if got := xfer.Load() - x0; got != written {
+			t.Fatalf("round %d: %d transfers counted, want %d", round, got, written)
+		}
+		if rd.Count() {
+			t.Fatal("a second Count counted again")
+		}
+		rd.Flush()
+		if r.HeadCounter().Load() != p.tail {
+			t.Fatalf("round %d: head %d after Flush, tail %d", round, r.HeadCounter().Load(), p.tail)
+		}
+	}
+	if pads == 0 {
+		t.Fatal("no round wrapped with a pad")
+	}
+}
+
+// Records: Take returns them in order, waits at an empty offset while the
+// producer may still append (the next slot empty), takes appended records,
+// and leaves the slot once the producer wrote the next descriptor,
+// counting it as one descriptor. Stale bytes a previous lap left in the
+// slot are never read as records.
+func TestRecords(t *testing.T) {
+	r, err := NewHeap(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stale bytes in every slot, as a previous lap of data would leave them.
+	for pos := uint64(0); pos < 4; pos++ {
+		s := r.Small(pos)
+		for i := HeaderSize; i < SlotSize; i++ {
+			s[i] = 0xff
+		}
+	}
+	p := &producer{r: r}
+	rd := r.NewReader()
+	xfer := r.TransferCounter()
+	take := func(want string) {
+		t.Helper()
+		b, err := rd.Take()
+		if err != nil || string(b) != want {
+			t.Fatalf("Take: %q, %v; want %q", b, err, want)
+		}
+	}
+	for lap := 0; lap < 6; lap++ {
+		s := r.Small(p.tail)
+		copy(RecordPayload(s, HeaderSize, 2), "r0")
+		off := OpenRecords(s, 2)
+		p.tail++
+		r.Publish(p.tail)
+		take("r0")
+		take("") // nothing yet, and the producer may append
+		if rd.Pending() != true || rd.Count() != false {
+			t.Fatal("the reader left the slot of records early")
+		}
+		for i := 1; off+RecordSize(MaxRecord/4) <= SlotSize; i++ {
+			msg := fmt.Sprintf("r%d%s", i, bytes.Repeat([]byte{'.'}, i))
+			copy(RecordPayload(s, off, len(msg)), msg)
+			SealRecord(s, off, len(msg))
+			off += RecordSize(len(msg))
+			take(msg)
+		}
+		x0 := xfer.Load()
+		p.put([]byte("next"))
+		take("next")
+		rd.Count()
+		if got := xfer.Load() - x0; got != 2 {
+			t.Fatalf("lap %d: %d descriptors counted, want 2 (the slot of records and the next)", lap, got)
+		}
+		rd.Flush()
 	}
 }

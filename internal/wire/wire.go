@@ -358,6 +358,27 @@ func parseMC(p *Packet, b []byte, hlen int) error {
 	return nil
 }
 
+// ParseAM decodes an active message that asks for no acknowledgement (the
+// packet of nearly every small send) in one step, from the base header
+// read as one word: its dispatch id, header and data, aliasing b. For any
+// other packet, well-formed or not, it returns ok false, and the caller
+// decodes it with ParseInto. What it accepts, Parse accepts alike.
+func ParseAM(b []byte) (dispatch uint16, header, data []byte, ok bool) {
+	if len(b) < BaseSize {
+		return 0, nil, nil, false
+	}
+	w := binary.LittleEndian.Uint64(b)
+	// kind AM, no flags; reserved bytes zero.
+	if uint16(w) != uint16(KindAM) || w>>48 != 0 {
+		return 0, nil, nil, false
+	}
+	hlen := uint64(uint16(w >> 32))
+	if hlen > uint64(len(b)-BaseSize) {
+		return 0, nil, nil, false
+	}
+	return uint16(w >> 16), b[BaseSize : BaseSize+hlen : BaseSize+hlen], b[BaseSize+hlen:], true
+}
+
 // Parse decodes a packet. It returns ErrMalformed for anything a correct
 // sender cannot have produced.
 // ParseInto is Parse writing into *p. An active message, the packet of

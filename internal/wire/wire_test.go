@@ -136,6 +136,12 @@ func FuzzParse(f *testing.F) {
 	b = make([]byte, MCSize(2, 3))
 	PutMC(b, KindMCRTS, 4, []byte("hdr"), &mc)
 	f.Add(b)
+	b = make([]byte, AMSize(2, 8, false))
+	PutAM(b, 1023, []byte("hh"), []byte("12345678"), false, 0)
+	f.Add(b)
+	b = make([]byte, AMSize(0, 0, false))
+	PutAM(b, 0, nil, nil, false, 0)
+	f.Add(b)
 	stale := Packet{Kind: KindRTS, Size: 99, Key: 98, Off: 97, Status: 3, Header: []byte("old")}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := Parse(b)
@@ -155,6 +161,14 @@ func FuzzParse(f *testing.F) {
 			} else if !reflect.DeepEqual(q, p) {
 				t.Fatalf("ParseInto %+v, Parse %+v", q, p)
 			}
+		}
+		// ParseAM takes exactly the AMs without FlagAck, and agrees.
+		d, hdr, data, ok := ParseAM(b)
+		if ok != (err == nil && p.Kind == KindAM && p.Flags == 0) {
+			t.Fatalf("ParseAM ok=%v, Parse %+v, %v", ok, p, err)
+		}
+		if ok && (d != p.Dispatch || !bytes.Equal(hdr, p.Header) || !bytes.Equal(data, p.Data) || cap(hdr) != len(hdr)) {
+			t.Fatalf("ParseAM %d %q %q, Parse %+v", d, hdr, data, p)
 		}
 		if err != nil {
 			return

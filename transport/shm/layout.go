@@ -54,8 +54,10 @@ import (
 // outside the mapping.
 
 const (
-	segMagic   = 0x316d6873_6f67696d // "migoshm1"
-	segVersion = 3
+	segMagic = 0x316d6873_6f67696d // "migoshm1"
+	// segVersion 4: the rings carry slots of records (ring.FlagRecords),
+	// which a build speaking 3 would refuse as corrupt.
+	segVersion = 4
 
 	lineSize   = 64
 	pageSize   = 4096
