@@ -120,9 +120,6 @@ func (t *Tracker) Slots() int { return int(t.n) }
 // Tail returns the position at which the next descriptor will be injected.
 func (t *Tracker) Tail() uint64 { return t.tail }
 
-// Injected returns the number of descriptors injected so far.
-func (t *Tracker) Injected() uint64 { return t.injected }
-
 // Pending returns the pending callback counter.
 func (t *Tracker) Pending() int { return t.pending }
 
