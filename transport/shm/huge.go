@@ -42,17 +42,20 @@ const (
 	// the block to be collapsed: a 1 MiB buffer covers at least half of
 	// one of the blocks it lies across.
 	hugeMinOverlap = 256 << 10
-	// hugeRegionOverlap is hugeMinOverlap for a region the owner
-	// registers: a page. process_vm_readv pins the owner's pages of each
+	// hugeRegionOverlap is hugeMinOverlap for a region smaller than
+	// hugeMinOverlap that the owner registers: a page (regionOverlap).
+	// process_vm_readv pins the owner's pages of each
 	// piece it reads, page by page on small pages and at once on a huge
 	// one, and the receiver of a window of messages of 16 to 128 KiB
 	// fetches each by one such piece: with the blocks under the
 	// senders' regions collapsed, osu_bw's windows of 16 to 256 KiB moved
 	// 1.3 to 2.2 times more than with a 256 KiB least (2 ranks on a
 	// loaded 2-core machine, medians of 7 interleaved runs), 1 and 4 MiB
-	// as much. The memory it may add is bounded by the blocks holding
-	// registered memory: what a host whose huge pages are "always" spends
-	// on all memory.
+	// as much. A larger region keeps hugeMinOverlap: with a page for
+	// those too, windows of 512 KiB (each fetched alone, helped by the
+	// owner) moved a quarter less. The memory it may add is bounded by
+	// the blocks holding registered memory: what a host whose huge pages
+	// are "always" spends on all memory.
 	hugeRegionOverlap = pageSize
 	// hugeTableSize bounds the blocks collapsed in a process.
 	hugeTableSize = 4096
@@ -118,6 +121,15 @@ func finishHuge(s *atomic.Uintptr, over bool) {
 		v++
 	}
 	s.Store(v)
+}
+
+// regionOverlap is the least of a block that a registered region of n
+// bytes must cover for the owner to ask for a huge page under it.
+func regionOverlap(n int) int {
+	if n < hugeMinOverlap {
+		return hugeRegionOverlap
+	}
+	return hugeMinOverlap
 }
 
 // hugeBlocksOf calls f for each 2 MiB block that mem covers at least
