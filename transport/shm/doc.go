@@ -71,8 +71,9 @@
 // small pages unless the host's transparent huge pages are "always": before
 // it moves a large transfer of Go memory that way, the initiator asks the
 // kernel to back the 2 MiB blocks under its buffer with huge pages, and an
-// owner does the same for a large region it registers (huge.go; 15 against
-// 44-60 GB/s for one process_vm_readv stream on a 2-core machine).
+// owner does the same for any region it registers, whose pages are the ones
+// a peer's call pins (huge.go; 15 against 44-60 GB/s for one
+// process_vm_readv stream on a 2-core machine).
 //
 // Small transfers by cross-memory attach are gathered: the GETs (or PUTs)
 // queued one after the other toward one owner, each under 512 KiB, move in

@@ -47,7 +47,7 @@ func TestCollapseHuge(t *testing.T) {
 	}
 	addr := uintptr(unsafe.Pointer(&buf[0]))
 	before := anonHugeKB(t, addr)
-	asked, collapsed := collapseHuge(buf)
+	asked, collapsed := collapseHuge(buf, hugeMinOverlap)
 	// 6 MiB covers at least two whole blocks and parts of up to two more.
 	if asked < 2 || asked > 4 {
 		t.Fatalf("asked for %d blocks of a 6 MiB buffer", asked)
@@ -72,15 +72,15 @@ func TestCollapseHuge(t *testing.T) {
 			t.Fatalf("byte %d changed by the collapse", i)
 		}
 	}
-	if a, _ := collapseHuge(buf); a != 0 {
+	if a, _ := collapseHuge(buf, hugeMinOverlap); a != 0 {
 		t.Fatalf("asked again for %d blocks", a)
 	}
 	// Sub-slices of blocks already asked for are not asked for again;
 	// small buffers never are.
-	if a, _ := collapseHuge(buf[1<<20 : 3<<20]); a != 0 {
+	if a, _ := collapseHuge(buf[1<<20:3<<20], hugeMinOverlap); a != 0 {
 		t.Fatalf("asked again for %d blocks of a sub-slice", a)
 	}
-	if a, _ := collapseHuge(make([]byte, hugeMinOverlap-1)); a != 0 {
+	if a, _ := collapseHuge(make([]byte, hugeMinOverlap-1), hugeMinOverlap); a != 0 {
 		t.Fatalf("asked for %d blocks of a small buffer", a)
 	}
 }
@@ -98,17 +98,35 @@ func TestHugeBlocksOf(t *testing.T) {
 		{3*hugeSize - (1 << 20), 1 << 20, []uintptr{2 * hugeSize}},
 		{3*hugeSize - (512 << 10), 1 << 20, []uintptr{2 * hugeSize, 3 * hugeSize}},
 	}
+	// A registered region: any block it covers a page of.
+	regions := []struct {
+		at, n uintptr
+		want  []uintptr
+	}{
+		{hugeSize + 4096, 16 << 10, []uintptr{hugeSize}},
+		{2*hugeSize - 8192, 16 << 10, []uintptr{hugeSize, 2 * hugeSize}},
+		{2*hugeSize - 1024, 8 << 10, []uintptr{2 * hugeSize}},
+		{hugeSize, pageSize - 1, nil},
+	}
 	for _, c := range cases {
-		var got []uintptr
-		hugeBlocksOfRange(c.at, c.n, func(b uintptr) { got = append(got, b) })
-		want := c.want
-		if len(got) != len(want) {
-			t.Fatalf("range %#x+%#x: blocks %#x, want %#x", c.at, c.n, got, want)
-		}
-		for i := range got {
-			if got[i] != want[i] {
-				t.Fatalf("range %#x+%#x: blocks %#x, want %#x", c.at, c.n, got, want)
-			}
+		checkBlocks(t, c.at, c.n, hugeMinOverlap, c.want)
+	}
+	for _, c := range regions {
+		checkBlocks(t, c.at, c.n, hugeRegionOverlap, c.want)
+	}
+}
+
+// checkBlocks checks the blocks that n bytes at at cover least bytes of.
+func checkBlocks(t *testing.T, at, n, least uintptr, want []uintptr) {
+	t.Helper()
+	var got []uintptr
+	hugeBlocksOfRange(at, n, least, func(b uintptr) { got = append(got, b) })
+	if len(got) != len(want) {
+		t.Fatalf("range %#x+%#x, %d bytes a block: blocks %#x, want %#x", at, n, least, got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("range %#x+%#x, %d bytes a block: blocks %#x, want %#x", at, n, least, got, want)
 		}
 	}
 }

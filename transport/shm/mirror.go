@@ -55,7 +55,7 @@ func (a *Adapter) Registered(index int, key transport.Key, mem []byte, perm tran
 	}
 	seg, off := a.allocOf(mem)
 	if seg == 0 && a.peerCMA() {
-		a.prepareHuge(mem)
+		a.prepareHuge(mem, regionOverlap(len(mem)))
 	}
 	e.addr.Store(addrOf(mem))
 	e.len.Store(uint64(len(mem)))

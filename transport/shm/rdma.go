@@ -228,7 +228,7 @@ func (p *port) start(l *link, op *transport.RDMAOp) (x *xfer, wait bool, err err
 		p.startHelp(x)
 	}
 	if x.mode == modeCMA {
-		a.prepareHuge(x.op.Local)
+		a.prepareHuge(x.op.Local, hugeMinOverlap)
 	}
 	if x.timed {
 		x.t0 = time.Now()

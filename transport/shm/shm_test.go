@@ -243,3 +243,27 @@ func moveMiB(t *testing.T, ads []*shm.Adapter, regs []*transport.Regions, alloc,
 		t.Fatal("put moved the wrong bytes")
 	}
 }
+
+// An owner asks for a huge page under a region of any size it registers for
+// peers that reach it by cross-memory attach: a peer fetching a window of
+// small messages from it pins those pages once per message. With HugeOff it
+// asks for none.
+func TestHugeSmallRegion(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		shm.ForgetHuge()
+		ads, regs := world(t, 2, shm.Options{Way: shm.WayCMA, HugeOff: off})
+		mem := make([]byte, 16<<10)
+		key, err := regs[1].Register(mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if asked := ads[1].Stats().HugeAsked; off && asked != 0 || !off && asked == 0 {
+			t.Errorf("HugeOff %v: the owner of a 16 KiB region asked for %d huge pages", off, asked)
+		}
+		if err := regs[1].Deregister(key); err != nil {
+			t.Fatal(err)
+		}
+		ads[0].Close()
+		ads[1].Close()
+	}
+}
