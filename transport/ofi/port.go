@@ -754,14 +754,20 @@ func (p *port) leave() {
 
 // progress is Progress, on the port taken.
 //
-// It reads both completion queues in one call to C (each call costs more
-// than reading an empty queue): the transmit queue only while an
+// It posts the packets the AMI wrote first, before it looks at the
+// completion queues: a reply leaves without waiting for a read of the
+// queues. Then it reads both queues in one call to C (each call costs
+// more than reading an empty queue): the transmit queue only while an
 // operation that completes there is outstanding (an injected message has
 // no completion; a read of either queue makes the provider progress the
 // endpoint), the receive queue while pending has room: acknowledgements
-// and answers are handled at once, packets wait for Poll.
+// and answers are handled at once, packets wait for Poll. Last, the links
+// give back what was acknowledged and complete their RDMA descriptors.
 func (p *port) progress() int {
 	n := 0
+	for _, l := range p.outList {
+		n += l.postPackets()
+	}
 	room := len(p.pending) - int(p.pendTail-p.pendHead)
 	ntx, nrx := 0, min(room, len(p.entries))
 	if len(p.free) < sendOps {
@@ -800,7 +806,7 @@ func (p *port) progress() int {
 		p.flushCtrl()
 	}
 	for _, l := range p.outList {
-		n += l.progress()
+		n += l.settle()
 	}
 	p.calls++
 	if p.calls&15 == 0 {
