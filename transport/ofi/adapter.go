@@ -133,6 +133,9 @@ type endpoint struct {
 	txcq, rxcq *C.struct_fid_cq
 	txfd, rxfd int // the queues' wait objects, -1 without
 	name       []byte
+	// eph, txh and rxh are ep, txcq and rxcq as numbers, for the calls
+	// of the message path (amigo_ofi.c).
+	eph, txh, rxh C.uintptr_t
 }
 
 // fitEager returns the ring size to use over provider prov: slots, or
@@ -274,6 +277,9 @@ func (a *Adapter) openEndpoint() (*endpoint, error) {
 		return nil, fiErr("fi_getname", C.ssize_t(rc))
 	}
 	e.name = append([]byte(nil), buf[:n]...)
+	e.eph = C.uintptr_t(uintptr(unsafe.Pointer(e.ep)))
+	e.txh = C.uintptr_t(uintptr(unsafe.Pointer(e.txcq)))
+	e.rxh = C.uintptr_t(uintptr(unsafe.Pointer(e.rxcq)))
 	return e, nil
 }
 

@@ -179,13 +179,13 @@ ssize_t amigo_inject(struct fid_ep *ep, uintptr_t hdr, size_t hlen, uintptr_t da
 // 16 bytes): the header's argument, bytes 8 to 15, carries ack, little
 // endian (the packets of the peer's link this context took so far), in
 // the copy only.
-ssize_t amigo_inject_packet(struct fid_ep *ep, uintptr_t hdr, uintptr_t data, size_t dlen, uint64_t ack, fi_addr_t dest) {
+ssize_t amigo_inject_packet(uintptr_t ep, uintptr_t hdr, uintptr_t data, size_t dlen, uint64_t ack, fi_addr_t dest) {
 	char buf[4096];
 	if (16 + dlen > sizeof buf) return -FI_EMSGSIZE;
 	memcpy(buf, (void *)hdr, 16);
 	for (int i = 0; i < 8; i++) buf[8 + i] = (char)(ack >> (8 * i));
 	if (dlen) memcpy(buf + 16, (void *)data, dlen);
-	return fi_inject(ep, buf, 16 + dlen, dest);
+	return fi_inject((struct fid_ep *)ep, buf, 16 + dlen, dest);
 }
 
 ssize_t amigo_rma(struct fid_ep *ep, int write, uintptr_t buf, size_t len, uintptr_t desc,
@@ -206,8 +206,24 @@ ssize_t amigo_rma(struct fid_ep *ep, int write, uintptr_t buf, size_t len, uintp
 	return fi_readmsg(ep, &msg, flags | FI_COMPLETION);
 }
 
-ssize_t amigo_cq_read(struct fid_cq *cq, uintptr_t e, size_t n) {
-	return fi_cq_read(cq, (struct fi_cq_data_entry *)e, n);
+// The calls of the message path take the provider's objects as numbers
+// (uintptr_t), like the buffers: cgo checks every pointer argument of a
+// call, which costs on every poll.
+
+ssize_t amigo_cq_read(uintptr_t cq, uintptr_t e, size_t n) {
+	return fi_cq_read((struct fid_cq *)cq, (struct fi_cq_data_entry *)e, n);
+}
+
+// amigo_cq_read2 reads up to ntx completions of the transmit queue into
+// te (none if ntx is 0) and up to nrx of the receive queue into re (none if
+// nrx is 0) in one call, so that a poll of both queues crosses from Go to C
+// once. It returns both results of fi_cq_read, the transmit queue's in the
+// low 32 bits and the receive queue's in the high 32, each -FI_EAGAIN for a
+// queue not read.
+int64_t amigo_cq_read2(uintptr_t tx, uintptr_t te, size_t ntx, uintptr_t rx, uintptr_t re, size_t nrx) {
+	ssize_t a = ntx ? fi_cq_read((struct fid_cq *)tx, (struct fi_cq_data_entry *)te, ntx) : -FI_EAGAIN;
+	ssize_t b = nrx ? fi_cq_read((struct fid_cq *)rx, (struct fi_cq_data_entry *)re, nrx) : -FI_EAGAIN;
+	return (int64_t)(uint64_t)(uint32_t)(int32_t)a | (int64_t)((uint64_t)(uint32_t)(int32_t)b << 32);
 }
 
 ssize_t amigo_cq_readerr(struct fid_cq *cq, uintptr_t *ctx, int *err, int *perr) {

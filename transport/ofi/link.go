@@ -100,6 +100,12 @@ func newOlink(p *port, to transport.Addr, dest C.fi_addr_t) (*olink, error) {
 // progress posts the link's packets and RDMA descriptors, gives back the
 // slots of acknowledged packets and completes RDMA descriptors in order.
 func (l *olink) progress() int {
+	return l.postPackets() + l.settle()
+}
+
+// postPackets hands the provider the packets the AMI wrote since the last
+// call.
+func (l *olink) postPackets() int {
 	if l.failed {
 		return 0
 	}
@@ -126,10 +132,18 @@ func (l *olink) progress() int {
 		l.stalled = nil
 		n++
 	}
-	l.release()
-	n += l.issueRDMA()
-	n += l.completeRDMA()
 	return n
+}
+
+// settle gives back the slots of acknowledged packets, posts the RDMA
+// descriptors published since the last call and completes those done, in
+// order.
+func (l *olink) settle() int {
+	if l.failed {
+		return 0
+	}
+	l.release()
+	return l.issueRDMA() + l.completeRDMA()
 }
 
 // post hands one packet to the provider: injected when it fits (no
@@ -147,7 +161,7 @@ func (l *olink) post(pkt []byte) bool {
 		if in != nil && !in.gone {
 			ack = in.taken
 		}
-		rc := C.amigo_inject_packet(p.e.ep, C.uintptr_t(l.hdr), C.uintptr_t(addrOf(pkt)), C.size_t(len(pkt)), C.uint64_t(ack), l.dest)
+		rc := C.amigo_inject_packet(p.e.eph, C.uintptr_t(l.hdr), C.uintptr_t(addrOf(pkt)), C.size_t(len(pkt)), C.uint64_t(ack), l.dest)
 		if rc == errAgain {
 			return false
 		}

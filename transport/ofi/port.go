@@ -93,11 +93,17 @@ type port struct {
 	ins     []*inlink
 	dirty   []*inlink // links in whose taken packets are not acknowledged
 
-	// entries receives completions: pinned, so that the calls that fill
-	// it pass its address as a number and cgo has no pointer to check
-	// (a check that allocated on every call).
-	entries     *[32]C.struct_fi_cq_data_entry
-	entriesAddr C.uintptr_t
+	// entries receives the receive queue's completions, txEntries the
+	// transmit queue's: pinned, so that the calls that fill them pass
+	// their addresses as numbers and cgo has no pointer to check (a check
+	// that allocated on every call).
+	entries       *[32]C.struct_fi_cq_data_entry
+	entriesAddr   C.uintptr_t
+	txEntries     *[32]C.struct_fi_cq_data_entry
+	txEntriesAddr C.uintptr_t
+	// rxDry says that progress found the receive queue empty: the Poll
+	// that follows it in the same Advance does not read it again.
+	rxDry bool
 	// pending holds packets Progress found in the receive queue, for the
 	// next Poll: their buffers stay taken until then.
 	pending            []pendingMsg
@@ -178,6 +184,9 @@ func newPort(a *Adapter, ctx int, bell *transport.Doorbell) (*port, error) {
 	em := pinnedBytes(&p.pins, int(unsafe.Sizeof(*p.entries)))
 	p.entries = (*[32]C.struct_fi_cq_data_entry)(unsafe.Pointer(&em[0]))
 	p.entriesAddr = C.uintptr_t(addrOf(em))
+	tm := pinnedBytes(&p.pins, int(unsafe.Sizeof(*p.txEntries)))
+	p.txEntries = (*[32]C.struct_fi_cq_data_entry)(unsafe.Pointer(&tm[0]))
+	p.txEntriesAddr = C.uintptr_t(addrOf(tm))
 	p.ctxMem = pinnedBytes(&p.pins, nops*ctxStride)
 	p.ctxBase = addrOf(p.ctxMem)
 	p.ops = make([]opInfo, nops)
@@ -334,6 +343,8 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	p.enter()
 	defer p.leave()
 	p.pollCount++
+	dry := p.rxDry
+	p.rxDry = false
 	got := 0
 	for got < budget && p.pendHead != p.pendTail {
 		pm := p.pending[p.pendHead%uint64(len(p.pending))]
@@ -343,8 +354,9 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 		}
 		got += p.deliver(r, pm)
 	}
-	if p.pendHead == p.pendTail {
-		got += p.readRx(r, budget-got)
+	if p.pendHead == p.pendTail && !dry {
+		g, _ := p.readRx(r, budget-got)
+		got += g
 	}
 	p.flushAcks(false)
 	p.flushCtrl()
@@ -353,49 +365,59 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 
 // readRx reads the receive queue: up to budget packets go to r (or, with
 // r nil, wait in pending for Poll); control messages are handled at once.
-func (p *port) readRx(r transport.Receiver, budget int) int {
+// It reports whether it found the queue empty.
+func (p *port) readRx(r transport.Receiver, budget int) (int, bool) {
 	got := 0
 	for got < budget {
-		n := C.amigo_cq_read(p.e.rxcq, p.entriesAddr, C.size_t(min(budget-got, len(p.entries))))
+		n := C.amigo_cq_read(p.e.rxh, p.entriesAddr, C.size_t(min(budget-got, len(p.entries))))
 		if n <= 0 {
 			if n == -C.FI_EAVAIL {
 				p.readErr(p.e.rxcq)
 				continue
 			}
-			break
+			return got, n == errAgain
 		}
-		for k := 0; k < int(n); k++ {
-			e := &p.entries[k]
-			i := p.opIndex(uintptr(e.op_context))
-			if i < 0 || p.ops[i].kind != opRecv {
-				p.a.opts.Logf("rank %d: receive completion of no posted buffer", p.a.rank)
-				continue
-			}
-			m := p.rxMsg(i, e)
-			if r == nil && m.n > 0 {
-				msg := m.bytes(p)
-				// Packets wait for Poll; so does a goodbye behind them,
-				// which must not close the peer's link before its last
-				// packets are delivered.
-				if msg[0] == kindPacket || msg[0] == kindBye && p.pendTail != p.pendHead {
-					if msg[0] == kindBye {
-						if h, err := parseHeader(msg); err == nil {
-							if in := p.inlink(h); in != nil {
-								p.leaving(in)
-							}
+		got += p.takeRx(r, int(n))
+	}
+	return got, false
+}
+
+// takeRx handles the first n entries of the receive queue's completions:
+// packets go to r (or, with r nil, wait in pending for Poll), control
+// messages are handled at once. It returns the packets taken.
+func (p *port) takeRx(r transport.Receiver, n int) int {
+	got := 0
+	for k := 0; k < n; k++ {
+		e := &p.entries[k]
+		i := p.opIndex(uintptr(e.op_context))
+		if i < 0 || p.ops[i].kind != opRecv {
+			p.a.opts.Logf("rank %d: receive completion of no posted buffer", p.a.rank)
+			continue
+		}
+		m := p.rxMsg(i, e)
+		if r == nil && m.n > 0 {
+			msg := m.bytes(p)
+			// Packets wait for Poll; so does a goodbye behind them,
+			// which must not close the peer's link before its last
+			// packets are delivered.
+			if msg[0] == kindPacket || msg[0] == kindBye && p.pendTail != p.pendHead {
+				if msg[0] == kindBye {
+					if h, err := parseHeader(msg); err == nil {
+						if in := p.inlink(h); in != nil {
+							p.leaving(in)
 						}
 					}
-					p.pending[p.pendTail%uint64(len(p.pending))] = m
-					p.pendTail++
-					if p.multi {
-						p.refs[i]++
-					}
-					got++
-					continue
 				}
+				p.pending[p.pendTail%uint64(len(p.pending))] = m
+				p.pendTail++
+				if p.multi {
+					p.refs[i]++
+				}
+				got++
+				continue
 			}
-			got += p.deliver(r, m)
 		}
+		got += p.deliver(r, m)
 	}
 	return got
 }
@@ -731,17 +753,60 @@ func (p *port) leave() {
 }
 
 // progress is Progress, on the port taken.
+//
+// It posts the packets the AMI wrote first, before it looks at the
+// completion queues: a reply leaves without waiting for a read of the
+// queues. Then it reads both queues in one call to C (each call costs
+// more than reading an empty queue): the transmit queue only while an
+// operation that completes there is outstanding (an injected message has
+// no completion; a read of either queue makes the provider progress the
+// endpoint), the receive queue while pending has room: acknowledgements
+// and answers are handled at once, packets wait for Poll. Last, the links
+// give back what was acknowledged and complete their RDMA descriptors.
 func (p *port) progress() int {
-	n := p.readTx()
-	if p.pendTail-p.pendHead < uint64(len(p.pending)) {
-		// Acknowledgements and answers: packets wait for Poll.
-		n += p.readRx(nil, len(p.pending)-int(p.pendTail-p.pendHead))
+	n := 0
+	for _, l := range p.outList {
+		n += l.postPackets()
+	}
+	room := len(p.pending) - int(p.pendTail-p.pendHead)
+	ntx, nrx := 0, min(room, len(p.entries))
+	if len(p.free) < sendOps {
+		ntx = len(p.txEntries)
+	}
+	if ntx > 0 || nrx > 0 {
+		v := int64(C.amigo_cq_read2(p.e.txh, p.txEntriesAddr, C.size_t(ntx), p.e.rxh, p.entriesAddr, C.size_t(nrx)))
+		tx, rx := int(int32(uint32(v))), int(int32(uint64(v)>>32))
+		if tx > 0 {
+			n += p.takeTx(tx)
+		}
+		if ntx > 0 && (tx == ntx || tx == -C.FI_EAVAIL) {
+			n += p.readTx()
+		}
+		switch {
+		case nrx == 0:
+		case rx > 0:
+			got := p.takeRx(nil, rx)
+			n += got
+			p.rxDry = rx < nrx
+			if rx == nrx && got < room {
+				g, dry := p.readRx(nil, room-got)
+				n += g
+				p.rxDry = dry
+			}
+		case rx == -C.FI_EAVAIL:
+			p.readErr(p.e.rxcq)
+			g, dry := p.readRx(nil, room)
+			n += g
+			p.rxDry = dry
+		case rx == errAgain:
+			p.rxDry = true
+		}
 	}
 	if len(p.ctrlq) > 0 {
 		p.flushCtrl()
 	}
 	for _, l := range p.outList {
-		n += l.progress()
+		n += l.settle()
 	}
 	p.calls++
 	if p.calls&15 == 0 {
@@ -754,7 +819,7 @@ func (p *port) progress() int {
 func (p *port) readTx() int {
 	done := 0
 	for {
-		n := C.amigo_cq_read(p.e.txcq, p.entriesAddr, C.size_t(len(p.entries)))
+		n := C.amigo_cq_read(p.e.txh, p.txEntriesAddr, C.size_t(len(p.txEntries)))
 		if n <= 0 {
 			if n == -C.FI_EAVAIL {
 				p.readErr(p.e.txcq)
@@ -762,11 +827,17 @@ func (p *port) readTx() int {
 			}
 			return done
 		}
-		for i := 0; i < int(n); i++ {
-			p.completed(p.opIndex(uintptr(p.entries[i].op_context)), nil)
-		}
-		done += int(n)
+		done += p.takeTx(int(n))
 	}
+}
+
+// takeTx ends the operations of the first n entries of the transmit
+// queue's completions.
+func (p *port) takeTx(n int) int {
+	for i := 0; i < n; i++ {
+		p.completed(p.opIndex(uintptr(p.txEntries[i].op_context)), nil)
+	}
+	return n
 }
 
 // readErr reads one error completion and fails what it names.
@@ -876,7 +947,7 @@ func (p *port) Close() error {
 		p.learn(pm.bytes(p))
 	}
 	for k := 0; k < 1<<16; k++ {
-		n := C.amigo_cq_read(p.e.rxcq, p.entriesAddr, C.size_t(len(p.entries)))
+		n := C.amigo_cq_read(p.e.rxh, p.entriesAddr, C.size_t(len(p.entries)))
 		if n == -C.FI_EAVAIL {
 			p.readErr(p.e.rxcq)
 			continue
@@ -957,7 +1028,7 @@ func (p *port) Close() error {
 // each sender once. It runs on the adapter's goroutine, the port taken.
 func (p *port) drainClosed() {
 	for k := 0; k < 64; k++ {
-		n := C.amigo_cq_read(p.e.rxcq, p.entriesAddr, C.size_t(len(p.entries)))
+		n := C.amigo_cq_read(p.e.rxh, p.entriesAddr, C.size_t(len(p.entries)))
 		if n == -C.FI_EAVAIL {
 			p.readErr(p.e.rxcq)
 			continue
