@@ -348,12 +348,14 @@ func (p *port) Progress() int {
 		}
 		// Read while answers are due: at once for GET and PUT, and for
 		// acks once the descriptor buffer is half full (before, every
-		// eighth call, to keep an idle poll to one system call).
+		// eighth call, to keep an idle poll to one system call; every
+		// 64th while the target piggybacks its acks on its own packets,
+		// which arrive on another socket).
 		if woke && c.maybeReadable() {
 			// The context's sleep saw a socket readable.
 			n += c.readAnswers()
 		} else if attended && (c.issued.Load() != c.q.HeadCounter().Load() ||
-			c.acked.Load() != c.peeked.Load() && (p.calls&7 == 0 || c.link.Msg.Tail()-c.link.Msg.HeadCounter().Load() >= uint64(c.link.Msg.Slots()/2)) ||
+			c.acked.Load() != c.peeked.Load() && (p.calls&7 == 0 && !c.piggy.Load() || c.link.Msg.Tail()-c.link.Msg.HeadCounter().Load() >= uint64(c.link.Msg.Slots()/2)) ||
 			p.calls&63 == 0) && c.maybeReadable() {
 			n += c.readAnswers()
 		}
