@@ -16,6 +16,7 @@ import (
 	"github.com/amigo-hpc/amigo"
 	"github.com/amigo-hpc/amigo/internal/launch"
 	"github.com/amigo-hpc/amigo/mpi"
+	"github.com/amigo-hpc/amigo/transport/tcp"
 )
 
 // runOn runs n ranks of mode over TCP, all of them allowed onto the
@@ -136,12 +137,12 @@ func TestOversubscribedByAffinity(t *testing.T) {
 // ring.
 const haloRows, haloCols, haloIters = 8, 16, 300
 
-// lateSender is how long rank 0 of the halo exchange computes in each
+// lateSender is how long rank 0 of the halo exchange waits in each
 // iteration before it sends: far longer than its neighbours' spin and yield
 // (AMIGO_SPIN=1, AMIGO_YIELD=1 in the test), so that they sleep.
-const lateSender = 200 * time.Microsecond
+const lateSender = time.Millisecond
 
-var haloLine = regexp.MustCompile(`rank (\d+): oversubscribed (true|false), (\d+) sleeps, (\d+) ran to their bound`)
+var haloLine = regexp.MustCompile(`rank (\d+): oversubscribed (true|false), (\d+) sleeps, (\d+) ran to their bound, (\d+) handoffs`)
 
 // halo: the rank runs the halo exchange over package mpi, checks what its
 // halos hold every iteration, and reports its sleeps.
@@ -163,17 +164,16 @@ func halo() error {
 	u := make([]float64, (haloRows+2)*haloCols)
 	row := func(i int) []float64 { return u[i*haloCols : (i+1)*haloCols] }
 	reqs := make([]mpi.Request, 4)
-	before := ac.Stats()
+	before, handoffs := ac.Stats(), tcp.ProcessStats().Handoffs
 	for it := 0; it < haloIters; it++ {
 		for j := range haloCols {
 			row(1)[j] = float64(r*1000000 + it*100 + j)
 			row(haloRows)[j] = -row(1)[j]
 		}
 		if r == 0 {
-			// Rank 0 computes for a while before it sends: its
+			// Rank 0 is late (its processor free meanwhile): its
 			// neighbours, waiting for its rows, go to sleep.
-			for t0 := time.Now(); time.Since(t0) < lateSender; {
-			}
+			time.Sleep(lateSender)
 		}
 		if reqs[0], err = mpi.Irecv(w, row(0), up, 0); err != nil {
 			return err
@@ -197,20 +197,22 @@ func halo() error {
 		}
 	}
 	s := ac.Stats()
-	fmt.Printf("rank %d: oversubscribed %v, %d sleeps, %d ran to their bound\n", r, ac.Oversubscribed(), s.Sleeps-before.Sleeps, s.SleepTimeouts-before.SleepTimeouts)
+	fmt.Printf("rank %d: oversubscribed %v, %d sleeps, %d ran to their bound, %d handoffs\n", r, ac.Oversubscribed(), s.Sleeps-before.Sleeps, s.SleepTimeouts-before.SleepTimeouts, tcp.ProcessStats().Handoffs-handoffs)
 	return mpi.Finalize(ctx, w)
 }
 
 // Four ranks on two processors (one, on a host that has one) exchange halos
 // over TCP, as a new user's first program does. A wait that finds nothing
 // sleeps after one spin and one yield (AMIGO_SPIN=1, AMIGO_YIELD=1), and
-// rank 0 computes before it sends (lateSender), so its neighbours sleep in
-// nearly every iteration; a sleep lasts up to 30 s (AMIGO_SLEEP_MAX): one
-// that its socket did not end would run to that bound, count as a timeout
-// and stall the job. Every sleep must have been ended by the socket.
+// rank 0 is late to send (lateSender), so its neighbours sleep in nearly
+// every iteration; a sleep lasts up to 30 s (AMIGO_SLEEP_MAX), and
+// the adapter's engine takes the sockets of a context that stopped polling
+// only after 2 s (AMIGO_TCP_HANDOFF): a sleep that its socket did not end
+// would stall the job, and run to its bound or count a handoff. Every sleep
+// must have been ended by the socket.
 func TestHaloOversubscribedSleepsWokenBySocket(t *testing.T) {
 	const n = 4
-	out, err := runOn(t, n, firstCPUs(t, 2), "halo", "AMIGO_SPIN=1", "AMIGO_YIELD=1", "AMIGO_SLEEP_MAX=30s")
+	out, err := runOn(t, n, firstCPUs(t, 2), "halo", "AMIGO_SPIN=1", "AMIGO_YIELD=1", "AMIGO_SLEEP_MAX=30s", "AMIGO_TCP_HANDOFF=2s")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -227,6 +229,9 @@ func TestHaloOversubscribedSleepsWokenBySocket(t *testing.T) {
 		}
 		if g[4] != "0" {
 			t.Errorf("rank %s: %s of %s sleeps ran to their bound", g[1], g[4], g[3])
+		}
+		if g[5] != "0" {
+			t.Errorf("rank %s: the engine took the sockets over %s times", g[1], g[5])
 		}
 	}
 	if sleeps == 0 {

@@ -30,6 +30,7 @@ type port struct {
 	attended  atomic.Bool
 	polls     atomic.Uint64 // Poll and Progress calls
 	lastPolls uint64        // the watcher's last look at polls
+	pollsSeen time.Time     // when the watcher last saw polls change
 
 	mu     sync.Mutex // guards changes to ins and outs, and failed
 	ins    atomic.Pointer[[]*conn]
@@ -490,8 +491,14 @@ func (p *port) failPair(peer transport.Addr, err error) {
 // needs the watcher's fast tick.
 func (p *port) watch() bool {
 	polls := p.polls.Load()
-	stale := polls == p.lastPolls
-	p.lastPolls = polls
+	// Stale: no poll for Handoff. The watcher also looks at once when a
+	// connection is attached, and two such looks microseconds apart must
+	// not take a context that polls for one that stopped.
+	now := time.Now()
+	if polls != p.lastPolls {
+		p.lastPolls, p.pollsSeen = polls, now
+	}
+	stale := now.Sub(p.pollsSeen) >= p.a.opts.Handoff
 	if len(p.list(&p.ins))+len(p.list(&p.outs)) == 0 {
 		// Nothing to hand over: no need to look often.
 		return false
