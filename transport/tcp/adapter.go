@@ -2,14 +2,19 @@ package tcp
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net"
 	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/amigo-hpc/amigo/transport"
 )
@@ -26,6 +31,10 @@ var (
 // through the job's bootstrap.
 const KVSKey = "amigo.tcp"
 
+// cpusKey is the key under which each rank publishes the processors it may
+// run on (its affinity mask), for Oversubscribed.
+const cpusKey = "amigo.tcp.cpus"
+
 // maxHandshakes bounds the handshakes a target runs at once; connections
 // beyond it are refused at once.
 const maxHandshakes = 256
@@ -38,11 +47,15 @@ type Adapter struct {
 	rank    int
 	size    int
 	local   int // ranks of the job on this host, this one included
-	keys    keys
-	ln      *net.TCPListener
-	addr    string   // published address
-	peers   []string // published addresses by rank, after Start
-	seen    nonceCache
+	// hostCPUs is the number of processors the ranks of this host may run
+	// on together (the union of their affinity masks), stored by Start; 0
+	// if unknown.
+	hostCPUs atomic.Int32
+	keys     keys
+	ln       *net.TCPListener
+	addr     string   // published address
+	peers    []string // published addresses by rank, after Start
+	seen     nonceCache
 
 	mu         sync.Mutex
 	ports      []*port
@@ -114,6 +127,13 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 		a.ln.Close()
 		a.eng.close()
 		return nil, fmt.Errorf("tcp: publish address: %w", err)
+	}
+	if mask, ok := affinity(); ok {
+		if err := job.Put(cpusKey, mask); err != nil {
+			a.ln.Close()
+			a.eng.close()
+			return nil, fmt.Errorf("tcp: publish processors: %w", err)
+		}
 	}
 	a.wg.Add(2)
 	go a.acceptLoop()
@@ -198,10 +218,61 @@ func (a *Adapter) Start(ctx context.Context) error {
 		}
 		peers[r] = string(v)
 	}
+	a.hostCPUs.Store(int32(a.hostProcessors(ctx)))
 	a.mu.Lock()
 	a.peers = peers
 	a.mu.Unlock()
 	return nil
+}
+
+// hostProcessors returns the number of processors the ranks of this host
+// may run on together: the union of the affinity masks they published, or
+// 0 if one is missing.
+func (a *Adapter) hostProcessors(ctx context.Context) int {
+	var union [cpuMaskBytes]byte
+	for r := 0; r < a.size; r++ {
+		if a.job.Node(r) != a.job.Node(a.rank) {
+			continue
+		}
+		var v []byte
+		if r == a.rank {
+			v, _ = affinity()
+		} else {
+			v, _ = a.job.Get(ctx, r, cpusKey)
+		}
+		if len(v) == 0 || len(v) > cpuMaskBytes {
+			return 0
+		}
+		for i, b := range v {
+			union[i] |= b
+		}
+	}
+	n := 0
+	for _, b := range union {
+		n += bits.OnesCount8(b)
+	}
+	return n
+}
+
+// cpuMaskBytes is the most bytes of a published affinity mask: one bit a
+// processor, as many as sched_getaffinity(2) fills in unix.CPUSet.
+const cpuMaskBytes = int(unsafe.Sizeof(unix.CPUSet{}))
+
+// affinity returns this process's affinity mask, a bit a processor (bit i
+// of byte j for processor 8j+i), without its trailing zero bytes.
+func affinity() ([]byte, bool) {
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(0, &set) != nil || set.Count() == 0 {
+		return nil, false
+	}
+	out := make([]byte, 0, cpuMaskBytes)
+	for _, w := range set {
+		out = binary.LittleEndian.AppendUint64(out, uint64(w))
+	}
+	for len(out) > 1 && out[len(out)-1] == 0 {
+		out = out[:len(out)-1]
+	}
+	return out, true
 }
 
 // Name returns "tcp".
@@ -510,10 +581,24 @@ func localRanks(job transport.Bootstrap) int {
 }
 
 // Oversubscribed reports whether more ranks of the job run on this host than
-// this process has processors: a context that waits then spins briefly and
-// gives its processor away (amigo's idle policy), since the peer it waits
-// for may be waiting for one.
-func (a *Adapter) Oversubscribed() bool { return a.local > transport.Processors() }
+// they have processors: a context that waits then spins briefly and gives
+// its processor away (amigo's idle policy), since the peer it waits for may
+// be waiting for one.
+//
+// The processors are those the ranks of the host may run on together (the
+// union of their affinity masks, published through the bootstrap), once
+// Start learnt them; before, or if a rank published none, this process's
+// own (transport.Processors). Ranks bound one to a processor each, as
+// amirun --bind-to core binds them, are not oversubscribed, although each
+// may run on one processor only; ranks all bound to the same two
+// processors, four of them, are.
+func (a *Adapter) Oversubscribed() bool {
+	n := int(a.hostCPUs.Load())
+	if n == 0 {
+		n = transport.Processors()
+	}
+	return a.local > n
+}
 
 // SameHost reports whether rank runs on this rank's host.
 func (a *Adapter) SameHost(rank int) bool {

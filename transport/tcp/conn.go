@@ -137,7 +137,12 @@ type conn struct {
 	// which this connection's read side reads, and by acks piggybacked on
 	// its packets, which the read side of the reverse connection reads.
 	// Both add by CompareAndSwap, bounded by peeked (addAcks).
-	acked    atomic.Uint64
+	acked atomic.Uint64
+	// piggy is set while the target acknowledges by piggybacking (the
+	// reverse read side counted acks for this connection since the last
+	// ack frame read here): Progress then reads this socket less often,
+	// as acks are not expected on it.
+	piggy    atomic.Bool
 	rev      atomic.Pointer[conn] // the pair's other connection, once found
 	released atomic.Uint64        // packets given back to the context, stored by the write side
 
@@ -498,7 +503,7 @@ func (c *conn) flush(fd int) (int, flushStatus) {
 			}
 		}
 		raceReleaseMerge()
-		r1, _, e := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&w.iov[w.cur])), uintptr(w.n-w.cur))
+		r1, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&w.iov[w.cur])), uintptr(w.n-w.cur))
 		if e != 0 {
 			if e == unix.EINTR {
 				continue
@@ -809,6 +814,7 @@ func (c *conn) readable() int {
 func (c *conn) pump(fd int, budget int) (int, pumpStatus) {
 	rd := &c.rd
 	work := 0
+	drained := false // the last read took less than it had room for
 	for reads := 0; ; {
 		for {
 			n, need, err := c.step()
@@ -833,6 +839,13 @@ func (c *conn) pump(fd int, budget int) (int, pumpStatus) {
 		if c.stalled.Load() {
 			c.stalled.Store(false)
 		}
+		if drained && rd.st == stFrame && rd.r == rd.w {
+			// The socket had no more than the last read took, and it
+			// ended at a frame's end: another read would almost always
+			// find nothing, and it would delay the answer to what just
+			// came by a system call. The next poll reads again.
+			return work, pumpIdle
+		}
 		if reads >= budget {
 			return work, pumpMore
 		}
@@ -849,7 +862,7 @@ func (c *conn) pump(fd int, budget int) (int, pumpStatus) {
 			}
 			p = rd.buf[rd.w:]
 		}
-		n, err := unix.Read(fd, p)
+		n, err := readFD(fd, p)
 		reads++
 		if err != nil {
 			if err == unix.EINTR {
@@ -882,6 +895,7 @@ func (c *conn) pump(fd int, budget int) (int, pumpStatus) {
 		c.rcvd.Add(uint64(n))
 		c.a.stats.rcvd.Add(uint64(n))
 		processStats.rcvd.Add(uint64(n))
+		drained = n < len(p)
 		if direct {
 			rd.dst = rd.dst[n:]
 			if len(rd.dst) == 0 {
@@ -963,6 +977,9 @@ func (c *conn) handle(f frame) (int, need, error) {
 			}
 			if err := r.addAcks(f.ack); err != nil {
 				return 0, needBytes, err
+			}
+			if !r.piggy.Load() {
+				r.piggy.Store(true)
 			}
 			c.revKick = true
 		}
@@ -1062,6 +1079,9 @@ func (c *conn) handle(f frame) (int, need, error) {
 	case fAck:
 		if err := c.addAcks(f.u32); err != nil {
 			return 0, needBytes, err
+		}
+		if c.piggy.Load() {
+			c.piggy.Store(false)
 		}
 		rd.r += f.headerLength
 		c.wantKick = true
@@ -1265,3 +1285,17 @@ var ErrConnLost = errors.New("connection lost")
 // ErrSilent reports a peer that sent nothing, not even a ping, for longer
 // than Options.Timeout.
 var ErrSilent = errors.New("peer silent for longer than the timeout")
+
+// readFD is read(2) on a non-blocking descriptor, as a raw system call:
+// the runtime's scheduler is not told of it, since it never blocks. A
+// system call the scheduler knows of costs its bookkeeping on each side,
+// and, should the thread lose its processor in the call (ranks outnumber
+// processors), lets the runtime's monitor take the goroutine's P away and
+// keep waking every 20 µs.
+func readFD(fd int, p []byte) (int, error) {
+	r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}

@@ -34,7 +34,13 @@
 //     frames, copies packets into the link's reception ring, serves GET and
 //     PUT requests from the rank's registered regions (keys and bounds
 //     checked; GET data is written from the region, PUT data read into it,
-//     without a copy), and hands packets to the receiver in place.
+//     without a copy), and hands packets to the receiver in place. A read
+//     that drains the socket at a frame's end is the last of its poll, so
+//     a ping-pong reads once per message. On an oversubscribed host
+//     (Adapter.Oversubscribed: more ranks than the processors they may
+//     run on together) the context asks its epoll set which sockets are
+//     readable, at most once every few microseconds, rather than reading
+//     each at every poll (port.go, oversubPollGap).
 //  6. A context whose doorbell is the adapter's (Adapter.Doorbell, when no
 //     shared-memory adapter provides one) sleeps in the kernel on its own
 //     sockets and is woken by them (sleep.go). When the context stops

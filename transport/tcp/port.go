@@ -30,6 +30,7 @@ type port struct {
 	attended  atomic.Bool
 	polls     atomic.Uint64 // Poll and Progress calls
 	lastPolls uint64        // the watcher's last look at polls
+	pollsSeen time.Time     // when the watcher last saw polls change
 
 	mu     sync.Mutex // guards changes to ins and outs, and failed
 	ins    atomic.Pointer[[]*conn]
@@ -53,8 +54,31 @@ type port struct {
 	sleeper *sleeper
 	woke    atomic.Bool
 
+	// oversub: more ranks on this host than processors (Adapter.
+	// Oversubscribed). The context then asks the kernel about its sockets
+	// at most once every oversubPollGap while it polls (lastAsk), one epoll
+	// call for all of them: see pollSockets.
+	oversub bool
+	lastAsk time.Time
+
 	closed atomic.Bool
 }
+
+// oversubPollGap is the least time between two looks at the sockets of a
+// context that polls on an oversubscribed host.
+//
+// # Why
+//
+// Such a context spins only briefly, and then yields its processor, before
+// it sleeps (amigo's idle policy), as the peer it waits for may be waiting
+// for the processor. On shared memory a look for work is a load; on TCP it
+// is a system call per socket, and a spin of read calls takes a good part of
+// the time slice the peer needs: 4 ranks on 2 processors exchanging halos
+// made 65 reads a rank an iteration, most of them finding nothing. Looking
+// once every few microseconds, one epoll call for all the sockets, leaves a
+// spin with no system call but its last, and a look after every yield that
+// gave the processor away.
+const oversubPollGap = 5 * time.Microsecond
 
 // directPoll is the most links in a Poll reads without asking epoll first.
 const directPoll = 4
@@ -77,6 +101,7 @@ func newPort(a *Adapter, ctx int, bell *transport.Doorbell, s *sleeper) (*port, 
 		bell:    bell,
 		links:   make(map[transport.Addr]*transport.Link),
 		epfd:    epfd,
+		oversub: a.Oversubscribed(),
 	}
 	if s != nil {
 		s.p = p
@@ -287,13 +312,10 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	if p.rr >= n {
 		p.rr = 0
 	}
-	if attended && n > directPoll {
-		k, _ := unix.EpollWait(p.epfd, p.events[:], 0)
-		for _, ev := range p.events[:max(k, 0)] {
-			if c := p.a.eng.lookup(ev.Fd); c != nil && c.p == p {
-				c.inReady = true
-			}
-		}
+	// direct: read each socket, without asking epoll first.
+	direct := attended && n <= directPoll && !p.oversub
+	if attended && !direct {
+		p.pollSockets()
 	}
 	for i := 0; i < n && got < budget; i++ {
 		c := ins[(p.rr+i)%n]
@@ -308,7 +330,7 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 			}
 			continue
 		}
-		if attended && got < budget && c.ready.Load() && (n <= directPoll || c.inReady) {
+		if attended && got < budget && c.ready.Load() && (direct || c.inReady) {
 			c.inReady = false
 			if w := c.pollInline(); w > 0 {
 				p.extra += w
@@ -326,6 +348,34 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	return got
 }
 
+// pollSockets asks the port's epoll set which sockets are readable, for
+// Poll to read only those (inReady): with more than directPoll links in, one
+// system call rather than a read of each, and on an oversubscribed host at
+// most one every oversubPollGap, from Poll or Progress. A socket of a link
+// out, which the sleeper's set holds, is read by Progress (woke).
+func (p *port) pollSockets() {
+	if p.oversub {
+		now := time.Now()
+		if now.Sub(p.lastAsk) < oversubPollGap {
+			return
+		}
+		p.lastAsk = now
+	}
+	k, _ := unix.EpollWait(p.epfd, p.events[:], 0)
+	for _, ev := range p.events[:max(k, 0)] {
+		c := p.a.eng.lookup(ev.Fd)
+		if ev.Fd < 0 || c == nil || c.p != p {
+			continue
+		}
+		if c.initiator {
+			c.readEmpty = false // it is not: no need to ask poll(2) again
+			p.woke.Store(true)
+		} else {
+			c.inReady = true
+		}
+	}
+}
+
 // Progress writes what the context injected, and reads the answers to its
 // GET and PUT requests while it attends.
 func (p *port) Progress() int {
@@ -333,6 +383,10 @@ func (p *port) Progress() int {
 	n := p.extra
 	p.extra = 0
 	p.calls++
+	asks := attended && p.oversub && p.sleeper != nil
+	if asks {
+		p.pollSockets()
+	}
 	woke := p.sleeper != nil && p.woke.Load() && p.woke.Swap(false)
 	dead := false
 	for _, c := range p.list(&p.outs) {
@@ -348,13 +402,25 @@ func (p *port) Progress() int {
 		}
 		// Read while answers are due: at once for GET and PUT, and for
 		// acks once the descriptor buffer is half full (before, every
-		// eighth call, to keep an idle poll to one system call).
-		if woke && c.maybeReadable() {
-			// The context's sleep saw a socket readable.
-			n += c.readAnswers()
-		} else if attended && (c.issued.Load() != c.q.HeadCounter().Load() ||
-			c.acked.Load() != c.peeked.Load() && (p.calls&7 == 0 || c.link.Msg.Tail()-c.link.Msg.HeadCounter().Load() >= uint64(c.link.Msg.Slots()/2)) ||
-			p.calls&63 == 0) && c.maybeReadable() {
+		// eighth call, to keep an idle poll to one system call; every
+		// 64th while the target piggybacks its acks on its own packets,
+		// which arrive on another socket). On an oversubscribed host,
+		// acks wait for Poll's look at the sleeper's set, which holds
+		// this socket (see oversubPollGap), or the context's sleep.
+		var due bool
+		switch {
+		case woke:
+			// The context's sleep, or Poll's look, saw a socket readable.
+			due = true
+		case !attended:
+		case c.issued.Load() != c.q.HeadCounter().Load():
+			due = true
+		case asks:
+		default:
+			due = c.acked.Load() != c.peeked.Load() && (p.calls&7 == 0 && !c.piggy.Load() || c.link.Msg.Tail()-c.link.Msg.HeadCounter().Load() >= uint64(c.link.Msg.Slots()/2)) ||
+				p.calls&63 == 0
+		}
+		if due && c.maybeReadable() {
 			n += c.readAnswers()
 		}
 	}
@@ -425,8 +491,14 @@ func (p *port) failPair(peer transport.Addr, err error) {
 // needs the watcher's fast tick.
 func (p *port) watch() bool {
 	polls := p.polls.Load()
-	stale := polls == p.lastPolls
-	p.lastPolls = polls
+	// Stale: no poll for Handoff. The watcher also looks at once when a
+	// connection is attached, and two such looks microseconds apart must
+	// not take a context that polls for one that stopped.
+	now := time.Now()
+	if polls != p.lastPolls {
+		p.lastPolls, p.pollsSeen = polls, now
+	}
+	stale := now.Sub(p.pollsSeen) >= p.a.opts.Handoff
 	if len(p.list(&p.ins))+len(p.list(&p.outs)) == 0 {
 		// Nothing to hand over: no need to look often.
 		return false

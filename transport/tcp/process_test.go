@@ -38,6 +38,10 @@ func rankMain(mode string) int {
 	switch {
 	case mode == "killget":
 		err = killGet()
+	case mode == "over":
+		err = oversubscribed()
+	case mode == "halo":
+		err = halo()
 	case strings.HasPrefix(mode, "mesh:"):
 		err = hostmesh.Rank(strings.TrimPrefix(mode, "mesh:"))
 	default:
