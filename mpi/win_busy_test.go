@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/amigo-hpc/amigo/internal/launch"
 	"github.com/amigo-hpc/amigo/mpi"
 )
 
@@ -360,6 +364,203 @@ func busyCheck(b *busyWin, n int, fetched []int16) error {
 				return fmt.Errorf("GetAccumulate int16 element %d: fetched %v, want each of 0 to %d once", i, seen, total-1)
 			}
 		}
+	}
+	return nil
+}
+
+// Request-based operations take a passive-target epoch only: outside any
+// epoch, inside a Fence epoch and inside Start/Complete they are refused
+// with ErrRMASync, touch nothing and leave no request behind; under Lock
+// they work.
+func TestWinRequestEpochs(t *testing.T) {
+	run(t, 2, func(ctx context.Context, c *mpi.Comm) error {
+		me := c.Rank()
+		other := 1 - me
+		w, err := mpi.WinAllocate(ctx, c, 64, 8)
+		if err != nil {
+			return err
+		}
+		clear(w.Memory())
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		v := []int64{7, 7}
+		got := make([]int64, 2)
+		refused := func(when string) error {
+			calls := []struct {
+				name string
+				call func() (mpi.Request, error)
+			}{
+				{"Rput", func() (mpi.Request, error) { return mpi.Rput(w, v, other, 0) }},
+				{"Rget", func() (mpi.Request, error) { return mpi.Rget(w, got, other, 0) }},
+				{"Raccumulate", func() (mpi.Request, error) { return mpi.Raccumulate(w, v, other, 2, mpi.Sum) }},
+				{"RgetAccumulate", func() (mpi.Request, error) {
+					return mpi.RgetAccumulate(w, v, got, other, 4, mpi.Sum)
+				}},
+			}
+			for _, k := range calls {
+				q, err := k.call()
+				if !errors.Is(err, mpi.ErrRMASync) || !strings.Contains(err.Error(), "passive-target") {
+					return fmt.Errorf("%s %s: %v, want ErrRMASync naming the passive-target epoch", k.name, when, err)
+				}
+				if q != (mpi.Request{}) {
+					return fmt.Errorf("%s %s: refused, but returned a request", k.name, when)
+				}
+			}
+			return nil
+		}
+		if err := refused("outside any epoch"); err != nil {
+			return err
+		}
+		if err := w.Fence(ctx, 0); err != nil {
+			return err
+		}
+		if err := refused("inside a Fence epoch"); err != nil {
+			return err
+		}
+		if err := w.Fence(ctx, mpi.ModeNoSucceed); err != nil {
+			return err
+		}
+		all, err := c.Group()
+		if err != nil {
+			return err
+		}
+		g, err := all.Incl([]int{other})
+		if err != nil {
+			return err
+		}
+		if err := w.Post(g, 0); err != nil {
+			return err
+		}
+		if err := w.Start(ctx, g, 0); err != nil {
+			return err
+		}
+		if err := refused("inside Start/Complete"); err != nil {
+			return err
+		}
+		if err := w.Complete(ctx); err != nil {
+			return err
+		}
+		if err := w.Wait(ctx); err != nil {
+			return err
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if !allZero(w.Memory()) {
+			return fmt.Errorf("refused operations wrote %v", w.Memory())
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if err := w.Lock(ctx, mpi.LockShared, other); err != nil {
+			return err
+		}
+		q, err := mpi.Raccumulate(w, v, other, 2, mpi.Sum)
+		if err != nil {
+			return err
+		}
+		if _, err := q.Wait(ctx); err != nil {
+			return err
+		}
+		if err := w.Unlock(ctx, other); err != nil {
+			return err
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if mem := mpi.View[int64](w.Memory()); mem[2] != 7 || mem[3] != 7 {
+			return fmt.Errorf("Raccumulate under Lock left %v", mem)
+		}
+		return w.Free(ctx)
+	})
+}
+
+// An accumulate toward a target that died fails within a bound, naming
+// the target, well before the caller's context ends: rank 1 of 2 kills
+// itself (SIGKILL) while rank 0 holds a lock on its window and keeps
+// accumulating into it (messages the owner applies, whose replies never
+// come), as processes over shared memory and over TCP.
+func TestWinDeadTarget(t *testing.T) {
+	for _, over := range []string{"shm", "tcp"} {
+		t.Run(over, func(t *testing.T) {
+			out := launch.NewCapture(2)
+			env := []string{rankEnv + "=rma:dead", "AMIGO_TRANSPORT=" + over, "GORACE=atexit_sleep_ms=0",
+				"AMIGO_SPIN=50", "AMIGO_YIELD=50", "AMIGO_MPI_TEST_TIMEOUT=120s"}
+			if over == "tcp" {
+				env = append(env, "AMIGO_TCP_TIMEOUT=2s")
+			}
+			job, err := launch.Start(launch.Options{N: 2, Argv: []string{os.Args[0]}, Env: env, Output: out.Output, KeepGoing: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			err = job.Wait(ctx)
+			var ee *launch.ExitErrors
+			if !errors.As(err, &ee) || !slices.Equal(ee.Ranks, []int{1}) || !strings.Contains(ee.Errs[0].Error(), "killed") {
+				t.Fatalf("%v, want rank 1 killed only\n%s", err, out.All())
+			}
+		})
+	}
+}
+
+// deadBound is how soon rank 0 must learn of rank 1's death, from the
+// last accumulate that succeeded.
+const deadBound = 15 * time.Second
+
+func rmaDeadTarget(ctx context.Context, c *mpi.Comm) error {
+	const victim = 1
+	if c.Size() != 2 {
+		return fmt.Errorf("rma:dead runs on 2 ranks, not %d", c.Size())
+	}
+	w, err := mpi.WinAllocate(ctx, c, 8*2048, 8)
+	if err != nil {
+		return err
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	if c.Rank() == victim {
+		if _, err := c.Recv(ctx, nil, 0, 5); err != nil {
+			return err
+		}
+		die()
+	}
+	if err := w.Lock(ctx, mpi.LockShared, victim); err != nil {
+		return err
+	}
+	ones := fill(2000, int64(1))
+	start := time.Now()
+	for i := 0; ; i++ {
+		last := time.Now()
+		err := mpi.Accumulate(w, ones, victim, 0, mpi.Sum)
+		if err == nil {
+			err = w.Flush(ctx, victim)
+		}
+		if err != nil {
+			took := time.Since(last)
+			if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return fmt.Errorf("the accumulate failed only when the context ended: %v", err)
+			}
+			if took > deadBound || !strings.Contains(err.Error(), "rank 1") {
+				return fmt.Errorf("accumulate on the dead rank: %v after %v, want a failure of rank 1 within %v", err, took, deadBound)
+			}
+			break
+		}
+		if i == 10 {
+			if err := c.Send(ctx, nil, victim, 5); err != nil {
+				return err
+			}
+		}
+		if time.Since(start) > 2*deadBound {
+			return fmt.Errorf("accumulates on rank 1 went on succeeding for %v after it was told to die", time.Since(start))
+		}
+	}
+	// The lock on the dead rank: released with an error, promptly too.
+	last := time.Now()
+	if err := w.Unlock(ctx, victim); err == nil || time.Since(last) > deadBound {
+		return fmt.Errorf("Unlock of the dead rank: %v after %v", err, time.Since(last))
 	}
 	return nil
 }

@@ -1121,6 +1121,8 @@ func rmaProgram(name string) func(ctx context.Context, c *mpi.Comm) error {
 		return rmaHosts
 	case "busy":
 		return rmaBusyTarget
+	case "dead":
+		return rmaDeadTarget
 	}
 	return nil
 }
