@@ -32,7 +32,7 @@ func vBlocks(what string, size int, counts, displs []int, n int) error {
 // (MPI_Gatherv on an intercommunicator; counts and displs have RemoteSize
 // entries and count only at the root).
 func InterGatherv[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T, counts, displs []int, root int) error {
-	t, isRoot, rootGroup, err := ic.rooted(root)
+	t, isRoot, rootGroup, err := ic.rooted(ctx, root)
 	if err != nil {
 		return err
 	}
@@ -60,7 +60,7 @@ func InterGatherv[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T,
 // displs[j] to rank j of the other group, into its recv (MPI_Scatterv on
 // an intercommunicator).
 func InterScatterv[T Numeric](ctx context.Context, ic *Intercomm, send []T, counts, displs []int, recv []T, root int) error {
-	t, isRoot, rootGroup, err := ic.rooted(root)
+	t, isRoot, rootGroup, err := ic.rooted(ctx, root)
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func InterAllgatherv[T Numeric](ctx context.Context, ic *Intercomm, send, recv [
 	if err := vBlocks("InterAllgatherv", len(recv), counts, displs, p); err != nil {
 		return err
 	}
-	t := ic.next()
+	t := ic.next(ctx)
 	sends, recvs := make([]xmsg, p), make([]xmsg, p)
 	for j := range p {
 		sends[j] = xmsg{Bytes(send), j}
@@ -122,7 +122,7 @@ func InterAlltoallv[T Numeric](ctx context.Context, ic *Intercomm, send []T, sen
 	if err := vBlocks("InterAlltoallv recv", len(recv), recvCounts, recvDispls, p); err != nil {
 		return err
 	}
-	t := ic.next()
+	t := ic.next(ctx)
 	sends, recvs := make([]xmsg, p), make([]xmsg, p)
 	for j := range p {
 		sends[j] = xmsg{Bytes(send[sendDispls[j] : sendDispls[j]+sendCounts[j]]), j}
@@ -147,7 +147,7 @@ func InterReduceScatterBlock[T Numeric](ctx context.Context, ic *Intercomm, send
 	if len(send) != n*ic.x.size {
 		return fmt.Errorf("%w: InterReduceScatterBlock: send of %d elements for blocks of %d to each of %d remote ranks", ErrCount, len(send), n, ic.x.size)
 	}
-	t := ic.next()
+	t := ic.next(ctx)
 	acc := make([]T, len(send))
 	var theirs []T
 	if ic.x.rank == ic.leader {
