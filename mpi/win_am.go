@@ -45,8 +45,9 @@ import (
 // Accumulates from one origin to one target keep their order (MPI's
 // default accumulate_ordering): while a message to a target awaits its
 // reply, the one-element operations to that target travel as messages
-// too; after a rescue, the accumulates to that target are remote atomics
-// until the epoch ends.
+// too; after a rescue, this rank applies its accumulates to that target
+// itself until the target answers again (its notices of the messages it
+// dropped say so) or the epoch ends.
 //
 // Header of an accumulate message:
 //
@@ -215,13 +216,9 @@ func (w *Win) accPart(k kind, op Op, origin, result []byte, target int, pl place
 			return err
 		}
 	}
-	fits := func() bool { return w.inflight[target]+cost <= w.msgBudget }
-	if !(w.bypass[target] && k.size() <= 8) && !fits() && w.msgOut[target] > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), rescueTimeout)
-		err := w.comm.e.wait(ctx, func() bool { return w.bypass[target] || fits() || w.msgOut[target] == 0 })
-		cancel()
-		if err != nil {
-			return errorf("mpi: accumulate on rank %d: %w", target, err)
+	if !(w.bypass[target] && k.size() <= 8) && w.inflight[target]+cost > w.msgBudget && w.msgOut[target] > 0 {
+		if err := w.awaitBudget(target, cost); err != nil {
+			return err
 		}
 	}
 	if w.rescuing[target] != nil {
@@ -229,10 +226,25 @@ func (w *Win) accPart(k kind, op Op, origin, result []byte, target int, pl place
 			return err
 		}
 	}
-	if w.bypass[target] && k.size() <= 8 || !fits() {
+	if w.bypass[target] && k.size() <= 8 || w.inflight[target]+cost > w.msgBudget {
 		return w.accDirect(k, op, origin, result, target, pl, lay, rq)
 	}
 	return w.accMsg(k, op, origin, result, target, pl, lay, rq, cost)
+}
+
+// awaitBudget waits until a message of cost fits in the budget to target,
+// or no message to it is out (its replies came, or a rescue took them
+// back), or a rescue started applying accumulates itself.
+func (w *Win) awaitBudget(target, cost int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), rescueTimeout)
+	defer cancel()
+	err := w.comm.e.wait(ctx, func() bool {
+		return w.bypass[target] || w.inflight[target]+cost <= w.msgBudget || w.msgOut[target] == 0
+	})
+	if err != nil {
+		return errorf("mpi: accumulate on rank %d: %w", target, err)
+	}
+	return nil
 }
 
 // accDirect applies one part of an accumulate itself, as a rescue
@@ -602,6 +614,7 @@ func (e *engine) onRMAReply(m *amigo.Message) {
 	if h[13] == rmaDropped {
 		if t := int(binary.LittleEndian.Uint32(h[4:])); w != nil && t < len(w.inflight) {
 			w.inflight[t] = max(w.inflight[t]-int(binary.LittleEndian.Uint32(h[8:])), 0)
+			w.bypass[t] = false // the target reads its messages again
 		}
 		return
 	}
@@ -613,6 +626,7 @@ func (e *engine) onRMAReply(m *amigo.Message) {
 	}
 	rm := w.msgs[idx]
 	w.replies[rm.target]++
+	w.bypass[rm.target] = false
 	w.inflight[rm.target] -= rm.cost
 	var err error
 	switch {

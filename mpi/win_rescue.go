@@ -14,7 +14,7 @@ import (
 // Rescue of accumulates whose target does not answer (the protocol is in
 // win_am.go). A timer of the window's, armed while accumulate messages are
 // in flight, looks at every target with messages out each
-// Options.AccumulateRescue (2 ms by default: long beside a round trip, so
+// Options.AccumulateRescue (5 ms by default: long beside a round trip, so
 // that a target inside mpi answers first, short beside a computation): a
 // target that sent no reply over a whole period is taken to be busy
 // outside mpi, and the origin takes its messages back and applies them
