@@ -261,6 +261,10 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc, dyn b
 		w.release()
 		return nil, errorf("mpi: window lock word: %w", err)
 	}
+	// Zero before anyone has the key: an allocation may reuse the memory
+	// of a freed window, whose claim words end where its messages left
+	// them.
+	clear(w.ctl.Bytes())
 	// Every rank's key, lock key, size, unit and skew, in one Allgather.
 	const fields = 5
 	mine := make([]uint64, fields)

@@ -81,6 +81,7 @@ const (
 	rmaRange
 	rmaBadOp
 	rmaDropped // a message its origin took back, dropped unapplied
+	rmaHeld    // the users word stayed held by another's plain update
 )
 
 // layout is a target layout: blocks of blockLen bytes, stride bytes from
@@ -396,7 +397,9 @@ func (e *engine) onRMA(m *amigo.Message) {
 		return
 	}
 	from, seq := binary.LittleEndian.Uint64(h[40:]), binary.LittleEndian.Uint64(h[48:])
-	if from >= uint64(len(w.eps)) {
+	// The communicator's size, not len(w.eps): the window is known (and
+	// a fast origin's accumulate may come) before its exchange ends.
+	if from >= uint64(w.comm.size) {
 		e.stats.Malformed++
 		return
 	}
@@ -543,7 +546,13 @@ func (w *Win) applyReply(src amigo.Endpoint, h []byte, k kind, op Op, mem []byte
 	if op.code == opNoOp {
 		data = nil
 	}
-	w.applyLayout(k, op, mem, lay, data, old)
+	if !w.applyLayout(k, op, mem, lay, data, old) {
+		if old != nil {
+			e.scratch.put(old)
+		}
+		e.replyRMA(src, h, rmaHeld, nil)
+		return
+	}
 	if m != nil && hdrLen+len(old) <= amigo.ImmediateMax {
 		var r [hdrLen]byte
 		copy(r[:8], h[:8])
@@ -660,6 +669,8 @@ func rmaStatusText(s byte) string {
 		return "outside the window"
 	case rmaBadOp:
 		return "operation"
+	case rmaHeld:
+		return "the window stayed held by a plain update of a rank that does not end it"
 	}
 	return fmt.Sprintf("status %d", s)
 }
@@ -675,14 +686,19 @@ func rmaStatusText(s byte) string {
 // accumulate at a time, so each element's update is atomic with respect
 // to every other. Otherwise every element's update is an atomic
 // instruction or a compare-and-swap loop (applyBlock).
-func (w *Win) applyLayout(k kind, op Op, mem []byte, lay layout, in, old []byte) {
+//
+// A plain update an origin holds (win_rescue.go) is waited for, up to
+// rescueTimeout: after that the holder is taken for lost, and applyLayout
+// returns false, having touched nothing.
+func (w *Win) applyLayout(k kind, op Op, mem []byte, lay layout, in, old []byte) bool {
 	users := w.usersWord()
+	var since time.Time
 	for spins := 0; ; spins++ {
 		if atomic.CompareAndSwapUint64(users, 0, bulkBit) {
 			w.eachBlock(mem, lay, in, old, func(dst, s, o []byte) { w.applyPlain(k, op, dst, s, o) })
 			atomic.AddUint64(users, ^uint64(bulkBit-1)) // -bulkBit
 			w.plainUpdates++
-			return
+			return true
 		}
 		// Count as a user of atomics for the update, unless a plain
 		// update holds the word: an origin's that took an accumulate
@@ -690,10 +706,15 @@ func (w *Win) applyLayout(k kind, op Op, mem []byte, lay layout, in, old []byte)
 		if atomic.AddUint64(users, 1)&bulkBit == 0 {
 			w.eachBlock(mem, lay, in, old, func(dst, s, o []byte) { w.applyBlock(k, op, dst, s, o) })
 			atomic.AddUint64(users, ^uint64(0))
-			return
+			return true
 		}
 		atomic.AddUint64(users, ^uint64(0))
 		if spins%64 == 63 {
+			if since.IsZero() {
+				since = time.Now()
+			} else if time.Since(since) > rescueTimeout {
+				return false
+			}
 			runtime.Gosched()
 		}
 	}

@@ -257,7 +257,9 @@ func (w *Win) accumulateLayout(k kind, origin, result, cmp []byte, target, disp 
 	if byMsg {
 		if target == w.comm.rank && w.pending == 0 {
 			if mem, at, ok := w.local(pl.at, span); ok {
-				w.applyLayout(k, op, mem[at:at+span], lay, origin, result)
+				if !w.applyLayout(k, op, mem[at:at+span], lay, origin, result) {
+					return 0, fmt.Errorf("%w: accumulate on this rank: %s", ErrRMASync, rmaStatusText(rmaHeld))
+				}
 				return 0, nil
 			}
 		}
