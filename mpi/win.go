@@ -183,15 +183,16 @@ type Win struct {
 	// rescues counts the rescues started.
 	// inflight[t] is the cost of the messages to t not yet answered
 	// (win_am.go, accMsgs), at most msgBudget.
-	inflight                 []int
-	msgBudget                int
-	seq, replies, rescueMark []uint64
-	rescuing                 []*rescueOp
-	bypass, rescueUser       []bool
-	rescueTimer              *time.Timer
-	rescueAfter              time.Duration
-	rescueArmed              bool
-	rescues                  uint64
+	inflight            []int
+	msgBudget           int
+	seq                 []uint32
+	replies, rescueMark []uint64
+	rescuing            []*rescueOp
+	bypass, rescueUser  []bool
+	rescueTimer         *time.Timer
+	rescueAfter         time.Duration
+	rescueArmed         bool
+	rescues             uint64
 }
 
 // WinCreate makes a window of mem on every rank of c (MPI_Win_create): the
@@ -229,7 +230,7 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc, dyn b
 	w := &Win{ac: ac, mem: mem, locks: make([]LockType, c.size), put: make([]bool, c.size), msgOut: make([]int, c.size), inline: cl.Config().InlineMax,
 		access: make([]bool, c.size), atomUsers: make([]userState, c.size), postIn: make([]int, c.size), completeIn: make([]int, c.size)}
 	w.done = w.opDone
-	w.seq, w.replies, w.rescueMark = make([]uint64, c.size), make([]uint64, c.size), make([]uint64, c.size)
+	w.seq, w.replies, w.rescueMark = make([]uint32, c.size), make([]uint64, c.size), make([]uint64, c.size)
 	w.rescuing, w.bypass, w.rescueUser = make([]*rescueOp, c.size), make([]bool, c.size), make([]bool, c.size)
 	w.inflight, w.msgBudget = make([]int, c.size), max(cl.Config().RingSlots*64/4, 1024)
 	w.rescueAfter = time.Duration(c.e.opts.AccumulateRescue) * time.Microsecond

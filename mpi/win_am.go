@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -59,18 +60,18 @@ import (
 //	byte  14    element kind
 //	byte  15    flags: rmaFetch, the origin wants the old values
 //	bytes 16-23 byte offset in the target's window of the first block
-//	bytes 24-31 bytes of a block
-//	bytes 32-39 bytes from a block's start to the next one's
-//	bytes 40-43 the origin's rank in the window's communicator
-//	bytes 44-47 zero
-//	bytes 48-55 sequence number of the message from the origin to the target
+//	bytes 24-27 bytes of a block
+//	bytes 28-31 bytes from a block's start to the next one's
+//	bytes 32-35 the origin's rank in the window's communicator
+//	bytes 36-39 sequence number of the message from the origin to the
+//	            target (wrapping; at most maxMsgs are out at a time)
 //
 // The data is the origin's elements, the blocks one after the other (none
 // for NoOp). The reply has the layer's 16-byte header: bytes 0-7 as the
 // request's, byte 12 kindRMAReply, byte 13 a status (rmaOK, or why the
 // owner refused the operation and touched nothing); its data is the old
 // elements when the origin fetches them.
-const rmaHdrLen = 56
+const rmaHdrLen = 40
 
 const rmaFetch = 1
 
@@ -101,7 +102,7 @@ type rmaMsg struct {
 	idx    uint16
 	gen    uint16
 	target int
-	seq    uint64
+	seq    uint32
 	// sending: the send's done callback is still to come (the slot stays
 	// taken until it is). settled: the operation completed, by a reply or
 	// by its rescue. cancelled: a rescue took it back from the target.
@@ -227,7 +228,7 @@ func (w *Win) accPart(k kind, op Op, origin, result []byte, target int, pl place
 			return err
 		}
 	}
-	if w.bypass[target] && k.size() <= 8 || w.inflight[target]+cost > w.msgBudget {
+	if w.bypass[target] && k.size() <= 8 || w.inflight[target]+cost > w.msgBudget || lay.stride > math.MaxUint32 {
 		return w.accDirect(k, op, origin, result, target, pl, lay, rq)
 	}
 	return w.accMsg(k, op, origin, result, target, pl, lay, rq, cost)
@@ -316,10 +317,10 @@ func (w *Win) accMsg(k kind, op Op, origin, result []byte, target int, pl place,
 		h[15] = rmaFetch
 	}
 	binary.LittleEndian.PutUint64(h[16:], pl.at)
-	binary.LittleEndian.PutUint64(h[24:], lay.blockLen)
-	binary.LittleEndian.PutUint64(h[32:], lay.stride)
-	binary.LittleEndian.PutUint64(h[40:], uint64(w.comm.rank))
-	binary.LittleEndian.PutUint64(h[48:], m.seq)
+	binary.LittleEndian.PutUint32(h[24:], uint32(lay.blockLen))
+	binary.LittleEndian.PutUint32(h[28:], uint32(lay.stride))
+	binary.LittleEndian.PutUint32(h[32:], uint32(w.comm.rank))
+	binary.LittleEndian.PutUint32(h[36:], m.seq)
 	e := w.comm.e
 	var err error
 	if rmaHdrLen+len(origin) <= min(amigo.ImmediateMax, w.inline) {
@@ -396,7 +397,7 @@ func (e *engine) onRMA(m *amigo.Message) {
 		e.replyRMA(m.Source, h, rmaUnknown, nil)
 		return
 	}
-	from, seq := binary.LittleEndian.Uint64(h[40:]), binary.LittleEndian.Uint64(h[48:])
+	from, seq := uint64(binary.LittleEndian.Uint32(h[32:])), binary.LittleEndian.Uint32(h[36:])
 	// The communicator's size, not len(w.eps): the window is known (and
 	// a fast origin's accumulate may come) before its exchange ends.
 	if from >= uint64(w.comm.size) {
@@ -443,7 +444,7 @@ func (e *engine) onRMA(m *amigo.Message) {
 // and checkPlace judge what it says.
 func parseRMA(h []byte) (k kind, op Op, lay layout, at uint64, fetch bool) {
 	k, op = kind(h[14]), Op{code: opCode(h[13])}
-	lay = layout{blocks: int(binary.LittleEndian.Uint32(h[8:])), blockLen: binary.LittleEndian.Uint64(h[24:]), stride: binary.LittleEndian.Uint64(h[32:])}
+	lay = layout{blocks: int(binary.LittleEndian.Uint32(h[8:])), blockLen: uint64(binary.LittleEndian.Uint32(h[24:])), stride: uint64(binary.LittleEndian.Uint32(h[28:]))}
 	return k, op, lay, binary.LittleEndian.Uint64(h[16:]), h[15]&rmaFetch != 0
 }
 
@@ -452,7 +453,7 @@ type rmaRecv struct {
 	w     *Win
 	src   amigo.Endpoint
 	from  int    // the origin's rank
-	seq   uint64 // the message's sequence number
+	seq   uint32 // the message's sequence number
 	k     kind
 	op    Op
 	mem   []byte // the window's memory the layout spans

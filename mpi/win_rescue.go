@@ -1,7 +1,6 @@
 package mpi
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"sync/atomic"
@@ -45,10 +44,14 @@ const ctlClaimOff = 64
 // reports whether it may: the origin's claim word moves from seq-1 to seq.
 // It fails when the origin took the message back (the word is at seq or
 // beyond), or when an earlier message is not claimed yet.
-func (w *Win) claim(origin int, seq uint64) bool {
+func (w *Win) claim(origin int, seq uint32) bool {
 	p := (*uint64)(unsafe.Pointer(&w.ctl.Bytes()[w.claimBase()+8*origin]))
-	return atomic.CompareAndSwapUint64(p, seq-1, seq)
+	return atomic.CompareAndSwapUint64(p, uint64(seq-1), uint64(seq))
 }
+
+// seqAfter reports whether sequence number a comes after b, as numbers
+// that wrap: those in flight at a time are far fewer than 1<<31.
+func seqAfter(a, b uint32) bool { return int32(a-b) > 0 }
 
 // armRescue starts the rescue timer if it is not running; the caller
 // holds the engine's lock.
@@ -103,7 +106,7 @@ func (w *Win) rescueTick() {
 type rescueOp struct {
 	w      *Win
 	target int
-	last   uint64 // the last sequence number sent to the target
+	last   uint32 // the last sequence number sent to the target
 	start  time.Time
 	p      amigo.AtomicParams
 	old    uint64
@@ -135,7 +138,7 @@ func (w *Win) rescue(target int) {
 	w.rescuing[target] = r
 	w.rescues++
 	r.p = amigo.AtomicParams{Dest: w.eps[target], Remote: w.ctlKeys[target], Offset: uint64(w.claimBase() + 8*w.comm.rank),
-		Op: amigo.AtomicSwap, Type: amigo.Uint64, Operand: r.last, Result: &r.old, Done: r.swapped}
+		Op: amigo.AtomicSwap, Type: amigo.Uint64, Operand: uint64(r.last), Result: &r.old, Done: r.swapped}
 	if err := w.ac.Atomic(&r.p); err != nil {
 		r.fail(errorf("mpi: accumulate on rank %d: %w", target, err))
 	}
@@ -153,8 +156,9 @@ func (r *rescueOp) swapped(err error) {
 		r.fail(errorf("mpi: accumulate on rank %d, which does not answer: %w", r.target, w.comm.e.peerFailure(err)))
 		return
 	}
+	claimed := uint32(r.old)
 	for _, m := range w.msgs {
-		if m.inUse && m.target == r.target && !m.settled && !m.cancelled && m.seq > r.old && m.seq <= r.last {
+		if m.inUse && m.target == r.target && !m.settled && !m.cancelled && seqAfter(m.seq, claimed) && !seqAfter(m.seq, r.last) {
 			m.cancelled = true
 			r.taken = append(r.taken, m)
 		}
@@ -166,7 +170,7 @@ func (r *rescueOp) swapped(err error) {
 	w.bypass[r.target] = true
 	// In the order they were sent: accumulates from one origin keep
 	// their order at the target.
-	slices.SortFunc(r.taken, func(a, b *rmaMsg) int { return cmp.Compare(a.seq, b.seq) })
+	slices.SortFunc(r.taken, func(a, b *rmaMsg) int { return int(int32(a.seq - b.seq)) })
 	r.apply()
 }
 
@@ -353,7 +357,7 @@ func (r *rescueOp) fail(err error) {
 	w := r.w
 	rest := r.taken[r.next:]
 	for _, m := range w.msgs {
-		if m.inUse && m.target == r.target && !m.settled && (!m.cancelled && m.seq <= r.last || slices.Contains(rest, m)) {
+		if m.inUse && m.target == r.target && !m.settled && (!m.cancelled && !seqAfter(m.seq, r.last) || slices.Contains(rest, m)) {
 			m.cancelled = true
 			m.settle(err)
 		}
