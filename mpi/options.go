@@ -91,7 +91,7 @@ type Options struct {
 	// the target's reply to an accumulate message before it takes the
 	// message back and applies it itself with remote atomics, which need
 	// nothing of the target's program: a target that computes outside mpi
-	// then holds no origin up (AMIGO_MPI_ACC_RESCUE_US, default 5000).
+	// then holds no origin up (AMIGO_MPI_ACC_RESCUE_US, default 20000).
 	AccumulateRescue int
 }
 
@@ -115,7 +115,7 @@ var optSettings = []optSetting{
 	{"AMIGO_MPI_ALLGATHER_SHORT", func(o *Options) *int { return &o.AllgatherShortMax }, 64 << 10},
 	{"AMIGO_MPI_GATHER_SHORT", func(o *Options) *int { return &o.GatherShortMax }, 16 << 10},
 	{"AMIGO_MPI_ALLTOALL_SHORT", func(o *Options) *int { return &o.AlltoallShortMax }, 1 << 10},
-	{"AMIGO_MPI_ACC_RESCUE_US", func(o *Options) *int { return &o.AccumulateRescue }, 5000},
+	{"AMIGO_MPI_ACC_RESCUE_US", func(o *Options) *int { return &o.AccumulateRescue }, 20000},
 }
 
 // Never, as a threshold, selects the algorithm for short messages at every

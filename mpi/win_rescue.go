@@ -13,13 +13,15 @@ import (
 // Rescue of accumulates whose target does not answer (the protocol is in
 // win_am.go). A timer of the window's, armed while accumulate messages are
 // in flight, looks at every target with messages out each
-// Options.AccumulateRescue (5 ms by default: long beside a round trip, so
-// that a target inside mpi answers first, short beside a computation): a
-// target that sent no reply over a whole period is taken to be busy
+// Options.AccumulateRescue (20 ms by default: long beside a round trip and
+// beside the time slices a loaded host takes a rank's processor away for,
+// so that a target inside mpi answers first; short beside a computation):
+// a target that sent no reply over a whole period is taken to be busy
 // outside mpi, and the origin takes its messages back and applies them
-// with remote atomics, which the target's adapter serves without the
-// target's program: shared memory by the initiator's own instructions, or
-// the owner's adapter engine; TCP by the owner's reader goroutine.
+// itself by GET and PUT under the target's bulk bit, or by remote atomics,
+// which the target's adapter serves without the target's program: shared
+// memory by the initiator's own instructions or the owner's adapter
+// engine, TCP by the owner's engine goroutine.
 
 // rescueTimeout bounds the swap that takes the messages back: the
 // target's adapter serves it without the program, so only a lost peer
