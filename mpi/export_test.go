@@ -39,3 +39,11 @@ func WinPlainUpdates(w *Win) uint64 {
 
 // BulkBit is the users word's bit of a plain update.
 const BulkBit = bulkBit
+
+// WinRescues returns how many times this rank took accumulate messages
+// back from a target that did not answer.
+func WinRescues(w *Win) uint64 {
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
+	return w.rescues
+}

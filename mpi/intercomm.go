@@ -40,6 +40,10 @@ type Intercomm struct {
 	leader, rleader int
 	// first: the local group comes first in a Merge of equal high.
 	first bool
+	// nbTail is closed when the last nonblocking collective started on
+	// ic is over (intercomm_nb.go); nil when none was. Under the
+	// engine's lock.
+	nbTail chan struct{}
 }
 
 // IntercommCreate makes an intercommunicator of the local group of local
@@ -228,7 +232,7 @@ func (ic *Intercomm) Dup(ctx context.Context) (*Intercomm, error) {
 	if err := ic.check(); err != nil {
 		return nil, err
 	}
-	t := ic.next()
+	t := ic.next(ctx)
 	ids, err := agreeAcross(ctx, ic.local, 2, func(ctx context.Context, send, recv []byte) error {
 		return ic.swap(ctx, t, send, recv)
 	}, ic.leader)
@@ -251,7 +255,7 @@ func (ic *Intercomm) Merge(ctx context.Context, high bool) (*Comm, error) {
 	if err := ic.check(); err != nil {
 		return nil, err
 	}
-	t := ic.next()
+	t := ic.next(ctx)
 	var h, rh [1]int64
 	if high {
 		h[0] = 1
@@ -268,7 +272,7 @@ func (ic *Intercomm) Merge(ctx context.Context, high bool) (*Comm, error) {
 	if (h[0] != 0) != (rh[0] != 0) {
 		first = !high
 	}
-	t = ic.next()
+	t = ic.next(ctx)
 	ids, err := agreeAcross(ctx, ic.local, 1, func(ctx context.Context, send, recv []byte) error {
 		return ic.swap(ctx, t, send, recv)
 	}, ic.leader)
@@ -299,9 +303,20 @@ func (ic *Intercomm) Free() error {
 }
 
 // next counts a collective on ic, as every rank of both groups does, and
-// returns its tag.
-func (ic *Intercomm) next() uint32 {
+// returns its tag. A collective called while nonblocking ones run first
+// waits for them (intercomm_nb.go), so that every rank counts them in the
+// order it called them; ctx ends the wait.
+func (ic *Intercomm) next(ctx context.Context) uint32 {
 	e := ic.x.e
+	e.lock()
+	tail := ic.nbTail
+	e.unlock()
+	if tail != nil && ctx.Value(nbTurn{}) == nil {
+		select {
+		case <-tail:
+		case <-ctx.Done():
+		}
+	}
 	e.lock()
 	defer e.unlock()
 	t := ic.x.seq
@@ -347,14 +362,14 @@ func (ic *Intercomm) swap(ctx context.Context, t uint32, send, recv []byte) erro
 
 // rooted begins a rooted collective on ic: it checks ic and root, and
 // counts the collective (next), returning its tag and the caller's part.
-func (ic *Intercomm) rooted(root int) (t uint32, isRoot, rootGroup bool, err error) {
+func (ic *Intercomm) rooted(ctx context.Context, root int) (t uint32, isRoot, rootGroup bool, err error) {
 	if err = ic.check(); err != nil {
 		return 0, false, false, err
 	}
 	if isRoot, rootGroup, err = ic.interRoot(root); err != nil {
 		return 0, false, false, err
 	}
-	return ic.next(), isRoot, rootGroup, nil
+	return ic.next(ctx), isRoot, rootGroup, nil
 }
 
 // interRoot checks root, a collective's root argument on an
@@ -377,7 +392,7 @@ func (ic *Intercomm) Barrier(ctx context.Context) error {
 	if err := ic.check(); err != nil {
 		return err
 	}
-	t := ic.next()
+	t := ic.next(ctx)
 	if err := ic.local.Barrier(ctx); err != nil {
 		return errorf("mpi: Intercomm.Barrier: %w", err)
 	}
@@ -393,7 +408,7 @@ func (ic *Intercomm) Barrier(ctx context.Context) error {
 // other group, which pass the root's rank; the root's group mates pass
 // ProcNull and move nothing (MPI_Bcast on an intercommunicator).
 func InterBcast[T Numeric](ctx context.Context, ic *Intercomm, buf []T, root int) error {
-	t, isRoot, rootGroup, err := ic.rooted(root)
+	t, isRoot, rootGroup, err := ic.rooted(ctx, root)
 	if err != nil {
 		return err
 	}
@@ -420,7 +435,7 @@ func InterBcast[T Numeric](ctx context.Context, ic *Intercomm, buf []T, root int
 // that does not hold the root, into recv at the root (root Root); the
 // root's group mates pass ProcNull and the other group the root's rank.
 func InterReduce[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T, op Op, root int) error {
-	t, isRoot, rootGroup, err := ic.rooted(root)
+	t, isRoot, rootGroup, err := ic.rooted(ctx, root)
 	if err != nil {
 		return err
 	}
@@ -449,7 +464,7 @@ func InterAllreduce[T Numeric](ctx context.Context, ic *Intercomm, send, recv []
 	if len(send) != len(recv) {
 		return fmt.Errorf("%w: InterAllreduce: recv of %d elements for send of %d", ErrCount, len(recv), len(send))
 	}
-	t := ic.next()
+	t := ic.next(ctx)
 	acc := make([]T, len(send))
 	err := Reduce(ctx, ic.local, send, acc, op, ic.leader)
 	if err == nil && ic.x.rank == ic.leader {
@@ -467,7 +482,7 @@ func InterAllreduce[T Numeric](ctx context.Context, ic *Intercomm, send, recv []
 // InterGather gathers the send buffers of the other group's ranks, in
 // their order, into recv at the root (root Root; RemoteSize blocks).
 func InterGather[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T, root int) error {
-	t, isRoot, rootGroup, err := ic.rooted(root)
+	t, isRoot, rootGroup, err := ic.rooted(ctx, root)
 	if err != nil {
 		return err
 	}
@@ -496,7 +511,7 @@ func InterGather[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T, 
 // InterScatter sends block i of the root's send buffer (root Root;
 // RemoteSize blocks) to rank i of the other group, into its recv.
 func InterScatter[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T, root int) error {
-	t, isRoot, rootGroup, err := ic.rooted(root)
+	t, isRoot, rootGroup, err := ic.rooted(ctx, root)
 	if err != nil {
 		return err
 	}
@@ -532,7 +547,7 @@ func InterAllgather[T Numeric](ctx context.Context, ic *Intercomm, send, recv []
 	if len(recv) != len(send)*ic.x.size {
 		return fmt.Errorf("%w: InterAllgather: recv of %d elements for %d from each of %d remote ranks", ErrCount, len(recv), len(send), ic.x.size)
 	}
-	t := ic.next()
+	t := ic.next(ctx)
 	var all []T
 	if ic.x.rank == ic.leader {
 		all = make([]T, len(send)*ic.local.size)
@@ -560,7 +575,7 @@ func InterAlltoall[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T
 	if len(send) != len(recv) || len(send)%p != 0 {
 		return fmt.Errorf("%w: InterAlltoall: send of %d and recv of %d elements for a remote group of %d", ErrCount, len(send), len(recv), p)
 	}
-	t := ic.next()
+	t := ic.next(ctx)
 	sb, rb := Bytes(send), Bytes(recv)
 	bs := len(sb) / p
 	sends, recvs := make([]xmsg, p), make([]xmsg, p)

@@ -86,6 +86,13 @@ type Options struct {
 	// posts every send and receive at once; larger blocks are exchanged in
 	// pairs, one peer a step (AMIGO_MPI_ALLTOALL_SHORT, default 1024).
 	AlltoallShortMax int
+
+	// AccumulateRescue is how long, in microseconds, an origin waits for
+	// the target's reply to an accumulate message before it takes the
+	// message back and applies it itself with remote atomics, which need
+	// nothing of the target's program: a target that computes outside mpi
+	// then holds no origin up (AMIGO_MPI_ACC_RESCUE_US, default 20000).
+	AccumulateRescue int
 }
 
 type optSetting struct {
@@ -108,6 +115,7 @@ var optSettings = []optSetting{
 	{"AMIGO_MPI_ALLGATHER_SHORT", func(o *Options) *int { return &o.AllgatherShortMax }, 64 << 10},
 	{"AMIGO_MPI_GATHER_SHORT", func(o *Options) *int { return &o.GatherShortMax }, 16 << 10},
 	{"AMIGO_MPI_ALLTOALL_SHORT", func(o *Options) *int { return &o.AlltoallShortMax }, 1 << 10},
+	{"AMIGO_MPI_ACC_RESCUE_US", func(o *Options) *int { return &o.AccumulateRescue }, 20000},
 }
 
 // Never, as a threshold, selects the algorithm for short messages at every
@@ -144,6 +152,8 @@ func (o Options) resolve(environ func(string) (string, bool)) (Options, error) {
 		return o, errorf("mpi: MatchBuckets %d: want a power of two up to 1<<20", o.MatchBuckets)
 	case o.BcastSegment < 1:
 		return o, errorf("mpi: BcastSegment %d: want at least 1", o.BcastSegment)
+	case o.AccumulateRescue < 1:
+		return o, errorf("mpi: AccumulateRescue %d: want at least 1 (microseconds)", o.AccumulateRescue)
 	}
 	return o, nil
 }

@@ -14,6 +14,7 @@ const (
 	reqColl
 	reqWaiter // carries the condition of a Waitany or Probe: never a handle
 	reqRMA    // a request-based one-sided operation (win_req.go)
+	reqInter  // a nonblocking collective on an intercommunicator (intercomm_nb.go)
 )
 
 // request is the state of one send, receive or nonblocking collective. The

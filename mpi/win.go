@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/amigo-hpc/amigo"
@@ -172,6 +173,26 @@ type Win struct {
 	// plainUpdates counts the accumulates applied to this rank's window
 	// with plain loads and stores.
 	plainUpdates uint64
+
+	// Accumulate messages and their rescue (win_am.go, win_rescue.go),
+	// per target: the sequence number of the last message sent, the
+	// replies received, the reply count a rescue tick saw (plus one, 0
+	// for none), whether a rescue is under way, whether accumulates go by
+	// remote atomics until the epoch ends. The timer runs rescueTick.
+	// rescueUser[t]: a rescue counted this rank in t's users word.
+	// rescues counts the rescues started.
+	// inflight[t] is the cost of the messages to t not yet answered
+	// (win_am.go, accMsgs), at most msgBudget.
+	inflight            []int
+	msgBudget           int
+	seq                 []uint32
+	replies, rescueMark []uint64
+	rescuing            []*rescueOp
+	bypass, rescueUser  []bool
+	rescueTimer         *time.Timer
+	rescueAfter         time.Duration
+	rescueArmed         bool
+	rescues             uint64
 }
 
 // WinCreate makes a window of mem on every rank of c (MPI_Win_create): the
@@ -209,6 +230,12 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc, dyn b
 	w := &Win{ac: ac, mem: mem, locks: make([]LockType, c.size), put: make([]bool, c.size), msgOut: make([]int, c.size), inline: cl.Config().InlineMax,
 		access: make([]bool, c.size), atomUsers: make([]userState, c.size), postIn: make([]int, c.size), completeIn: make([]int, c.size)}
 	w.done = w.opDone
+	w.seq, w.replies, w.rescueMark = make([]uint32, c.size), make([]uint64, c.size), make([]uint64, c.size)
+	w.rescuing, w.bypass, w.rescueUser = make([]*rescueOp, c.size), make([]bool, c.size), make([]bool, c.size)
+	w.inflight, w.msgBudget = make([]int, c.size), max(cl.Config().RingSlots*64/4, 1024)
+	w.rescueAfter = time.Duration(c.e.opts.AccumulateRescue) * time.Microsecond
+	w.rescueTimer = time.AfterFunc(time.Hour, w.rescueTick)
+	w.rescueTimer.Stop()
 	var err error
 	if alloc {
 		size := cap(mem)
@@ -225,15 +252,20 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc, dyn b
 			return nil, errorf("mpi: WinCreate: %w", err)
 		}
 	}
-	ctlSize := 64
+	ctlSize := ctlClaimOff
 	if dyn {
 		ctlSize = dynCtlSize
 		w.dyn = &dynState{tabs: make([][]dynEntry, c.size), buf: make([]byte, dynCtlSize-dynTableOff)}
 	}
+	ctlSize += 8 * c.size // the claim words (win_rescue.go)
 	if w.ctl, err = cl.AllocMemory(ctlSize); err != nil {
 		w.release()
 		return nil, errorf("mpi: window lock word: %w", err)
 	}
+	// Zero before anyone has the key: an allocation may reuse the memory
+	// of a freed window, whose claim words end where its messages left
+	// them.
+	clear(w.ctl.Bytes())
 	// Every rank's key, lock key, size, unit and skew, in one Allgather.
 	const fields = 5
 	mine := make([]uint64, fields)
@@ -344,6 +376,7 @@ func (w *Win) Free(ctx context.Context) error {
 	}
 	e.lock()
 	w.freed = true
+	w.rescueTimer.Stop()
 	delete(e.wins, uint32(w.comm.id))
 	w.release()
 	w.unmap()

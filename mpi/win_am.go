@@ -1,32 +1,54 @@
 package mpi
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
+	"runtime"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/amigo-hpc/amigo"
 )
 
 // Accumulates the owner applies. An Accumulate or GetAccumulate of more
-// than one element travels as one active message to the target's layer,
-// which applies it element by element with the processor's atomic
-// instructions on its window memory (an add, a swap, an and, an or, or a
-// compare-and-swap loop on the aligned word that holds the element), and
-// answers with the elements' old values when the origin fetches them, or
-// with an empty reply. So every element's update stays atomic with respect
-// to the AMI's remote atomics on it (which end as the same instructions on
-// the same memory) and to the other accumulates, and a 4 KiB accumulate
-// costs one round trip instead of a thousand remote atomics.
+// than one element travels as one active message to the target's layer
+// (or as several, each at most InlineMax bytes, so that the owner has each
+// one's data the moment it arrives), which applies it element by element
+// with the processor's atomic instructions on its window memory (an add, a
+// swap, an and, an or, or a compare-and-swap loop on the aligned word that
+// holds the element), and answers with the elements' old values when the
+// origin fetches them, or with an empty reply. So every element's update
+// stays atomic with respect to the AMI's remote atomics on it (which end as
+// the same instructions on the same memory) and to the other accumulates,
+// and a 4 KiB accumulate costs one round trip instead of a thousand remote
+// atomics.
 //
-// The price: the owner's layer applies it when it advances its context,
-// inside a call into mpi; the one-element operations (FetchAndOp,
-// CompareAndSwap, an Accumulate of one element) stay remote atomics that
-// need nothing of the owner. Accumulates from one origin to one target
-// keep their order (MPI's default accumulate_ordering): while a message
-// to a target awaits its reply, the one-element operations to that target
-// travel as messages too.
+// The owner's layer applies a message when its program calls into mpi or
+// amigo; a target that computes meanwhile would hold the origin up, and
+// passive target must not need the target. So each message carries a
+// sequence number per (origin, target), and the owner claims it before
+// applying it: a compare-and-swap of the origin's claim word in the
+// owner's control region from the number before to its own. An origin
+// that has had no reply from a target for a while
+// (Options.AccumulateRescue) takes its messages back (win_rescue.go): one
+// remote swap of that word to the last number it sent, which the target's
+// adapter performs without the program. The
+// swap's old value says which messages the owner claimed (it replies to
+// those); the others it will find taken and drop, and the origin applies
+// them itself, element by element, with remote atomics. Either side owns a
+// message whole, never both. The one-element operations (FetchAndOp,
+// CompareAndSwap, an Accumulate of one element) are remote atomics that
+// need nothing of the owner from the start.
+//
+// Accumulates from one origin to one target keep their order (MPI's
+// default accumulate_ordering): while a message to a target awaits its
+// reply, the one-element operations to that target travel as messages
+// too; after a rescue, this rank applies its accumulates to that target
+// itself until the target answers again (its notices of the messages it
+// dropped say so) or the epoch ends.
 //
 // Header of an accumulate message:
 //
@@ -38,8 +60,11 @@ import (
 //	byte  14    element kind
 //	byte  15    flags: rmaFetch, the origin wants the old values
 //	bytes 16-23 byte offset in the target's window of the first block
-//	bytes 24-31 bytes of a block
-//	bytes 32-39 bytes from a block's start to the next one's
+//	bytes 24-27 bytes of a block
+//	bytes 28-31 bytes from a block's start to the next one's
+//	bytes 32-35 the origin's rank in the window's communicator
+//	bytes 36-39 sequence number of the message from the origin to the
+//	            target (wrapping; at most maxMsgs are out at a time)
 //
 // The data is the origin's elements, the blocks one after the other (none
 // for NoOp). The reply has the layer's 16-byte header: bytes 0-7 as the
@@ -56,6 +81,8 @@ const (
 	rmaUnknown
 	rmaRange
 	rmaBadOp
+	rmaDropped // a message its origin took back, dropped unapplied
+	rmaHeld    // the users word stayed held by another's plain update
 )
 
 // layout is a target layout: blocks of blockLen bytes, stride bytes from
@@ -68,20 +95,34 @@ type layout struct {
 // span is the bytes from the first block's start to the last block's end.
 func (l layout) span() uint64 { return uint64(l.blocks-1)*l.stride + l.blockLen }
 
-// rmaMsg is an accumulate sent to its owner, until its reply.
+// rmaMsg is an accumulate sent to its owner, until its reply (or its
+// rescue) and its send's completion.
 type rmaMsg struct {
 	w      *Win
 	idx    uint16
 	gen    uint16
 	target int
-	// wait counts what the operation still waits for: the send's done
-	// callback (when the data is not copied at once) and the reply.
-	wait   int
-	err    error
-	result []byte
-	req    *rmaReq // the request it completes, if any
-	sent   func(error)
-	hdr    [rmaHdrLen]byte
+	seq    uint32
+	// sending: the send's done callback is still to come (the slot stays
+	// taken until it is). settled: the operation completed, by a reply or
+	// by its rescue. cancelled: a rescue took it back from the target.
+	// inUse: the slot holds an operation.
+	inUse, sending, settled, cancelled bool
+	err                                error
+	// What a rescue needs to apply the operation itself: the element
+	// kind and op, the origin's elements and the result's place, where
+	// the first block lies (its offset in the target's region) and the
+	// layout.
+	k              kind
+	op             Op
+	origin, result []byte
+	pl             place
+	lay            layout
+	left           int     // a rescue's element updates still in flight
+	cost           int     // what it counts against the budget
+	req            *rmaReq // the request it completes, if any
+	sent           func(error)
+	hdr            [rmaHdrLen]byte
 }
 
 func (m *rmaMsg) slot() uint32 { return uint32(m.idx) | uint32(m.gen)<<16 }
@@ -104,20 +145,169 @@ const maxMsgs = 1 << 16
 
 func (w *Win) freeMsg(m *rmaMsg) {
 	m.gen++
-	m.result, m.err, m.req = nil, nil, nil
+	m.origin, m.result, m.err, m.req = nil, nil, nil, nil
+	m.inUse, m.settled, m.cancelled, m.sending = false, false, false, false
 	w.msgFree = append(w.msgFree, m.idx)
 }
 
-// accMsg sends an accumulate of origin (nil for NoOp) to target's window
-// at byte offset off with target layout lay; result, if not nil, receives
-// the old elements. The caller holds the engine's lock and checked the
-// access.
-func (w *Win) accMsg(k kind, op Op, origin, result []byte, target int, off uint64, lay layout, rq *rmaReq) error {
+// accMsgs sends an accumulate of origin (nil for NoOp) to target's window
+// at pl with target layout lay, as one message, or as several when its
+// data is above what a message carries inline; result, if not nil,
+// receives the old elements. It returns the number of parts issued, and
+// sets rq.left to the number it means to issue before the first. The
+// caller holds the engine's lock and checked the access.
+//
+// The messages to a target that have not been answered stay within
+// msgBudget bytes, so that a target that does not drain its descriptor
+// buffer cannot make it fill up, which would hold back this rank's
+// remote atomics to it (they queue behind the messages): a part that
+// would go beyond waits for earlier replies or their rescue, and goes by
+// remote atomics (accAtomics) when the budget stays spent (by messages
+// taken back that the target has not looked at yet) or after a rescue.
+func (w *Win) accMsgs(k kind, op Op, origin, result []byte, target int, pl place, lay layout, rq *rmaReq) (int, error) {
+	es := uint64(k.size())
+	room := max(min(w.inline, w.msgBudget/2)-rmaHdrLen, 0)
+	most := max(uint64(room)/es*es, es)
+	if uint64(lay.blocks)*lay.blockLen <= most {
+		if rq != nil {
+			rq.left = 1
+		}
+		if err := w.accPart(k, op, origin, result, target, pl, lay, rq); err != nil {
+			return 0, err
+		}
+		return 1, nil
+	}
+	if rq != nil {
+		rq.left = lay.split(most, func(uint64, uint64, layout) bool { return true })
+	}
+	sent := 0
+	var err error
+	lay.split(most, func(data, mem uint64, sub layout) bool {
+		n := uint64(sub.blocks) * sub.blockLen
+		var o, r []byte
+		if origin != nil {
+			o = origin[data : data+n]
+		}
+		if result != nil {
+			r = result[data : data+n]
+		}
+		at := pl
+		at.off, at.at = pl.off+mem, pl.at+mem
+		if err = w.accPart(k, op, o, r, target, at, sub, rq); err != nil {
+			return false
+		}
+		sent++
+		return true
+	})
+	return sent, err
+}
+
+// msgCost is what a message of n bytes of elements counts against the
+// budget: its data, header and framing.
+func msgCost(n int) int { return rmaHdrLen + n + 64 }
+
+// accPart issues one part of an accumulate (accMsgs): as a message when
+// the budget allows, else by remote atomics.
+func (w *Win) accPart(k kind, op Op, origin, result []byte, target int, pl place, lay layout, rq *rmaReq) error {
+	cost := msgCost(int(uint64(lay.blocks) * lay.blockLen))
+	if op.code == opNoOp {
+		cost = msgCost(0)
+	}
+	if w.rescuing[target] != nil {
+		if err := w.awaitRescue(target); err != nil {
+			return err
+		}
+	}
+	if !(w.bypass[target] && k.size() <= 8) && w.inflight[target]+cost > w.msgBudget && w.msgOut[target] > 0 {
+		if err := w.awaitBudget(target, cost); err != nil {
+			return err
+		}
+	}
+	if w.rescuing[target] != nil {
+		if err := w.awaitRescue(target); err != nil {
+			return err
+		}
+	}
+	if w.bypass[target] && k.size() <= 8 || w.inflight[target]+cost > w.msgBudget || lay.stride > math.MaxUint32 {
+		return w.accDirect(k, op, origin, result, target, pl, lay, rq)
+	}
+	return w.accMsg(k, op, origin, result, target, pl, lay, rq, cost)
+}
+
+// awaitBudget waits until a message of cost fits in the budget to target,
+// or no message to it is out (its replies came, or a rescue took them
+// back), or a rescue started applying accumulates itself.
+func (w *Win) awaitBudget(target, cost int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), rescueTimeout)
+	defer cancel()
+	err := w.comm.e.wait(ctx, func() bool {
+		return w.bypass[target] || w.inflight[target]+cost <= w.msgBudget || w.msgOut[target] == 0
+	})
+	if err != nil {
+		return errorf("mpi: accumulate on rank %d: %w", target, err)
+	}
+	return nil
+}
+
+// accDirect applies one part of an accumulate itself, as a rescue
+// applies the messages it took back (rescueOp.apply), with a slot of msgs,
+// never sent, that completes the part as its reply would have. Later
+// accumulates to the target wait for it (awaitRescue).
+func (w *Win) accDirect(k kind, op Op, origin, result []byte, target int, pl place, lay layout, rq *rmaReq) error {
 	if len(w.msgFree) == 0 && len(w.msgs) >= maxMsgs {
 		return fmt.Errorf("%w: more than %d accumulates in flight on a window (flush)", ErrRMASync, maxMsgs)
 	}
 	m := w.allocMsg()
 	m.target, m.result, m.req = target, result, rq
+	m.k, m.op, m.origin, m.pl, m.lay, m.inUse, m.cancelled = k, op, origin, pl, lay, true, true
+	w.pending++
+	w.msgOut[target]++
+	r := &rescueOp{w: w, target: target, last: w.seq[target], start: time.Now(), taken: []*rmaMsg{m}}
+	w.rescuing[target] = r
+	r.apply()
+	return nil
+}
+
+// split cuts the layout into parts of at most most bytes of elements (a
+// multiple of the element size, as the blocks are): runs of whole blocks,
+// or pieces of one block. It calls fn with each part's offset in the
+// packed elements, its offset from the first block's start, and its
+// layout, until fn returns false, and returns the number of calls.
+func (l layout) split(most uint64, fn func(data, mem uint64, sub layout) bool) int {
+	calls := 0
+	if l.blocks > 1 && l.blockLen <= most {
+		per := most / l.blockLen
+		for b := uint64(0); b < uint64(l.blocks); b += per {
+			n := min(per, uint64(l.blocks)-b)
+			calls++
+			if !fn(b*l.blockLen, b*l.stride, layout{blocks: int(n), blockLen: l.blockLen, stride: l.stride}) {
+				return calls
+			}
+		}
+		return calls
+	}
+	for b := uint64(0); b < uint64(l.blocks); b++ {
+		for o := uint64(0); o < l.blockLen; o += most {
+			n := min(most, l.blockLen-o)
+			calls++
+			if !fn(b*l.blockLen+o, b*l.stride+o, layout{blocks: 1, blockLen: n, stride: n}) {
+				return calls
+			}
+		}
+	}
+	return calls
+}
+
+// accMsg sends one accumulate message (accMsgs) to target's window at pl;
+// cost is what it counts against the budget.
+func (w *Win) accMsg(k kind, op Op, origin, result []byte, target int, pl place, lay layout, rq *rmaReq, cost int) error {
+	if len(w.msgFree) == 0 && len(w.msgs) >= maxMsgs {
+		return fmt.Errorf("%w: more than %d accumulates in flight on a window (flush)", ErrRMASync, maxMsgs)
+	}
+	m := w.allocMsg()
+	m.target, m.result, m.req = target, result, rq
+	m.k, m.op, m.origin, m.pl, m.lay, m.inUse = k, op, origin, pl, lay, true
+	m.seq = w.seq[target] + 1
 	h := &m.hdr
 	binary.LittleEndian.PutUint32(h[0:], uint32(w.comm.id))
 	binary.LittleEndian.PutUint32(h[4:], m.slot())
@@ -126,51 +316,62 @@ func (w *Win) accMsg(k kind, op Op, origin, result []byte, target int, off uint6
 	if result != nil {
 		h[15] = rmaFetch
 	}
-	binary.LittleEndian.PutUint64(h[16:], off)
-	binary.LittleEndian.PutUint64(h[24:], lay.blockLen)
-	binary.LittleEndian.PutUint64(h[32:], lay.stride)
+	binary.LittleEndian.PutUint64(h[16:], pl.at)
+	binary.LittleEndian.PutUint32(h[24:], uint32(lay.blockLen))
+	binary.LittleEndian.PutUint32(h[28:], uint32(lay.stride))
+	binary.LittleEndian.PutUint32(h[32:], uint32(w.comm.rank))
+	binary.LittleEndian.PutUint32(h[36:], m.seq)
 	e := w.comm.e
 	var err error
 	if rmaHdrLen+len(origin) <= min(amigo.ImmediateMax, w.inline) {
-		m.wait = 1
 		err = w.ac.SendImmediate(w.eps[target], e.disp, h[:], origin)
 	} else {
-		m.wait = 2
+		m.sending = true
 		err = w.ac.Send(w.eps[target], e.disp, h[:], origin, m.sent)
 	}
 	if err != nil {
 		w.freeMsg(m)
 		return errorf("mpi: accumulate on rank %d: %w", target, err)
 	}
+	w.seq[target] = m.seq
+	m.cost = cost
+	w.inflight[target] += cost
 	w.pending++
 	w.msgOut[target]++
+	w.armRescue()
 	return nil
 }
 
 // onSent is the send's done callback: the origin's data may be reused. A
 // failed send gets no reply.
 func (m *rmaMsg) onSent(err error) {
-	if err != nil {
-		m.err = err
-		m.wait = 1
-	}
-	m.step()
-}
-
-// step counts one of what the operation waits for, and completes it after
-// the last.
-func (m *rmaMsg) step() {
-	m.wait--
-	if m.wait > 0 {
+	m.sending = false
+	if err != nil && !m.settled && !m.cancelled {
+		m.settle(err)
 		return
 	}
+	if m.settled {
+		m.w.freeMsg(m)
+	}
+}
+
+// settle completes the operation (its reply came, or its rescue is done,
+// or it failed), and frees its slot unless the send still holds it.
+func (m *rmaMsg) settle(err error) {
 	w := m.w
+	if err != nil && m.err == nil {
+		m.err = err
+	}
+	m.settled = true
 	w.msgOut[m.target]--
 	err, rq := m.err, m.req
-	w.freeMsg(m)
+	m.req = nil
 	w.opDone(err)
 	if rq != nil {
 		rq.finish(err)
+	}
+	if !m.sending {
+		w.freeMsg(m)
 	}
 }
 
@@ -196,6 +397,18 @@ func (e *engine) onRMA(m *amigo.Message) {
 		e.replyRMA(m.Source, h, rmaUnknown, nil)
 		return
 	}
+	from, seq := uint64(binary.LittleEndian.Uint32(h[32:])), binary.LittleEndian.Uint32(h[36:])
+	// The communicator's size, not len(w.eps): the window is known (and
+	// a fast origin's accumulate may come) before its exchange ends.
+	if from >= uint64(w.comm.size) {
+		e.stats.Malformed++
+		return
+	}
+	if m.Inline() && !w.claim(int(from), seq) {
+		// Taken back by its origin, which applies it itself.
+		e.replyDropped(m.Source, w, m.Size())
+		return
+	}
 	k, op, lay, at, fetch := parseRMA(h)
 	st := checkLayout(k, op, lay, m.Size(), fetch)
 	var mem []byte
@@ -216,9 +429,10 @@ func (e *engine) onRMA(m *amigo.Message) {
 		w.applyReply(m.Source, h, k, op, mem[off:off+lay.span()], lay, m.Data, fetch, m)
 		return
 	}
-	// Data above the inline limit: fetched into scratch, applied when
-	// it is there.
-	rx := &rmaRecv{w: w, src: m.Source, k: k, op: op, mem: mem[off : off+lay.span()], lay: lay, fetch: fetch, data: e.scratch.get(m.Size())}
+	// Data above the inline limit (an origin whose InlineMax is above
+	// this rank's): fetched into scratch, claimed and applied when it is
+	// there.
+	rx := &rmaRecv{w: w, src: m.Source, from: int(from), seq: seq, k: k, op: op, mem: mem[off : off+lay.span()], lay: lay, fetch: fetch, data: e.scratch.get(m.Size())}
 	copy(rx.hdr[:], h)
 	if err := m.Receive(rx.data, rx.done); err != nil {
 		e.scratch.put(rx.data)
@@ -230,7 +444,7 @@ func (e *engine) onRMA(m *amigo.Message) {
 // and checkPlace judge what it says.
 func parseRMA(h []byte) (k kind, op Op, lay layout, at uint64, fetch bool) {
 	k, op = kind(h[14]), Op{code: opCode(h[13])}
-	lay = layout{blocks: int(binary.LittleEndian.Uint32(h[8:])), blockLen: binary.LittleEndian.Uint64(h[24:]), stride: binary.LittleEndian.Uint64(h[32:])}
+	lay = layout{blocks: int(binary.LittleEndian.Uint32(h[8:])), blockLen: uint64(binary.LittleEndian.Uint32(h[24:])), stride: uint64(binary.LittleEndian.Uint32(h[28:]))}
 	return k, op, lay, binary.LittleEndian.Uint64(h[16:]), h[15]&rmaFetch != 0
 }
 
@@ -238,6 +452,8 @@ func parseRMA(h []byte) (k kind, op Op, lay layout, at uint64, fetch bool) {
 type rmaRecv struct {
 	w     *Win
 	src   amigo.Endpoint
+	from  int    // the origin's rank
+	seq   uint32 // the message's sequence number
 	k     kind
 	op    Op
 	mem   []byte // the window's memory the layout spans
@@ -255,6 +471,10 @@ func (rx *rmaRecv) done(err error) {
 		e.replyRMA(rx.src, rx.hdr[:], rmaRange, nil)
 	case rx.w.freed:
 		e.replyRMA(rx.src, rx.hdr[:], rmaUnknown, nil)
+	case !rx.w.claim(rx.from, rx.seq):
+		// Taken back by its origin (or an earlier message is not
+		// claimed yet): the origin applies it itself.
+		e.replyDropped(rx.src, rx.w, len(rx.data))
 	default:
 		rx.w.applyReply(rx.src, rx.hdr[:], rx.k, rx.op, rx.mem, rx.lay, rx.data, rx.fetch, nil)
 	}
@@ -327,7 +547,13 @@ func (w *Win) applyReply(src amigo.Endpoint, h []byte, k kind, op Op, mem []byte
 	if op.code == opNoOp {
 		data = nil
 	}
-	w.applyLayout(k, op, mem, lay, data, old)
+	if !w.applyLayout(k, op, mem, lay, data, old) {
+		if old != nil {
+			e.scratch.put(old)
+		}
+		e.replyRMA(src, h, rmaHeld, nil)
+		return
+	}
 	if m != nil && hdrLen+len(old) <= amigo.ImmediateMax {
 		var r [hdrLen]byte
 		copy(r[:8], h[:8])
@@ -364,6 +590,20 @@ func (e *engine) replyRMA(src amigo.Endpoint, h []byte, status byte, data []byte
 	}
 }
 
+// replyDropped tells the origin at src that this rank dropped, unapplied,
+// a message of size bytes of elements it had taken back, so that the
+// message no longer counts against its budget (accMsgs). The notice is a
+// reply with status rmaDropped whose bytes 4-7 are this rank's rank in the
+// window's communicator and bytes 8-11 the message's cost.
+func (e *engine) replyDropped(src amigo.Endpoint, w *Win, size int) {
+	var r [hdrLen]byte
+	binary.LittleEndian.PutUint32(r[0:], uint32(w.comm.id))
+	binary.LittleEndian.PutUint32(r[4:], uint32(w.comm.rank))
+	binary.LittleEndian.PutUint32(r[8:], uint32(msgCost(size)))
+	r[12], r[13] = kindRMAReply, rmaDropped
+	_ = e.ac.SendImmediate(src, e.disp, r[:], nil)
+}
+
 // rmaSend is a large reply in flight.
 type rmaSend struct {
 	e    *engine
@@ -381,38 +621,45 @@ func (e *engine) onRMAReply(m *amigo.Message) {
 		return
 	}
 	w := e.wins[binary.LittleEndian.Uint32(h[0:])]
+	if h[13] == rmaDropped {
+		if t := int(binary.LittleEndian.Uint32(h[4:])); w != nil && t < len(w.inflight) {
+			w.inflight[t] = max(w.inflight[t]-int(binary.LittleEndian.Uint32(h[8:])), 0)
+			w.bypass[t] = false // the target reads its messages again
+		}
+		return
+	}
 	slot := binary.LittleEndian.Uint32(h[4:])
 	idx, gen := int(slot&0xffff), uint16(slot>>16)
-	if w == nil || idx >= len(w.msgs) || w.msgs[idx].gen != gen || w.msgs[idx].wait == 0 {
+	if w == nil || idx >= len(w.msgs) || w.msgs[idx].gen != gen || w.msgs[idx].settled || w.msgs[idx].cancelled {
 		e.stats.Malformed++
 		return
 	}
 	rm := w.msgs[idx]
+	w.replies[rm.target]++
+	w.bypass[rm.target] = false
+	w.inflight[rm.target] -= rm.cost
+	var err error
 	switch {
 	case h[13] != rmaOK:
-		rm.err = fmt.Errorf("%w: rank %d refused an accumulate (%s)", ErrRMARange, rm.target, rmaStatusText(h[13]))
+		err = fmt.Errorf("%w: rank %d refused an accumulate (%s)", ErrRMARange, rm.target, rmaStatusText(h[13]))
 	case rm.result != nil && m.Inline() && len(m.Data) == len(rm.result):
 		copy(rm.result, m.Data)
 	case rm.result != nil && !m.Inline() && m.Size() == len(rm.result):
 		// The old values are fetched into the result; the reply counts
-		// when they are there.
-		rm.wait++
-		if err := m.Receive(rm.result, rm.received); err != nil {
-			rm.wait--
-			rm.err = err
+		// when they are there. A rescue leaves it alone meanwhile.
+		rm.cancelled = true
+		if err = m.Receive(rm.result, rm.received); err == nil {
+			return
 		}
 	case rm.result != nil:
-		rm.err = errorf("mpi: rank %d answered an accumulate of %d bytes with %d", rm.target, len(rm.result), m.Size())
+		err = errorf("mpi: rank %d answered an accumulate of %d bytes with %d", rm.target, len(rm.result), m.Size())
 	}
-	rm.step()
+	rm.settle(err)
 }
 
 func (m *rmaMsg) received(err error) {
 	m.w.comm.e.events++
-	if err != nil && m.err == nil {
-		m.err = err
-	}
-	m.step()
+	m.settle(err)
 }
 
 func rmaStatusText(s byte) string {
@@ -423,6 +670,8 @@ func rmaStatusText(s byte) string {
 		return "outside the window"
 	case rmaBadOp:
 		return "operation"
+	case rmaHeld:
+		return "the window stayed held by a plain update of a rank that does not end it"
 	}
 	return fmt.Sprintf("status %d", s)
 }
@@ -438,15 +687,38 @@ func rmaStatusText(s byte) string {
 // accumulate at a time, so each element's update is atomic with respect
 // to every other. Otherwise every element's update is an atomic
 // instruction or a compare-and-swap loop (applyBlock).
-func (w *Win) applyLayout(k kind, op Op, mem []byte, lay layout, in, old []byte) {
+//
+// A plain update an origin holds (win_rescue.go) is waited for, up to
+// rescueTimeout: after that the holder is taken for lost, and applyLayout
+// returns false, having touched nothing.
+func (w *Win) applyLayout(k kind, op Op, mem []byte, lay layout, in, old []byte) bool {
 	users := w.usersWord()
-	if atomic.CompareAndSwapUint64(users, 0, bulkBit) {
-		w.eachBlock(mem, lay, in, old, func(dst, s, o []byte) { w.applyPlain(k, op, dst, s, o) })
-		atomic.AddUint64(users, ^uint64(bulkBit-1)) // -bulkBit
-		w.plainUpdates++
-		return
+	var since time.Time
+	for spins := 0; ; spins++ {
+		if atomic.CompareAndSwapUint64(users, 0, bulkBit) {
+			w.eachBlock(mem, lay, in, old, func(dst, s, o []byte) { w.applyPlain(k, op, dst, s, o) })
+			atomic.AddUint64(users, ^uint64(bulkBit-1)) // -bulkBit
+			w.plainUpdates++
+			return true
+		}
+		// Count as a user of atomics for the update, unless a plain
+		// update holds the word: an origin's that took an accumulate
+		// back (win_rescue.go), which ends without this rank's help.
+		if atomic.AddUint64(users, 1)&bulkBit == 0 {
+			w.eachBlock(mem, lay, in, old, func(dst, s, o []byte) { w.applyBlock(k, op, dst, s, o) })
+			atomic.AddUint64(users, ^uint64(0))
+			return true
+		}
+		atomic.AddUint64(users, ^uint64(0))
+		if spins%64 == 63 {
+			if since.IsZero() {
+				since = time.Now()
+			} else if time.Since(since) > rescueTimeout {
+				return false
+			}
+			runtime.Gosched()
+		}
 	}
-	w.eachBlock(mem, lay, in, old, func(dst, s, o []byte) { w.applyBlock(k, op, dst, s, o) })
 }
 
 // eachBlock calls fn on each block of lay in mem with its operands and

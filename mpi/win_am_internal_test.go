@@ -14,8 +14,8 @@ func FuzzRMAHeader(f *testing.F) {
 		binary.LittleEndian.PutUint32(h[8:], blocks)
 		h[12], h[13], h[14], h[15] = kindRMA, byte(op), byte(k), flags
 		binary.LittleEndian.PutUint64(h[16:], off)
-		binary.LittleEndian.PutUint64(h[24:], blockLen)
-		binary.LittleEndian.PutUint64(h[32:], stride)
+		binary.LittleEndian.PutUint32(h[24:], uint32(blockLen))
+		binary.LittleEndian.PutUint32(h[28:], uint32(stride))
 		f.Add(h, make([]byte, n))
 	}
 	seed(opSum, kInt64, 0, 0, 1, 64, 64, 64)

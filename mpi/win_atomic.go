@@ -78,14 +78,16 @@ func (w *Win) useAtomics(target int) error {
 // dropAtomics ends this rank's use of remote atomics on target's window,
 // once they are complete; the caller holds the engine's lock.
 func (w *Win) dropAtomics(ctx context.Context, target int) error {
+	w.bypass[target] = false
+	rerr := w.dropRescueUser(ctx, target)
 	if w.atomUsers[target] != user {
-		return nil
+		return rerr
 	}
 	w.atomUsers[target] = notUser
 	if _, err := w.ctlOp(ctx, target, ctlUsersOff, amigo.AtomicAdd, ^uint64(0), 0); err != nil {
 		return errorf("mpi: ending atomics on rank %d: %w", target, err)
 	}
-	return nil
+	return rerr
 }
 
 // dropAllAtomics is dropAtomics for every target.
@@ -228,6 +230,13 @@ func (w *Win) accumulateLayout(k kind, origin, result, cmp []byte, target, disp 
 		return 0, err
 	}
 	off := pl.off
+	if w.rescuing[target] != nil {
+		// Earlier accumulates to target are being taken back: later ones
+		// follow them (win_rescue.go).
+		if err := w.awaitRescue(target); err != nil {
+			return 0, err
+		}
+	}
 	byMsg := op.code != opUser && op.code != opCAS && (n > es || es > 8 || w.msgOut[target] > 0)
 	if es > 8 && !byMsg {
 		return 0, fmt.Errorf("%w: %v of %v, wider than a remote atomic", ErrOp, op, k)
@@ -248,17 +257,13 @@ func (w *Win) accumulateLayout(k kind, origin, result, cmp []byte, target, disp 
 	if byMsg {
 		if target == w.comm.rank && w.pending == 0 {
 			if mem, at, ok := w.local(pl.at, span); ok {
-				w.applyLayout(k, op, mem[at:at+span], lay, origin, result)
+				if !w.applyLayout(k, op, mem[at:at+span], lay, origin, result) {
+					return 0, fmt.Errorf("%w: accumulate on this rank: %s", ErrRMASync, rmaStatusText(rmaHeld))
+				}
 				return 0, nil
 			}
 		}
-		if rq != nil {
-			rq.left = 1
-		}
-		if err := w.accMsg(k, op, origin, result, target, pl.at, lay, rq); err != nil {
-			return 0, err
-		}
-		return 1, nil
+		return w.accMsgs(k, op, origin, result, target, pl, lay, rq)
 	}
 	if err := w.useAtomics(target); err != nil {
 		return 0, err
@@ -266,10 +271,21 @@ func (w *Win) accumulateLayout(k kind, origin, result, cmp []byte, target, disp 
 	if rq != nil {
 		rq.left = n / es
 	}
+	return w.updates(k, op, origin, result, cmp, target, pl, lay, rq, nil)
+}
+
+// updates posts one update by remote atomics for each element of the
+// layout at pl (pl.off the first block's offset in the target's region),
+// and returns how many it posted. Each completes rq, if not nil, or counts
+// for the rescued message parent, if not nil (which then counts as one
+// pending operation for all of them).
+func (w *Win) updates(k kind, op Op, origin, result, cmp []byte, target int, pl place, lay layout, rq *rmaReq, parent *rmaMsg) (int, error) {
+	es := k.size()
+	n := int(uint64(lay.blocks) * lay.blockLen)
 	bl := int(lay.blockLen)
 	for i := 0; i < n; i += es {
-		u := &rmaUpdate{w: w, k: k, op: op, es: es, req: rq}
-		at := off + uint64(i/bl)*lay.stride + uint64(i%bl)
+		u := &rmaUpdate{w: w, k: k, op: op, es: es, req: rq, parent: parent}
+		at := pl.off + uint64(i/bl)*lay.stride + uint64(i%bl)
 		u.wordOff, u.width, u.shift, _ = w.word(target, pl, at, es)
 		if op.code != opNoOp {
 			copy(u.operand[:es], origin[i:i+es])
@@ -281,9 +297,13 @@ func (w *Win) accumulateLayout(k kind, origin, result, cmp []byte, target, disp 
 			u.result = result[i : i+es]
 		}
 		u.p = amigo.AtomicParams{Dest: w.eps[target], Remote: pl.key, Offset: u.wordOff, Result: &u.old, Done: u.done}
-		w.pending++
+		if parent == nil {
+			w.pending++
+		}
 		if err := u.start(); err != nil {
-			w.pending--
+			if parent == nil {
+				w.pending--
+			}
 			return i / es, errorf("mpi: accumulate on rank %d: %w", target, err)
 		}
 	}
@@ -320,6 +340,7 @@ type rmaUpdate struct {
 	native, fetchOnly bool
 	p                 amigo.AtomicParams
 	req               *rmaReq // the request it completes, if any
+	parent            *rmaMsg // the rescued message it is part of, if any
 }
 
 // start posts the update's first atomic: the AMI's own operation when it
@@ -435,6 +456,10 @@ func (u *rmaUpdate) done(err error) {
 	if err == nil && u.result != nil {
 		b := u.element(u.old)
 		copy(u.result, b[:u.es])
+	}
+	if u.parent != nil {
+		u.parent.updated(err)
+		return
 	}
 	w.opDone(err)
 	if u.req != nil {

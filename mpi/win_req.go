@@ -6,9 +6,10 @@ import "fmt"
 // MPI_Rget_accumulate): each returns a Request that completes when the
 // operation completes at the origin (the origin buffer may be reused, a
 // Get's or a fetch's data is there), so that a program waits for one
-// operation instead of flushing them all. They take an access epoch as
-// the other operations do; the window's Flush, Unlock, Complete and Fence
-// complete them too, and their requests then report complete.
+// operation instead of flushing them all. They take a passive-target
+// epoch (Lock or LockAll; outside one they are refused with ErrRMASync
+// and touch nothing); the window's Flush and Unlock complete them too, and
+// their requests then report complete.
 
 // rmaReq ties a Request to the window operation (or the several remote
 // atomics of one accumulate) it completes with. The window keeps them on a
@@ -89,6 +90,19 @@ func (rq *rmaReq) fail(unissued int) {
 	w.reqFree = rq
 }
 
+// passive checks that target is inside a passive-target epoch of this
+// rank's (Lock or LockAll), the only epochs request-based operations may
+// take (MPI 3.1, 11.3.5); the caller holds the engine's lock.
+func (w *Win) passive(target int) error {
+	if err := w.rank(target); err != nil {
+		return err
+	}
+	if !w.lockAll && w.locks[target] == 0 {
+		return fmt.Errorf("%w: request-based operation on rank %d outside a passive-target epoch (Lock or LockAll first)", ErrRMASync, target)
+	}
+	return nil
+}
+
 // Rput is Put that returns a request, complete when origin may be reused
 // (MPI_Rput).
 func (w *Win) Rput(origin []byte, target, disp int) (Request, error) {
@@ -103,6 +117,10 @@ func (w *Win) Rget(origin []byte, target, disp int) (Request, error) {
 
 func (w *Win) rreq(put bool, origin []byte, target, disp int) (Request, error) {
 	if err := w.enter(); err != nil {
+		return Request{}, err
+	}
+	if err := w.passive(target); err != nil {
+		w.leave()
 		return Request{}, err
 	}
 	rq := w.newReq()
@@ -148,6 +166,10 @@ func RgetAccumulate[T Numeric](w *Win, origin, result []T, target, disp int, op 
 
 func raccumulate(w *Win, k kind, origin, result []byte, target, disp int, op Op) (Request, error) {
 	if err := w.enter(); err != nil {
+		return Request{}, err
+	}
+	if err := w.passive(target); err != nil {
+		w.leave()
 		return Request{}, err
 	}
 	rq := w.newReq()

@@ -84,22 +84,40 @@ func (w *Win) FlushAll(ctx context.Context) error {
 	return w.flushAll(ctx)
 }
 
-// flushAll is FlushAll with the engine's lock held.
+// flushAll is FlushAll with the engine's lock held. Only the targets of
+// Puts take an AMI flush: the other operations are complete where they
+// act once waitPending returns, and a flush would wait for the AMI's
+// delivery of every message sent to the target, accumulates answered or
+// taken back included, which a target that computes outside mpi does not
+// acknowledge until it calls in (over TCP).
 func (w *Win) flushAll(ctx context.Context) error {
 	err := w.waitPending(ctx)
-	clear(w.put)
-	var ferr error
-	fenced := false
-	if e := w.ac.FenceAll(func(e error) { ferr, fenced = e, true; w.comm.e.events++ }); e != nil {
-		return errors.Join(err, e)
+	left := 0
+	var ferrs []error
+	for r, p := range w.put {
+		if !p {
+			continue
+		}
+		w.put[r] = false
+		left++
+		if e := w.ac.Flush(w.eps[r], func(e error) {
+			if e != nil {
+				ferrs = append(ferrs, e)
+			}
+			left--
+			w.comm.e.events++
+		}); e != nil {
+			left--
+			ferrs = append(ferrs, e)
+		}
 	}
-	if e := w.comm.e.wait(ctx, func() bool { return fenced }); e != nil {
-		return errors.Join(err, w.comm.e.waitErr(e, "window FlushAll", noArg, noArg))
+	if left > 0 {
+		if e := w.comm.e.wait(ctx, func() bool { return left == 0 }); e != nil {
+			// The callbacks still to come own ferrs and left.
+			return errors.Join(err, w.comm.e.waitErr(e, "window FlushAll", noArg, noArg))
+		}
 	}
-	if err == nil {
-		err = ferr
-	}
-	return err
+	return errors.Join(append([]error{err}, ferrs...)...)
 }
 
 func (w *Win) flushAMI(ctx context.Context, ep amigo.Endpoint) error {

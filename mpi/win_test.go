@@ -1100,6 +1100,7 @@ var rmaPrograms = []struct {
 	{"Dynamic", rmaDynamic},
 	{"Vector", rmaVector},
 	{"MixedAtomicity", rmaMixedAtomicity},
+	{"BusyTarget", rmaBusyTarget},
 }
 
 // rmaProgram returns the rank program of TestWinProcs called name: "all"
@@ -1118,6 +1119,10 @@ func rmaProgram(name string) func(ctx context.Context, c *mpi.Comm) error {
 		}
 	case "hosts":
 		return rmaHosts
+	case "busy":
+		return rmaBusyTarget
+	case "dead":
+		return rmaDeadTarget
 	}
 	return nil
 }
@@ -1229,7 +1234,10 @@ func rmaMixedAtomicity(ctx context.Context, c *mpi.Comm) error {
 // atomics while rank 0 is inside a plain update (the bit set here by
 // hand) waits until the update is done before its atomic touches memory.
 func TestWinAtomicsHandshake(t *testing.T) {
-	run(t, 2, func(ctx context.Context, c *mpi.Comm) error {
+	// A rescue (a slow reply taken for a busy target) would apply the
+	// accumulate with atomics: none within the test's time.
+	opts := &mpi.Options{AccumulateRescue: int(time.Hour / time.Microsecond)}
+	runWith(t, 2, job{opts: opts}, func(ctx context.Context, c *mpi.Comm) error {
 		me := c.Rank()
 		w, err := mpi.WinAllocate(ctx, c, 64, 8)
 		if err != nil {
