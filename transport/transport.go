@@ -44,12 +44,15 @@ package transport
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net"
 	"os"
 	"runtime"
 	"sync/atomic"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -299,4 +302,74 @@ func Processors() int {
 		return set.Count()
 	}
 	return runtime.NumCPU()
+}
+
+// CPUsKey is the bootstrap key under which an adapter publishes this
+// process's affinity mask (PublishAffinity), so that HostProcessors can count
+// the processors the ranks of a host may run on together. Each adapter that
+// publishes uses its own key: the key space is shared by the job.
+func CPUsKey(adapter string) string { return "amigo." + adapter + ".cpus" }
+
+// cpuMaskBytes is the most bytes of a published affinity mask: one bit a
+// processor, as many as sched_getaffinity(2) fills in unix.CPUSet.
+const cpuMaskBytes = int(unsafe.Sizeof(unix.CPUSet{}))
+
+// AffinityMask returns this process's affinity mask, a bit a processor (bit
+// i of byte j for processor 8j+i), without its trailing zero bytes.
+func AffinityMask() ([]byte, bool) {
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(0, &set) != nil || set.Count() == 0 {
+		return nil, false
+	}
+	out := make([]byte, 0, cpuMaskBytes)
+	for _, w := range set {
+		out = binary.LittleEndian.AppendUint64(out, uint64(w))
+	}
+	for len(out) > 1 && out[len(out)-1] == 0 {
+		out = out[:len(out)-1]
+	}
+	return out, true
+}
+
+// PublishAffinity publishes this process's affinity mask under key; a
+// process whose mask cannot be read publishes nothing.
+func PublishAffinity(job Bootstrap, key string) error {
+	if mask, ok := AffinityMask(); ok {
+		return job.Put(key, mask)
+	}
+	return nil
+}
+
+// HostProcessors returns the number of processors the ranks of this host
+// may run on together: the union of the affinity masks they published
+// under key (PublishAffinity, before the job's last fence), or 0 if one is
+// missing. Ranks bound one to a processor each are not oversubscribed,
+// although each may run on one processor only; four ranks all bound to the
+// same two processors are. Waiting contexts choose how to wait by it
+// (Oversubscriber).
+func HostProcessors(ctx context.Context, job Bootstrap, key string) int {
+	var union [cpuMaskBytes]byte
+	me := job.Rank()
+	for r := 0; r < job.Size(); r++ {
+		if job.Node(r) != job.Node(me) {
+			continue
+		}
+		var v []byte
+		if r == me {
+			v, _ = AffinityMask()
+		} else {
+			v, _ = job.Get(ctx, r, key)
+		}
+		if len(v) == 0 || len(v) > cpuMaskBytes {
+			return 0
+		}
+		for i, b := range v {
+			union[i] |= b
+		}
+	}
+	n := 0
+	for _, b := range union {
+		n += bits.OnesCount8(b)
+	}
+	return n
 }

@@ -95,12 +95,15 @@ const mrModes = C.FI_MR_LOCAL | C.FI_MR_VIRT_ADDR | C.FI_MR_ALLOCATED | C.FI_MR_
 
 // Adapter is the libfabric adapter of one rank.
 type Adapter struct {
-	opts    Options
-	job     transport.Bootstrap
-	regions *transport.Regions
-	rank    int
-	size    int
-	local   int
+	opts Options
+	job  transport.Bootstrap
+	// hostCPUs is the number of processors the ranks of this host may run
+	// on together, stored by Start; 0 if unknown.
+	hostCPUs atomic.Int32
+	regions  *transport.Regions
+	rank     int
+	size     int
+	local    int
 
 	info       *C.struct_fi_info
 	fab        *C.struct_fid_fabric
@@ -241,6 +244,10 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 		a.release()
 		return nil, fmt.Errorf("ofi: publish address: %w", err)
 	}
+	if err := transport.PublishAffinity(job, transport.CPUsKey("ofi")); err != nil {
+		a.release()
+		return nil, fmt.Errorf("ofi: publish processors: %w", err)
+	}
 	regions.AddMirror(a)
 	a.wg.Add(1)
 	go a.watch()
@@ -342,6 +349,7 @@ func (a *Adapter) parseCard(b []byte) ([][]byte, error) {
 // follows New on every rank. Addresses enter the address vector on first
 // use of a peer.
 func (a *Adapter) Start(ctx context.Context) error {
+	a.hostCPUs.Store(int32(transport.HostProcessors(ctx, a.job, transport.CPUsKey("ofi"))))
 	peers := make([][][]byte, a.size)
 	for r := 0; r < a.size; r++ {
 		if r == a.rank {
@@ -474,8 +482,15 @@ func (a *Adapter) release() {
 }
 
 // Oversubscribed reports whether more ranks of the job run on this host than
-// this process has processors.
-func (a *Adapter) Oversubscribed() bool { return a.local > transport.Processors() }
+// they have processors: the union of their affinity masks once Start learnt
+// them (transport.HostProcessors), else this process's own.
+func (a *Adapter) Oversubscribed() bool {
+	n := int(a.hostCPUs.Load())
+	if n == 0 {
+		n = transport.Processors()
+	}
+	return a.local > n
+}
 
 // SameHost reports whether rank runs on this rank's host.
 func (a *Adapter) SameHost(rank int) bool {

@@ -40,18 +40,21 @@ func (e *ExitError) Unwrap() error { return ErrExited }
 // Adapter is the shared-memory adapter of one rank. It reaches the ranks of
 // the job that run on the same host.
 type Adapter struct {
-	opts    Options
-	job     transport.Bootstrap
-	rank    int
-	regions *transport.Regions
-	local   []int       // ranks on this host, ascending
-	localOf map[int]int // their local index
-	li      int         // this rank's local index
-	secret  []byte
-	self    *segment
-	fd      int // the memfd of self
-	probe   []byte
-	peers   []*peer // by local index; nil for this rank
+	opts Options
+	job  transport.Bootstrap
+	// hostCPUs is the number of processors the ranks of this host may run
+	// on together, stored by Start; 0 if unknown.
+	hostCPUs atomic.Int32
+	rank     int
+	regions  *transport.Regions
+	local    []int       // ranks on this host, ascending
+	localOf  map[int]int // their local index
+	li       int         // this rank's local index
+	secret   []byte
+	self     *segment
+	fd       int // the memfd of self
+	probe    []byte
+	peers    []*peer // by local index; nil for this rank
 	// escalate is how long an initiator waits for an owner's contexts
 	// before it wakes the owner's engine: escalateAfter, or escalateFull
 	// on a host with no processor to spare.
@@ -170,6 +173,10 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 		a.unmap()
 		return nil, fmt.Errorf("shm: publish segment: %w", err)
 	}
+	if err := transport.PublishAffinity(job, transport.CPUsKey("shm")); err != nil {
+		a.unmap()
+		return nil, fmt.Errorf("shm: publish processors: %w", err)
+	}
 	regions.AddMirror(a)
 	return a, nil
 }
@@ -183,6 +190,7 @@ func (a *Adapter) Start(ctx context.Context) error {
 	if a.started {
 		return nil
 	}
+	a.hostCPUs.Store(int32(transport.HostProcessors(ctx, a.job, transport.CPUsKey("shm"))))
 	for li, r := range a.local {
 		if li == a.li {
 			continue
@@ -291,10 +299,19 @@ func (a *Adapter) Reaches(rank int) bool {
 // Local returns the ranks that share this host, this one included.
 func (a *Adapter) Local() []int { return append([]int(nil), a.local...) }
 
-// Oversubscribed reports whether more ranks run on this host than this
-// process may use processors: waiting contexts should then give the
-// processor to their peers rather than spin.
-func (a *Adapter) Oversubscribed() bool { return len(a.local) > transport.Processors() }
+// Oversubscribed reports whether more ranks run on this host than they have
+// processors: waiting contexts should then give the processor to their
+// peers rather than spin. The processors are those the ranks of the host
+// may run on together (transport.HostProcessors), once Start learnt them;
+// before, or if a rank published none, this process's own. Two ranks bound
+// to a core each are not oversubscribed.
+func (a *Adapter) Oversubscribed() bool {
+	n := int(a.hostCPUs.Load())
+	if n == 0 {
+		n = transport.Processors()
+	}
+	return len(a.local) > n
+}
 
 // processors returns how many processors this process may use.
 // CMA reports whether cross-memory attach works toward rank.

@@ -2,19 +2,14 @@ package tcp
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/bits"
 	"net"
 	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/amigo-hpc/amigo/transport"
 )
@@ -30,10 +25,6 @@ var (
 // KVSKey is the key under which each rank publishes its listening address
 // through the job's bootstrap.
 const KVSKey = "amigo.tcp"
-
-// cpusKey is the key under which each rank publishes the processors it may
-// run on (its affinity mask), for Oversubscribed.
-const cpusKey = "amigo.tcp.cpus"
 
 // maxHandshakes bounds the handshakes a target runs at once; connections
 // beyond it are refused at once.
@@ -128,12 +119,10 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 		a.eng.close()
 		return nil, fmt.Errorf("tcp: publish address: %w", err)
 	}
-	if mask, ok := affinity(); ok {
-		if err := job.Put(cpusKey, mask); err != nil {
-			a.ln.Close()
-			a.eng.close()
-			return nil, fmt.Errorf("tcp: publish processors: %w", err)
-		}
+	if err := transport.PublishAffinity(job, transport.CPUsKey("tcp")); err != nil {
+		a.ln.Close()
+		a.eng.close()
+		return nil, fmt.Errorf("tcp: publish processors: %w", err)
 	}
 	a.wg.Add(2)
 	go a.acceptLoop()
@@ -218,61 +207,11 @@ func (a *Adapter) Start(ctx context.Context) error {
 		}
 		peers[r] = string(v)
 	}
-	a.hostCPUs.Store(int32(a.hostProcessors(ctx)))
+	a.hostCPUs.Store(int32(transport.HostProcessors(ctx, a.job, transport.CPUsKey("tcp"))))
 	a.mu.Lock()
 	a.peers = peers
 	a.mu.Unlock()
 	return nil
-}
-
-// hostProcessors returns the number of processors the ranks of this host
-// may run on together: the union of the affinity masks they published, or
-// 0 if one is missing.
-func (a *Adapter) hostProcessors(ctx context.Context) int {
-	var union [cpuMaskBytes]byte
-	for r := 0; r < a.size; r++ {
-		if a.job.Node(r) != a.job.Node(a.rank) {
-			continue
-		}
-		var v []byte
-		if r == a.rank {
-			v, _ = affinity()
-		} else {
-			v, _ = a.job.Get(ctx, r, cpusKey)
-		}
-		if len(v) == 0 || len(v) > cpuMaskBytes {
-			return 0
-		}
-		for i, b := range v {
-			union[i] |= b
-		}
-	}
-	n := 0
-	for _, b := range union {
-		n += bits.OnesCount8(b)
-	}
-	return n
-}
-
-// cpuMaskBytes is the most bytes of a published affinity mask: one bit a
-// processor, as many as sched_getaffinity(2) fills in unix.CPUSet.
-const cpuMaskBytes = int(unsafe.Sizeof(unix.CPUSet{}))
-
-// affinity returns this process's affinity mask, a bit a processor (bit i
-// of byte j for processor 8j+i), without its trailing zero bytes.
-func affinity() ([]byte, bool) {
-	var set unix.CPUSet
-	if unix.SchedGetaffinity(0, &set) != nil || set.Count() == 0 {
-		return nil, false
-	}
-	out := make([]byte, 0, cpuMaskBytes)
-	for _, w := range set {
-		out = binary.LittleEndian.AppendUint64(out, uint64(w))
-	}
-	for len(out) > 1 && out[len(out)-1] == 0 {
-		out = out[:len(out)-1]
-	}
-	return out, true
 }
 
 // Name returns "tcp".
