@@ -94,7 +94,9 @@
 // context and does the same for programs that never call Advance.
 //
 // On a host that runs more ranks than it has processors (an adapter between
-// processes says so), a waiting context does not spin: after every Advance
+// processes says so, counting the processors the host's ranks may run on
+// together, the union of their affinity masks), a waiting context does not
+// spin: after every Advance
 // that found nothing it gives the processor to another process
 // (sched_yield), and the rank runs
 // its Go code on one thread (Config.OversubscribedProcs): the peer it waits
