@@ -242,15 +242,25 @@ func (r *rescueOp) get() {
 	}
 }
 
+// step is the start of a rescue's callbacks: it counts the event for the
+// waiters and reports whether the rescue goes on (not over, and err nil;
+// an error fails it).
+func (r *rescueOp) step(err error) bool {
+	r.w.comm.e.events++
+	if r.over {
+		return false
+	}
+	if err != nil {
+		r.fail(errorf("mpi: accumulate on rank %d: %w", r.target, r.w.comm.e.peerFailure(err)))
+		return false
+	}
+	return true
+}
+
 // got applies the next message to the copy and puts it back.
 func (r *rescueOp) got(err error) {
 	w := r.w
-	w.comm.e.events++
-	if r.over {
-		return
-	}
-	if err != nil {
-		r.fail(errorf("mpi: accumulate on rank %d: %w", r.target, w.comm.e.peerFailure(err)))
+	if !r.step(err) {
 		return
 	}
 	m := r.taken[r.next]
@@ -271,13 +281,7 @@ func (r *rescueOp) got(err error) {
 // put is the callback of a message's Put: the message is complete at the
 // target (a Put over the adapters amigo has completes where it lands).
 func (r *rescueOp) put(err error) {
-	w := r.w
-	w.comm.e.events++
-	if r.over {
-		return
-	}
-	if err != nil {
-		r.fail(errorf("mpi: accumulate on rank %d: %w", r.target, w.comm.e.peerFailure(err)))
+	if !r.step(err) {
 		return
 	}
 	m := r.taken[r.next]
@@ -309,12 +313,7 @@ func (r *rescueOp) released(error) {
 // follow it while a plain update holds the word.
 func (r *rescueOp) counted(err error) {
 	w := r.w
-	w.comm.e.events++
-	if r.over {
-		return
-	}
-	if err != nil {
-		r.fail(errorf("mpi: accumulate on rank %d: %w", r.target, w.comm.e.peerFailure(err)))
+	if !r.step(err) {
 		return
 	}
 	w.rescueUser[r.target] = true
