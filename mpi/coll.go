@@ -21,6 +21,9 @@ import (
 
 // Barrier returns once every rank of c has called it.
 //
+// Ranks that all run on one host meet in a segment of shared memory of c
+// (coll_shm.go): each stores its arrival and waits for the others'. Ranks
+// on several hosts exchange messages:
 // On up to Options.BarrierFlatRanks ranks (16 by default) every rank checks
 // in with rank 0, which releases them all: two rounds, and each rank waits
 // for one message, however the ranks are scheduled. Two ranks, and more
@@ -32,10 +35,17 @@ func (c *Comm) Barrier(ctx context.Context) error {
 	if c == nil {
 		return c.check()
 	}
+	s, err := c.shared(ctx, 0)
+	if err != nil {
+		return err
+	}
 	c.e.lock()
 	defer c.e.unlock()
 	if err := c.check(); err != nil {
 		return err
+	}
+	if s != nil {
+		return s.barrier(ctx)
 	}
 	if c.e.inDirect {
 		// Another goroutine's collective uses the engine's scratch.
@@ -455,7 +465,10 @@ func reduceSched[T Numeric](c *Comm, send, recv []T, op Op, root int) (*sched, e
 // order, into recv on every rank; send nil means in place. Every rank gets
 // the same result, bit for bit.
 //
-// Small messages and non-commutative ops use recursive doubling (on a
+// On ranks that all run on one host, data of up to Options.SharedCollMax
+// bytes (256 by default) goes through a segment of shared memory of c
+// (coll_shm.go): each rank stores its data, and reads and combines every
+// rank's once all have stored theirs. Otherwise, small messages and non-commutative ops use recursive doubling (on a
 // power of two ranks, data that fits a descriptor with its header runs it
 // without building a schedule); larger
 // ones with a commutative op a reduce-scatter by recursive halving and an
@@ -465,6 +478,21 @@ func reduceSched[T Numeric](c *Comm, send, recv []T, op Op, root int) (*sched, e
 func Allreduce[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) error {
 	if c == nil {
 		return c.check()
+	}
+	if n := len(recv) * sizeOf[T](); n > 0 {
+		s, err := c.shared(ctx, n)
+		if err != nil {
+			return err
+		}
+		if s != nil {
+			c.e.lock()
+			defer c.e.unlock()
+			k, err := checkReduce(c, send, recv, op, "Allreduce")
+			if err != nil {
+				return err
+			}
+			return allreduceShared(ctx, s, k, op, Bytes(send), Bytes(recv))
+		}
 	}
 	c.e.lock()
 	defer c.e.unlock()

@@ -56,6 +56,11 @@ type Comm struct {
 	inflight int
 	freeing  bool
 	ft       commFT // failures and revocation (ft.go)
+	// shm is the segment of the collectives through shared memory, in
+	// state shmState, or the error that made it shmBroken (coll_shm.go).
+	shm      *shmColl
+	shmState uint8
+	shmErr   error
 }
 
 func (c *Comm) setID(id int) {
@@ -328,6 +333,7 @@ func (c *Comm) free() error {
 	}
 	c.freed = true
 	c.e.deregister(c)
+	c.freeShared()
 	if c.id != 0 {
 		if c.inflight > 0 {
 			// MPI_Comm_free: the operations in flight complete; the

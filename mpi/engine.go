@@ -21,7 +21,8 @@ import (
 //	            acknowledgement; kindHello for the World handshake;
 //	            kindRevoke and kindAgree of fault tolerance (ft.go);
 //	            kindRMA, kindRMAReply and kindRMACtl for windows, whose
-//	            headers are laid out in win_am.go and win_pscw.go
+//	            headers are laid out in win_am.go and win_pscw.go;
+//	            kindWake, which wakes a rank (coll_shm.go)
 //	byte  13    handshake round; of kindSync and kindAck, the generation
 //	            of the sender's slot
 //	bytes 14-15 zero; of kindSync and kindAck, the sender's slot
@@ -40,6 +41,9 @@ const (
 	kindRMA      = 6
 	kindRMAReply = 7
 	kindRMACtl   = 8
+	// kindWake carries nothing: it rings the doorbell of a rank asleep in
+	// a collective through shared memory (coll_shm.go).
+	kindWake = 9
 )
 
 func putHdr(b *[hdrLen]byte, ctx uint32, src, tag int32) {
@@ -97,6 +101,9 @@ type engine struct {
 	// away from the root.
 	small   [amigo.ImmediateMax / 8]uint64
 	partial [amigo.ImmediateMax / 8]uint64
+	// shmWaits counts the collectives waiting for arrivals on a shared
+	// segment (coll_shm.go).
+	shmWaits int
 	// exp is the receive recvSmall waits for, and expCond reports it done.
 	exp     expected
 	expCond func() bool
@@ -345,6 +352,8 @@ func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 		return
 	case kindAgree:
 		e.agreeMsg(m)
+		return
+	case kindWake:
 		return
 	default:
 		e.stats.Malformed++

@@ -47,3 +47,7 @@ func WinRescues(w *Win) uint64 {
 	defer w.comm.e.unlock()
 	return w.rescues
 }
+
+// SharedColl reports whether c's Barrier and small Allreduce go through a
+// shared-memory segment of c.
+func SharedColl(c *Comm) bool { return c.shmState == shmOn }

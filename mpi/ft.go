@@ -232,6 +232,13 @@ func (e *engine) waitedFor() []uint64 {
 	if e.exp.on {
 		mark(e.exp.ctx, e.exp.src)
 	}
+	if e.shmWaits > 0 {
+		for _, c := range e.ft.comms {
+			if c.e == e && c.shm != nil && c.shm.waiting {
+				mark(c.coll, AnySource)
+			}
+		}
+	}
 	for _, r := range e.syncReqs {
 		if r != nil {
 			mark(r.ctx, r.src)

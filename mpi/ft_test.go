@@ -42,6 +42,7 @@ func ftProgram(name string) func(ctx context.Context, w *mpi.Comm) error {
 	}
 	run := map[string]func(ctx context.Context, w *mpi.Comm) (time.Time, error){
 		"allreduce": ftAllreduce, "bcast": ftBcast, "p2p": ftP2P, "get": ftGet, "stopped": ftStopped,
+		"shm-barrier": ftSharedBarrier, "shm-allreduce": ftSharedAllreduce,
 	}[phase]
 	if run == nil {
 		return nil

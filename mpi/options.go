@@ -86,6 +86,12 @@ type Options struct {
 	// posts every send and receive at once; larger blocks are exchanged in
 	// pairs, one peer a step (AMIGO_MPI_ALLTOALL_SHORT, default 1024).
 	AlltoallShortMax int
+	// SharedCollMax is the largest Allreduce, in bytes, that the ranks of
+	// a communicator on one host do through a shared-memory segment of the
+	// communicator instead of messages (AMIGO_MPI_SHARED_COLL, default 256,
+	// at most 4096; a negative value turns shared-memory collectives off,
+	// Barrier's as well). See Barrier and Allreduce.
+	SharedCollMax int
 
 	// AccumulateRescue is how long, in microseconds, an origin waits for
 	// the target's reply to an accumulate message before it takes the
@@ -115,6 +121,7 @@ var optSettings = []optSetting{
 	{"AMIGO_MPI_ALLGATHER_SHORT", func(o *Options) *int { return &o.AllgatherShortMax }, 64 << 10},
 	{"AMIGO_MPI_GATHER_SHORT", func(o *Options) *int { return &o.GatherShortMax }, 16 << 10},
 	{"AMIGO_MPI_ALLTOALL_SHORT", func(o *Options) *int { return &o.AlltoallShortMax }, 1 << 10},
+	{"AMIGO_MPI_SHARED_COLL", func(o *Options) *int { return &o.SharedCollMax }, 256},
 	{"AMIGO_MPI_ACC_RESCUE_US", func(o *Options) *int { return &o.AccumulateRescue }, 20000},
 }
 

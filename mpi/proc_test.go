@@ -40,6 +40,9 @@ func program(name string) func(ctx context.Context, w *mpi.Comm) error {
 	if p, ok := strings.CutPrefix(name, "small:"); ok {
 		return collProgram(p, true)
 	}
+	if what, ok := strings.CutPrefix(name, "shm:"); ok {
+		return sharedProgram(what)
+	}
 	if fn := ftProgram(name); fn != nil {
 		return fn
 	}
