@@ -435,4 +435,3 @@ func ftSharedAllreduce(ctx context.Context, w *mpi.Comm) (time.Time, error) {
 		}
 	}
 }
-
