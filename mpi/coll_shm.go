@@ -78,10 +78,6 @@ const (
 	// sharedArrivalSpin is how many times a rank polls the arrivals before
 	// it waits with its context, when the host has a processor per rank.
 	sharedArrivalSpin = 256
-	// drowsyPolls is how many more polls a rank with a processor of its
-	// own makes before it announces that it may sleep: the context spins
-	// far longer before it does (amigo.DedicatedSpin).
-	drowsyPolls = 4096
 )
 
 // The states of a communicator's shared-memory collectives.
@@ -117,8 +113,9 @@ type shmColl struct {
 	// waiting is set while the rank waits for arrivals: failure detection
 	// then watches every rank of the communicator (engine.waitedFor).
 	waiting bool
-	// polls counts the polls of the arrivals of this collective; at
-	// drowsyAt the rank announces that it may sleep.
+	// polls counts the polls of the arrivals of this collective while it
+	// waits with the context; at drowsyAt the rank announces that it may
+	// sleep.
 	polls, drowsyAt int
 	wakeHdr         [hdrLen]byte
 }
@@ -149,7 +146,9 @@ func (s *shmColl) arrive(info uint64, data []byte) {
 	if len(data) > 0 {
 		copy(s.data(s.r, par, len(data)), data)
 	}
-	s.info(s.r, par).Store(info)
+	if in := s.info(s.r, par); in.Load() != info {
+		in.Store(info) // most collectives repeat the one before: no store
+	}
 	s.arrival(s.r).Store(s.seq)
 }
 
@@ -179,11 +178,17 @@ func (s *shmColl) arrived() bool {
 func (s *shmColl) await(ctx context.Context, info uint64) error {
 	c, e := s.c, s.c.e
 	if !e.oversub {
+		s.polls = -sharedArrivalSpin // these polls announce nothing
 		for i := 0; i < sharedArrivalSpin && s.next < s.p; i++ {
 			s.arrived()
 		}
 	}
 	if s.next < s.p {
+		// The context sleeps after Config.SpinIterations idle passes (or
+		// more, if 0) and YieldIterations more: the rank announces that it
+		// may sleep well before, counting its polls from here, where they
+		// go one to a pass.
+		s.polls = 0
 		s.waiting = true
 		e.shmWaits++
 		err := e.wait(ctx, s.ready)
@@ -346,10 +351,8 @@ func (c *Comm) shared(ctx context.Context, n int) (*shmColl, error) {
 	}
 	s := &shmColl{c: c, seg: seg, p: c.size, r: c.rank, slot: slot, stride: stride, tmp: make([]byte, slot)}
 	s.ready = s.arrived
-	s.drowsyAt = sharedArrivalSpin + drowsyPolls
-	if c.e.oversub {
-		s.drowsyAt = max(c.e.ac.Client().Config().YieldIterations/4, 1)
-	}
+	cfg := c.e.ac.Client().Config()
+	s.drowsyAt = max((cfg.SpinIterations+cfg.YieldIterations)/4, 1)
 	putHdr(&s.wakeHdr, c.coll, int32(c.rank), 0)
 	s.wakeHdr[12] = kindWake
 	c.e.lock()

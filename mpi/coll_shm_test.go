@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/amigo-hpc/amigo"
 	"github.com/amigo-hpc/amigo/mpi"
 )
 
@@ -433,5 +435,86 @@ func ftSharedAllreduce(ctx context.Context, w *mpi.Comm) (time.Time, error) {
 				return last, fmt.Errorf("Allreduce %d: element %d is %d, want %d", i, k, out[k], want)
 			}
 		}
+	}
+}
+
+// Barrier and small Allreduce through the segment allocate nothing on any
+// rank, on 3 ranks of one process (the loop adapter shares it too).
+func TestSharedCollectivesZeroAllocs(t *testing.T) {
+	const p = 3
+	cl, err := amigo.NewLocal(p, amigo.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cl {
+			c.Close()
+		}
+	}()
+	ctx := context.Background()
+	w := make([]*mpi.Comm, p)
+	errs := make([]error, p)
+	var wg sync.WaitGroup
+	for r := range p {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w[r], errs[r] = mpi.World(ctx, cl[r].Context(0), nil)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	round := func(c *mpi.Comm, a, b []float64) error {
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if err := mpi.Allreduce(ctx, c, a, b, mpi.Sum); err != nil {
+			return err
+		}
+		return mpi.Allreduce(ctx, c, nil, b, mpi.Max)
+	}
+	const warm, runs = 100, 300
+	peers := make(chan error, p-1)
+	for r := 1; r < p; r++ {
+		go func() {
+			a, b := make([]float64, 8), make([]float64, 8)
+			for i := 0; i < warm+runs+1; i++ { // AllocsPerRun calls once more
+				if err := round(w[r], a, b); err != nil {
+					peers <- err
+					return
+				}
+			}
+			peers <- nil
+		}()
+	}
+	a, b := make([]float64, 8), make([]float64, 8)
+	var rerr error
+	f := func() {
+		if err := round(w[0], a, b); err != nil && rerr == nil {
+			rerr = err
+		}
+	}
+	for i := 0; i < warm; i++ {
+		f()
+	}
+	n := testing.AllocsPerRun(runs, f)
+	for r := 1; r < p; r++ {
+		if err := <-peers; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if !mpi.SharedColl(w[0]) {
+		t.Fatal("no shared-memory collectives")
+	}
+	if n != 0 {
+		t.Errorf("%v allocations per round of three collectives (all %d ranks), want 0", n, p)
+	}
+	for _, c := range w {
+		c.Free()
 	}
 }
