@@ -189,6 +189,11 @@ func (s *shmColl) await(ctx context.Context, info uint64) error {
 		// may sleep well before, counting its polls from here, where they
 		// go one to a pass.
 		s.polls = 0
+		if e.driving {
+			// Another goroutine advances the context, and this one sleeps
+			// until an event wakes it: a kindWake is one.
+			s.drowsy(s.r).Store(s.seq)
+		}
 		s.waiting = true
 		e.shmWaits++
 		err := e.wait(ctx, s.ready)

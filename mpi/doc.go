@@ -143,7 +143,11 @@
 // fit a descriptor (Barrier; Bcast, Reduce and Allreduce of small data;
 // Allgather and Alltoall of small blocks), the same messages sent and
 // received in a plain loop with the context held, without a schedule,
-// request or buffer (coll.go, holdDirect). Blocking collectives of other
+// request or buffer (coll.go, holdDirect). On a communicator whose ranks
+// all run on one host, Barrier and Allreduce of up to
+// Options.SharedCollMax bytes send no message: the ranks store their
+// arrival and data into a shared-memory segment of the communicator and
+// read each other's (coll_shm.go). Blocking collectives of other
 // sizes wait for their schedule; nonblocking ones (Ibarrier, Ibcast,
 // Iallreduce, Ireduce, Iallgather, Ialltoall, IneighborAllgather,
 // IneighborAlltoall, Igather, Iscatter, their v forms, Iallgatherv,

@@ -354,6 +354,7 @@ func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 		e.agreeMsg(m)
 		return
 	case kindWake:
+		e.events++ // goroutines asleep in wait look again
 		return
 	default:
 		e.stats.Malformed++
