@@ -21,16 +21,17 @@ import (
 
 // Barrier returns once every rank of c has called it.
 //
-// Ranks that all run on one host meet in a segment of shared memory of c
-// (coll_shm.go): each stores its arrival and waits for the others'. Ranks
-// on several hosts exchange messages:
-// On up to Options.BarrierFlatRanks ranks (16 by default) every rank checks
+// Ranks that all run on one host (up to 64 of them) meet in a segment of
+// shared memory of c (coll_shm.go): each stores its arrival and waits for
+// the others', and no message is sent. Other ranks exchange messages: on
+// up to Options.BarrierFlatRanks ranks (16 by default) every rank checks
 // in with rank 0, which releases them all: two rounds, and each rank waits
 // for one message, however the ranks are scheduled. Two ranks, and more
 // than that bound, use dissemination (ceil(log2 p) rounds of exchanges).
 //
-// Barrier runs without a schedule (its messages are empty, and each round
-// waits for one of them); Ibarrier sends the same messages from one.
+// Barrier by messages runs without a schedule (its messages are empty, and
+// each round waits for one of them); Ibarrier, on any communicator, sends
+// the same messages from one.
 func (c *Comm) Barrier(ctx context.Context) error {
 	if c == nil {
 		return c.check()
