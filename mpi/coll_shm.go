@@ -118,6 +118,8 @@ type shmColl struct {
 	// sleep.
 	polls, drowsyAt int
 	wakeHdr         [hdrLen]byte
+	// race is the segment's key for the race detector (race_on.go).
+	race unsafe.Pointer
 }
 
 // arrival returns rank j's arrival word.
@@ -149,6 +151,7 @@ func (s *shmColl) arrive(info uint64, data []byte) {
 	if in := s.info(s.r, par); in.Load() != info {
 		in.Store(info) // most collectives repeat the one before: no store
 	}
+	raceRelease(s.race)
 	s.arrival(s.r).Store(s.seq)
 }
 
@@ -209,6 +212,7 @@ func (s *shmColl) await(ctx context.Context, info uint64) error {
 			return c.firstFailed(nil)
 		}
 	}
+	raceAcquire(s.race)
 	s.wake()
 	par := s.seq & 1
 	for j := 0; j < s.p; j++ {
@@ -345,7 +349,7 @@ func (c *Comm) shared(ctx context.Context, n int) (*shmColl, error) {
 	slot := (min(limit, sharedCollSlotMax) + 63) &^ 63
 	stride := (64 + 2*slot + 127) &^ 127
 	c.shmState = shmSetup
-	seg, err := mapCollSegment(ctx, c, stride*c.size)
+	seg, id, err := mapCollSegment(ctx, c, stride*c.size)
 	switch {
 	case err == errNoSegment:
 		c.shmState = shmOff
@@ -354,7 +358,7 @@ func (c *Comm) shared(ctx context.Context, n int) (*shmColl, error) {
 		c.shmState, c.shmErr = shmBroken, err
 		return nil, err
 	}
-	s := &shmColl{c: c, seg: seg, p: c.size, r: c.rank, slot: slot, stride: stride, tmp: make([]byte, slot)}
+	s := &shmColl{c: c, seg: seg, p: c.size, r: c.rank, slot: slot, stride: stride, tmp: make([]byte, slot), race: raceKey(id)}
 	s.ready = s.arrived
 	cfg := c.e.ac.Client().Config()
 	s.drowsyAt = max((cfg.SpinIterations+cfg.YieldIterations)/4, 1)
@@ -403,10 +407,11 @@ func (c *Comm) freeShared() {
 var errNoSegment = fmt.Errorf("mpi: no shared segment for the collectives")
 
 // mapCollSegment makes (on rank 0 of c) and maps (on every rank) a zeroed
-// segment of size bytes for c's collectives. Collective: every rank gets
+// segment of size bytes for c's collectives, and returns it with its
+// maker's process id and descriptor. Collective: every rank gets
 // errNoSegment if one could not map it, and another error if the
 // collectives that agree on it failed.
-func mapCollSegment(ctx context.Context, c *Comm, size int) ([]byte, error) {
+func mapCollSegment(ctx context.Context, c *Comm, size int) ([]byte, [2]int64, error) {
 	fd := -1
 	var seg []byte
 	var err error
@@ -428,7 +433,7 @@ func mapCollSegment(ctx context.Context, c *Comm, size int) ([]byte, error) {
 	}
 	if berr := Bcast(ctx, c, where, 0); berr != nil {
 		closeShared(fd, seg)
-		return nil, errorf("mpi: making the collectives' shared segment: %w", berr)
+		return nil, [2]int64{}, errorf("mpi: making the collectives' shared segment: %w", berr)
 	}
 	if c.rank != 0 && where[0] != 0 {
 		seg, err = mapPeerSegment(int(where[0]), int(where[1]), size)
@@ -448,10 +453,10 @@ func mapCollSegment(ctx context.Context, c *Comm, size int) ([]byte, error) {
 	switch {
 	case aerr != nil:
 		closeShared(-1, seg)
-		return nil, errorf("mpi: making the collectives' shared segment: %w", aerr)
+		return nil, [2]int64{}, errorf("mpi: making the collectives' shared segment: %w", aerr)
 	case err != nil || all[0] != 0:
 		closeShared(-1, seg)
-		return nil, errNoSegment
+		return nil, [2]int64{}, errNoSegment
 	}
-	return seg, nil
+	return seg, [2]int64(where), nil
 }
