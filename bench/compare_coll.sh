@@ -28,9 +28,10 @@
 # machine do not overlap. In each round every measurement runs amigo, then
 # MPICH, then Open MPI, one right after the other, so each ratio compares
 # runs seconds apart. Ranks are processes on this host (amigo over its
-# shared-memory adapter, each MPI over its own: MPICH's busy-polls, Open
-# MPI's vader yields when oversubscribed); 4 and more ranks oversubscribe a
-# 2-core host.
+# shared-memory adapter, with Barrier and Allreduce up to 256 B through a
+# shared-memory segment of the communicator, AMIGO_MPI_SHARED_COLL; each
+# MPI over its own: MPICH's busy-polls, Open MPI's vader yields when
+# oversubscribed); 4 and more ranks oversubscribe a 2-core host.
 #
 # Measured (elements are doubles, sizes in bytes, roots rank 0): allreduce of
 # 8 doubles (64 B) and of 1M doubles (8 MiB); reduce, bcast, allgather and
