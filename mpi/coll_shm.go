@@ -64,7 +64,8 @@ import (
 // The segment is made on a communicator's first Barrier or Allreduce that
 // can use it, collectively (a memfd of the lowest rank that the others map
 // through /proc, as the shared windows are), and unmapped by Free. A
-// communicator over several hosts, of one rank, or of more than
+// communicator over several hosts (or whose ranks reach each other by
+// another adapter than shared memory), of one rank, or of more than
 // sharedCollRanks ranks keeps the collectives by messages; so do the
 // nonblocking collectives (Ibarrier, Iallreduce), which match only each
 // other.
@@ -340,7 +341,7 @@ func (c *Comm) shared(ctx context.Context, n int) (*shmColl, error) {
 		return nil, err
 	}
 	limit := c.e.opts.SharedCollMax
-	ok := c.size > 1 && c.size <= sharedCollRanks && limit >= 0 && c.sameHost()
+	ok := c.size > 1 && c.size <= sharedCollRanks && limit >= 0 && c.sharesMemory()
 	c.e.unlock()
 	if !ok {
 		c.shmState = shmOff
@@ -378,15 +379,20 @@ func (c *Comm) shared(ctx context.Context, n int) (*shmColl, error) {
 	return nil, nil
 }
 
-// sameHost reports whether every rank of c runs on this host.
-func (c *Comm) sameHost() bool {
+// sharesMemory reports whether this rank reaches every rank of c through
+// memory: in this process, or through the shared-memory adapter. Ranks of
+// this host reached otherwise (AMIGO_TRANSPORT=tcp) keep the collectives
+// by messages, as the job asked; and their adapter's goroutines, which
+// write this rank's memory for its peers, are ordered with this rank only
+// by messages as far as the race detector can tell.
+func (c *Comm) sharesMemory() bool {
 	cl := c.e.ac.Client()
 	for _, ep := range c.eps {
 		if ep.Rank == c.e.rank {
 			continue
 		}
 		pi, err := cl.Peer(ep.Rank)
-		if err != nil || !pi.SameHost {
+		if err != nil || !pi.SameHost || pi.Adapter != "shm" && pi.Adapter != "loop" {
 			return false
 		}
 	}

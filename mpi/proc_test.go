@@ -110,7 +110,7 @@ func rankMain(name string) int {
 		return 1
 	}
 	defer cl.Close()
-	if want := os.Getenv("AMIGO_TRANSPORT"); cl.Size() > 1 && !slices.Contains(cl.Adapters(), want) {
+	if want := os.Getenv("AMIGO_TRANSPORT"); want != "auto" && cl.Size() > 1 && !slices.Contains(cl.Adapters(), want) {
 		fmt.Fprintf(os.Stderr, "rank %d: adapters %v, want %s\n", cl.Rank(), cl.Adapters(), want)
 		return 1
 	}
