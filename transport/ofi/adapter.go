@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -187,7 +188,23 @@ func sourceInfo(opts Options) (*C.struct_fi_info, error) {
 			}
 		}
 	}
+	if core == "shm" {
+		if info, err := getinfo(opts.Provider, shmName(), opts.SingleRecv); err == nil {
+			return info, nil
+		}
+	}
 	return getinfo(opts.Provider, "", opts.SingleRecv)
+}
+
+// shmName is the name under which the shm provider makes the shared
+// memory of this adapter's endpoints: the process id and a random number.
+// The provider's own choice is the process id alone, and the file of a
+// process that was killed stays behind: a later process given the same id
+// could then open no endpoint (fi_endpoint: EBUSY).
+func shmName() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("amigo-%d-%x", os.Getpid(), b)
 }
 
 // New opens provider opts.Provider for the rank job describes, makes one

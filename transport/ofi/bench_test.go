@@ -22,7 +22,7 @@ type benchPair struct {
 	got   [2]cnt
 }
 
-func newBenchPair(b *testing.B, prov string) *benchPair {
+func newBenchPair(b testing.TB, prov string) *benchPair {
 	ads, _ := newWorld(b, 2, Options{Provider: prov, Timeout: time.Minute})
 	bp := &benchPair{ads: ads}
 	b.Cleanup(func() { ads[0].Close(); ads[1].Close() })
@@ -52,7 +52,7 @@ func (bp *benchPair) advance(r int) {
 }
 
 // send writes one packet of size bytes into rank r's link.
-func (bp *benchPair) send(b *testing.B, r, size int) {
+func (bp *benchPair) send(b testing.TB, r, size int) {
 	l, tr := bp.links[r], bp.trs[r]
 	k := ring.SlotsFor(size)
 	var deadline time.Time
@@ -77,7 +77,7 @@ func (bp *benchPair) send(b *testing.B, r, size int) {
 }
 
 // wait advances both ports until rank r received want packets.
-func (bp *benchPair) wait(b *testing.B, r, want int) {
+func (bp *benchPair) wait(b testing.TB, r, want int) {
 	var deadline time.Time
 	for k := 1; bp.got[r].n < want; k++ {
 		bp.advance(1 - r)

@@ -138,7 +138,8 @@ type inlink struct {
 	taken   uint64 // packets handed to the receiver
 	acked   uint64 // packets acknowledged
 	dirty   bool
-	dirtyAt uint64 // the Poll that made it dirty
+	takenAt uint64 // the last Poll that took packets of the peer
+	before  uint64 // packets taken before that Poll
 	closed  bool   // the peer's goodbye was handled: nothing more is delivered
 	gone    bool   // the peer's goodbye was read: nothing more is sent to it
 }
@@ -507,10 +508,12 @@ func (p *port) handle(r transport.Receiver, msg []byte) int {
 			}
 		}
 		r.Receive(in.from, body)
+		if in.takenAt != p.pollCount {
+			in.takenAt, in.before = p.pollCount, in.taken
+		}
 		in.taken++
 		if !in.dirty {
 			in.dirty = true
-			in.dirtyAt = p.pollCount
 			p.dirty = append(p.dirty, in)
 		}
 		return 1
@@ -625,9 +628,13 @@ func statusError(st uint8) error {
 // Unless force is set, it leaves for one Poll the acknowledgements of
 // packets this Poll took: a reply the context sends in between (the
 // next Advance injects it before it polls again) carries them (post),
-// which spares a request–reply exchange two messages. A backlog of
-// ackBatch packets is acknowledged at once, and the watcher forces what is
-// left when the context stops polling.
+// which spares a request–reply exchange two messages. Packets taken
+// earlier are acknowledged now, without those of this Poll: an
+// acknowledgement must not overtake the reply a handler caused (a
+// sender that learns its announcement was taken before the receiver's
+// STOP arrives starts streaming data the receiver then drops). A backlog
+// of ackBatch packets is acknowledged at once, and the watcher forces
+// what is left when the context stops polling.
 func (p *port) flushAcks(force bool) {
 	kept := p.dirty[:0]
 	for _, in := range p.dirty {
@@ -635,7 +642,10 @@ func (p *port) flushAcks(force bool) {
 			in.dirty = false
 			continue
 		}
-		if !force && !in.gone && in.dirtyAt == p.pollCount && in.taken-in.acked < ackBatch {
+		if !force && !in.gone && in.takenAt == p.pollCount && in.taken-in.acked < ackBatch {
+			if in.before > in.acked && p.sendCtrl(in.dest, header{kind: kindAck, arg: in.before}, nil) {
+				in.acked = in.before
+			}
 			kept = append(kept, in)
 			continue
 		}
