@@ -47,3 +47,12 @@ func WinRescues(w *Win) uint64 {
 	defer w.comm.e.unlock()
 	return w.rescues
 }
+
+// WinOwed reports whether w has operations this rank issued to target that
+// a Flush must still complete: pending at the origin, or Puts the AMI has
+// not flushed.
+func WinOwed(w *Win, target int) bool {
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
+	return w.pending > 0 || w.put[target]
+}

@@ -139,6 +139,7 @@ type Win struct {
 	pending int
 	err     error
 	done    func(error)
+	settled func() bool // pending is zero; made once
 
 	// Accumulates sent to their owners (win_am.go): by slot, the free
 	// slots, and per target those awaiting their reply; elem is the
@@ -148,6 +149,7 @@ type Win struct {
 	msgFree []uint16
 	msgOut  []int
 	elem    [2][16]byte
+	one     [2][16]byte // accumulateOne's element and comparand
 	inline  int
 
 	// Generalised active target (win_pscw.go): the ranks of the access
@@ -158,7 +160,8 @@ type Win struct {
 	access             []bool
 	postIn, completeIn []int
 
-	reqFree *rmaReq // request ties for reuse (win_req.go)
+	reqFree *rmaReq      // request ties for reuse (win_req.go)
+	updFree []*rmaUpdate // element updates for reuse (win_atomic.go)
 
 	// A window of WinAllocateShared (win_shared.go): the segment as this
 	// rank maps it, where each rank's part starts, and its length.
@@ -230,6 +233,7 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc, dyn b
 	w := &Win{ac: ac, mem: mem, locks: make([]LockType, c.size), put: make([]bool, c.size), msgOut: make([]int, c.size), inline: cl.Config().InlineMax,
 		access: make([]bool, c.size), atomUsers: make([]userState, c.size), postIn: make([]int, c.size), completeIn: make([]int, c.size)}
 	w.done = w.opDone
+	w.settled = func() bool { return w.pending == 0 }
 	w.seq, w.replies, w.rescueMark = make([]uint32, c.size), make([]uint64, c.size), make([]uint64, c.size)
 	w.rescuing, w.bypass, w.rescueUser = make([]*rescueOp, c.size), make([]bool, c.size), make([]bool, c.size)
 	w.inflight, w.msgBudget = make([]int, c.size), max(cl.Config().RingSlots*64/4, 1024)
@@ -508,15 +512,29 @@ func (w *Win) rma(put bool, origin []byte, target, disp int, rq *rmaReq) error {
 		}
 		return nil
 	}
-	w.pending++
+	// Over shared memory into a peer's shared allocation, the AMI copies
+	// at once when nothing else to the target is in flight: the Put is
+	// then complete at the target (no flush owes it anything), the Get's
+	// data in origin, and neither counts as pending.
+	var now bool
 	if put {
-		w.put[target] = true
-		err = w.ac.Put(w.eps[target], origin, pl.key, pl.off, done)
+		now, err = w.ac.PutNow(w.eps[target], origin, pl.key, pl.off, done)
+		if err == nil && !now {
+			w.put[target] = true
+		}
 	} else {
-		err = w.ac.Get(w.eps[target], origin, pl.key, pl.off, done)
+		now, err = w.ac.GetNow(w.eps[target], origin, pl.key, pl.off, done)
+	}
+	if now {
+		if rq != nil {
+			rq.finish(nil)
+		}
+		return nil
+	}
+	if err == nil {
+		w.pending++
 	}
 	if err != nil {
-		w.pending--
 		what := "Get from"
 		if put {
 			what = "Put to"

@@ -19,7 +19,7 @@ import (
 // on the window is complete at the origin, and returns their first error.
 // The caller holds the engine's lock.
 func (w *Win) waitPending(ctx context.Context) error {
-	if err := w.comm.e.wait(ctx, func() bool { return w.pending == 0 }); err != nil {
+	if err := w.comm.e.wait(ctx, w.settled); err != nil {
 		return w.comm.e.waitErr(err, "window operations of this rank", noArg, noArg)
 	}
 	err := w.err

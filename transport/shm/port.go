@@ -150,6 +150,9 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 	}
 	l := &link{tl: tl, pr: pr, ctx: c, hdr: hdr, slot: pr.seg.access(a.li, p.ctx)}
 	tl.Atomic = func(args transport.AtomicArgs) (uint64, bool, error) { return p.atomicInPlace(l, args) }
+	tl.Copy = func(k transport.RDMAKind, local []byte, key transport.Key, off uint64) bool {
+		return p.copyInPlace(l, k, local, key, off)
+	}
 	p.links[to] = l
 	old := *p.out.Load()
 	grown := append(old[:len(old):len(old)], l)
