@@ -56,3 +56,11 @@ func WinOwed(w *Win, target int) bool {
 	defer w.comm.e.unlock()
 	return w.pending > 0 || w.put[target]
 }
+
+// WinInPlaceUpdates returns how many accumulates this rank applied in
+// place to other ranks' windows.
+func WinInPlaceUpdates(w *Win) uint64 {
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
+	return w.inPlaceUpdates
+}

@@ -170,6 +170,13 @@ type Win struct {
 
 	dyn *dynState // a window of WinCreateDynamic (win_dynamic.go)
 
+	// near[r]: the AMI performs atomics on rank r's control region at
+	// once, and r's window memory is amigo's (WinAllocate): accumulates
+	// to r may be applied in place (win_inplace.go).
+	near           []bool
+	alloc          bool
+	inPlace        inPlace
+	inPlaceUpdates uint64 // accumulates this rank applied in place
 	// atomUsers[r]: whether this rank counts in rank r's users word, for
 	// remote atomics it issued in this epoch (win_atomic.go).
 	atomUsers []userState
@@ -233,6 +240,7 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc, dyn b
 	w := &Win{ac: ac, mem: mem, locks: make([]LockType, c.size), put: make([]bool, c.size), msgOut: make([]int, c.size), inline: cl.Config().InlineMax,
 		access: make([]bool, c.size), atomUsers: make([]userState, c.size), postIn: make([]int, c.size), completeIn: make([]int, c.size)}
 	w.done = w.opDone
+	w.near, w.alloc = make([]bool, c.size), alloc
 	w.settled = func() bool { return w.pending == 0 }
 	w.seq, w.replies, w.rescueMark = make([]uint32, c.size), make([]uint64, c.size), make([]uint64, c.size)
 	w.rescuing, w.bypass, w.rescueUser = make([]*rescueOp, c.size), make([]bool, c.size), make([]bool, c.size)

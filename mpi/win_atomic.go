@@ -294,6 +294,11 @@ func (w *Win) accumulateLayout(k kind, origin, result, cmp []byte, target, disp 
 				return 0, nil
 			}
 		}
+		if w.near[target] && lay.blocks == 1 && span <= accInPlaceMax && w.msgOut[target] == 0 && w.rescuing[target] == nil {
+			if applied, err := w.accInPlace(k, op, origin, result, target, pl, lay); applied || err != nil {
+				return 0, err
+			}
+		}
 		return w.accMsgs(k, op, origin, result, target, pl, lay, rq)
 	}
 	if err := w.useAtomics(target); err != nil {

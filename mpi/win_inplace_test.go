@@ -212,3 +212,163 @@ func TestWinInPlaceShm(t *testing.T) {
 		return w.Free(ctx)
 	})
 }
+
+// Accumulates into rank 0's window under LockAll: a vector of int32 every
+// rank adds ones to, uint8 elements at an odd offset every rank fetches and
+// adds one to (each old value is fetched exactly once), float64 halves,
+// between guard bytes nobody may touch. In the first epoch only
+// accumulates run (over shared memory the origins apply them in place,
+// under the bulk bit); in the second, odd ranks also add to the vector's
+// ends with FetchAndOp (remote atomics, so the others' accumulates go to
+// rank 0 as messages meanwhile). No update is lost or doubled, over every
+// adapter.
+func TestWinAccumulateInPlace(t *testing.T) {
+	for _, over := range []string{"shm", "tcp", "loop"} {
+		for _, n := range []int{2, 4} {
+			t.Run(fmt.Sprintf("%s/%d", over, n), func(t *testing.T) {
+				amigotest.Run(t, n, amigotest.Options{Config: amigo.Config{SpinIterations: 50, YieldIterations: 50}, Timeout: time.Minute, Over: over}, func(r *amigotest.Rank) error {
+					c, err := mpi.World(r.Deadline, r.Ctx, nil)
+					if err != nil {
+						return err
+					}
+					defer c.Free()
+					return accInPlace(r.Deadline, c, over)
+				})
+			})
+		}
+	}
+}
+
+func accInPlace(ctx context.Context, c *mpi.Comm, over string) error {
+	// A window of unit 1: displacements are byte offsets.
+	const (
+		guard, m, small, floats, iters = 16, 2048, 7, 4, 30
+		reps                           = 10 // vector accumulates per iteration
+		vecAt                          = guard
+		smallAt                        = vecAt + 4*m + guard + 1 // odd: uint8 elements
+		floatAt                        = 12288
+		size                           = floatAt + 8*floats + guard
+	)
+	me, n := c.Rank(), c.Size()
+	w, err := mpi.WinAllocate(ctx, c, size, 1)
+	if err != nil {
+		return err
+	}
+	mem := w.Memory()
+	for i := range mem {
+		mem[i] = 0xee
+	}
+	clear(mem[vecAt : vecAt+4*m])
+	clear(mem[smallAt : smallAt+small])
+	clear(mem[floatAt : floatAt+8*floats])
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	ones := make([]int32, m)
+	for i := range ones {
+		ones[i] = 1
+	}
+	incs := []uint8{1, 1, 1, 1, 1, 1, 1}
+	halves := []float64{0.5, 0.5, 0.5, 0.5}
+	seen := make([]int32, 2*n*iters)
+	old := make([]uint8, small)
+	fops := 0
+	for epoch := 0; epoch < 2; epoch++ {
+		if err := w.LockAll(ctx); err != nil {
+			return err
+		}
+		for i := 0; i < iters; i++ {
+			for k := 0; k < reps; k++ {
+				if err := mpi.Accumulate(w, ones, 0, vecAt, mpi.Sum); err != nil {
+					return err
+				}
+			}
+			if err := mpi.Accumulate(w, halves, 0, floatAt, mpi.Sum); err != nil {
+				return err
+			}
+			if err := mpi.GetAccumulate(w, incs, old, 0, smallAt, mpi.Sum); err != nil {
+				return err
+			}
+			if epoch == 1 && me%2 == 1 {
+				var prev int32
+				for _, at := range []int{vecAt, vecAt + 4*(m-1)} {
+					if err := mpi.FetchAndOp(w, int32(1), &prev, 0, at, mpi.Sum); err != nil {
+						return err
+					}
+				}
+				fops++
+			}
+			if err := w.Flush(ctx, 0); err != nil {
+				return err
+			}
+			for j, v := range old {
+				if v != old[0] {
+					return fmt.Errorf("GetAccumulate fetched %v: element %d differs from element 0", old, j)
+				}
+			}
+			if int(old[0]) < 0 || int(old[0]) >= len(seen) {
+				return fmt.Errorf("GetAccumulate fetched %d, outside [0, %d)", old[0], len(seen))
+			}
+			seen[old[0]]++
+		}
+		if err := w.UnlockAll(ctx); err != nil {
+			return err
+		}
+		if in := mpi.WinInPlaceUpdates(w); epoch == 0 && over == "shm" && me != 0 && in == 0 {
+			return fmt.Errorf("no accumulate applied in place over shared memory")
+		} else if over != "shm" && in != 0 {
+			return fmt.Errorf("%d accumulates applied in place over %s", in, over)
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+	}
+	all := make([]int32, len(seen))
+	if err := mpi.Allreduce(ctx, c, seen, all, mpi.Sum); err != nil {
+		return err
+	}
+	for v, k := range all {
+		if k != 1 {
+			return fmt.Errorf("old value %d fetched %d times", v, k)
+		}
+	}
+	allFops := []int64{0}
+	if err := mpi.Allreduce(ctx, c, []int64{int64(fops)}, allFops, mpi.Sum); err != nil {
+		return err
+	}
+	if me == 0 {
+		if err := w.Sync(); err != nil {
+			return err
+		}
+		for i, v := range mpi.View[int32](mem[vecAt : vecAt+4*m]) {
+			want := int32(2 * n * iters * reps)
+			if i == 0 || i == m-1 {
+				want += int32(allFops[0])
+			}
+			if v != want {
+				return fmt.Errorf("vector element %d: %d, want %d", i, v, want)
+			}
+		}
+		for i, v := range mem[smallAt : smallAt+small] {
+			if int(v) != 2*n*iters {
+				return fmt.Errorf("uint8 element %d: %d, want %d", i, v, 2*n*iters)
+			}
+		}
+		for i, v := range mpi.View[float64](mem[floatAt : floatAt+8*floats]) {
+			if v != float64(n*iters) {
+				return fmt.Errorf("float64 element %d: %v, want %v", i, v, float64(n*iters))
+			}
+		}
+		for _, g := range [][2]int{{0, vecAt}, {vecAt + 4*m, smallAt}, {smallAt + small, floatAt}, {floatAt + 8*floats, size}} {
+			for i := g[0]; i < g[1]; i++ {
+				if mem[i] != 0xee {
+					return fmt.Errorf("guard byte %d: %#x", i, mem[i])
+				}
+			}
+		}
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	return w.Free(ctx)
+}

@@ -308,8 +308,13 @@ func (p *port) claimInPlace(l *link, key transport.Key, off, n uint64, perm tran
 		return nil
 	}
 	slot := l.slot
-	c := &l.atom
+	c := &l.atom[0]
+	if key != c.key {
+		c = &l.atom[1]
+	}
 	if key != c.key || key == 0 {
+		c = &l.atom[l.atomNext]
+		l.atomNext ^= 1
 		reg, ok := a.lookupAtomic(pr, slot, key)
 		if !ok {
 			return nil
