@@ -171,6 +171,26 @@ func testPutGetNow(t *testing.T, over, mem string) {
 			if allocs != 0 {
 				return fmt.Errorf("PutNow and GetNow done at once: %v allocations", allocs)
 			}
+			// A holder's copies too, without taking the context.
+			h := x.Hold()
+			allocs = testing.AllocsPerRun(100, func() {
+				if now, err := h.PutNow(next, first, g.Key((me+1)%n), at, nil); err != nil || !now {
+					e = fmt.Errorf("held PutNow with nothing queued: done %v, %v", now, err)
+				}
+				if now, err := h.GetNow(next, got[:8], g.Key((me+1)%n), at, nil); err != nil || !now {
+					e = fmt.Errorf("held GetNow with nothing queued: done %v, %v", now, err)
+				}
+			})
+			h.Release()
+			if e != nil {
+				return e
+			}
+			if allocs != 0 {
+				return fmt.Errorf("held PutNow and GetNow done at once: %v allocations", allocs)
+			}
+			if !bytes.Equal(got[:8], first) {
+				return fmt.Errorf("held GetNow after PutNow of %x: %x", first, got[:8])
+			}
 		}
 		return c.Barrier(ctx)
 	})

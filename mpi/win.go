@@ -27,7 +27,15 @@ import (
 // win_atomic.go (accumulates and atomics by remote atomics), win_am.go
 // (accumulates the owner applies), win_req.go (Rput, Rget, Raccumulate),
 // win_vector.go (strided target layouts), win_shared.go
-// (WinAllocateShared), win_dynamic.go (WinCreateDynamic).
+// (WinAllocateShared), win_dynamic.go (WinCreateDynamic), win_inplace.go
+// (accumulates an origin applies in place over shared memory).
+//
+// Over shared memory, a Put or Get into a window of WinAllocate is one
+// copy the AMI makes at once on the calling goroutine through its mapping
+// of the target's segment (PutNow, GetNow), and a one-element atomic one
+// instruction there (AtomicNow): complete when the call returns, so that
+// Flush then owes the target nothing (MPICH's and Open MPI's shared-memory
+// windows do the same with loads and stores).
 //
 // Accumulate, GetAccumulate, FetchAndOp and CompareAndSwap are atomic per
 // element, as MPI requires. One element is one remote atomic when the AMI

@@ -277,7 +277,9 @@ func (w *Win) ctlOp(ctx context.Context, target int, off uint64, op amigo.Atomic
 	if now {
 		// Performed at once: the control region, and a window of
 		// WinAllocate, lie in memory this rank reaches in place.
-		w.near[target] = w.alloc
+		if err == nil {
+			w.near[target] = w.alloc
+		}
 		return result, err
 	}
 	if err != nil {
