@@ -13,8 +13,9 @@ import (
 // (GetNow, PutNow, AtomicNow): an origin can then apply a contiguous
 // accumulate itself, as the owner would (applyLayout), with no message
 // and no help from the owner. It claims the owner's users word with the
-// bulk bit (a compare-and-swap from zero: no origin uses remote atomics on
-// the window, and no plain update is under way), copies the elements out,
+// bulk bit (a compare-and-swap from zero, or from this rank's own count:
+// no other origin uses remote atomics on the window, and no plain update
+// is under way), copies the elements out,
 // combines them, copies them back and clears the bit: four operations on
 // the mapped memory, each a few tens of nanoseconds, against a round trip
 // through the owner's progress. The bit holds off every other update of
@@ -71,7 +72,8 @@ func (w *Win) finishInPlace(now bool, err error) error {
 
 // accInPlace applies an accumulate of one block to target's window in
 // place, holding the owner's bulk bit, and reports whether it did; it does
-// nothing and reports false when the users word is not zero. The caller
+// nothing and reports false when the users word counts others or holds
+// the bulk bit. The caller
 // holds the engine's lock and checked the access.
 func (w *Win) accInPlace(k kind, op Op, origin, result []byte, target int, pl place, lay layout) (bool, error) {
 	d := &w.inPlace
@@ -80,12 +82,22 @@ func (w *Win) accInPlace(k kind, op Op, origin, result []byte, target int, pl pl
 		d.idle = func() bool { return d.left == 0 }
 	}
 	ep := w.eps[target]
+	// This rank's own counts in the word (its remote atomics of this
+	// epoch, a rescue's) hold off no plain update of its own: none of its
+	// atomics is in flight while it holds the engine.
+	var mine uint64
+	if w.atomUsers[target] == user {
+		mine++
+	}
+	if w.rescueUser[target] {
+		mine++
+	}
 	d.p = amigo.AtomicParams{Dest: ep, Remote: w.ctlKeys[target], Offset: ctlUsersOff, Op: amigo.AtomicCAS, Type: amigo.Uint64,
-		Operand: bulkBit, Compare: 0, Result: &d.old, Done: d.fn}
+		Operand: mine | bulkBit, Compare: mine, Result: &d.old, Done: d.fn}
 	if err := w.finishInPlace(w.ac.AtomicNow(&d.p)); err != nil {
 		return false, errorf("mpi: accumulate on rank %d: %w", target, w.comm.e.peerFailure(err))
 	}
-	if d.old != 0 {
+	if d.old != mine {
 		return false, nil
 	}
 	e := w.comm.e

@@ -145,10 +145,11 @@ func rmaPassiveInPlace(ctx context.Context, c *mpi.Comm) error {
 	return w.Free(ctx)
 }
 
-// Over shared memory, into a window of WinAllocate, a Put, a Get and a
-// FetchAndOp are complete when they return (the AMI copied, or performed
-// the atomic, in the target's mapped window), so that Flush owes nothing;
-// with the Flush they allocate nothing.
+// Over shared memory, into a window of WinAllocate, a Put, a Get, a
+// FetchAndOp and an Accumulate are complete when they return (the AMI
+// copied, or performed the atomic, in the target's mapped window; the
+// origin applied the accumulate there), so that Flush owes nothing; with
+// the Flush they allocate nothing.
 func TestWinInPlaceShm(t *testing.T) {
 	amigotest.Run(t, 2, amigotest.Options{Config: amigo.Config{SpinIterations: 50, YieldIterations: 50}, Timeout: time.Minute, Over: "shm"}, func(r *amigotest.Rank) error {
 		ctx := r.Deadline
@@ -166,6 +167,7 @@ func TestWinInPlaceShm(t *testing.T) {
 		}
 		if c.Rank() == 0 {
 			buf := make([]byte, 4096)
+			ints := make([]int32, 256)
 			var old int64
 			ops := []struct {
 				name string
@@ -175,6 +177,8 @@ func TestWinInPlaceShm(t *testing.T) {
 				{"Put of 4 KiB", func() error { return w.Put(buf, 1, 0) }},
 				{"Get of 64 bytes", func() error { return w.Get(buf[:64], 1, 64) }},
 				{"FetchAndOp", func() error { return mpi.FetchAndOp(w, int64(1), &old, 1, 4088, mpi.Sum) }},
+				{"Accumulate of 2 int32", func() error { return mpi.Accumulate(w, ints[:2], 1, 256, mpi.Sum) }},
+				{"Accumulate of 1 KiB", func() error { return mpi.Accumulate(w, ints, 1, 1024, mpi.Sum) }},
 			}
 			for _, op := range ops {
 				var ferr error
@@ -219,9 +223,9 @@ func TestWinInPlaceShm(t *testing.T) {
 // between guard bytes nobody may touch. In the first epoch only
 // accumulates run (over shared memory the origins apply them in place,
 // under the bulk bit); in the second, odd ranks also add to the vector's
-// ends with FetchAndOp (remote atomics, so the others' accumulates go to
-// rank 0 as messages meanwhile). No update is lost or doubled, over every
-// adapter.
+// ends with FetchAndOp (remote atomics: while more than one origin counts
+// in rank 0's users word, accumulates go to rank 0 as messages). No update
+// is lost or doubled, over every adapter.
 func TestWinAccumulateInPlace(t *testing.T) {
 	for _, over := range []string{"shm", "tcp", "loop"} {
 		for _, n := range []int{2, 4} {
