@@ -270,7 +270,7 @@ func (p *port) atomicInPlace(l *link, op transport.AtomicArgs) (uint64, bool, er
 // once. It reports false, having done nothing, otherwise.
 func (p *port) copyInPlace(l *link, k transport.RDMAKind, local []byte, key transport.Key, off uint64) bool {
 	n := uint64(len(local))
-	if n == 0 || n > copyInPlaceMax || (k != transport.Get && k != transport.Put) {
+	if n == 0 || n > copyInPlaceMax || n > uint64(p.a.opts.Piece) || (k != transport.Get && k != transport.Put) {
 		return false
 	}
 	if w := p.a.opts.Way; w != WayAuto && w != WaySegment {
@@ -290,10 +290,10 @@ func (p *port) copyInPlace(l *link, k transport.RDMAKind, local []byte, key tran
 	return true
 }
 
-// copyInPlaceMax is the largest Get or Put copyInPlace performs: a copy
-// of a few microseconds at most, well below what one Progress call moves
-// for one transfer (Options.Piece) and the transfers the owner helps with
-// (Options.HelpMin); larger ones take the RDMA FIFO.
+// copyInPlaceMax is the largest Get or Put copyInPlace performs (and no
+// more than one Options.Piece, which bounds a claim of the owner's slot):
+// a copy of a few microseconds at most, below the transfers the owner
+// helps with (Options.HelpMin); larger ones take the RDMA FIFO.
 const copyInPlaceMax = 64 << 10
 
 // claimInPlace claims the owner's region key for an access of n bytes at
