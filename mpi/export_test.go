@@ -51,3 +51,20 @@ func WinRescues(w *Win) uint64 {
 // SharedColl reports whether c's Barrier and small Allreduce go through a
 // shared-memory segment of c.
 func SharedColl(c *Comm) bool { return c.shmState == shmOn }
+
+// WinOwed reports whether w has operations this rank issued to target that
+// a Flush must still complete: pending at the origin, or Puts the AMI has
+// not flushed.
+func WinOwed(w *Win, target int) bool {
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
+	return w.pending > 0 || w.put[target]
+}
+
+// WinInPlaceUpdates returns how many accumulates this rank applied in
+// place to other ranks' windows.
+func WinInPlaceUpdates(w *Win) uint64 {
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
+	return w.inPlaceUpdates
+}

@@ -27,7 +27,15 @@ import (
 // win_atomic.go (accumulates and atomics by remote atomics), win_am.go
 // (accumulates the owner applies), win_req.go (Rput, Rget, Raccumulate),
 // win_vector.go (strided target layouts), win_shared.go
-// (WinAllocateShared), win_dynamic.go (WinCreateDynamic).
+// (WinAllocateShared), win_dynamic.go (WinCreateDynamic), win_inplace.go
+// (accumulates an origin applies in place over shared memory).
+//
+// Over shared memory, a Put or Get into a window of WinAllocate is one
+// copy the AMI makes at once on the calling goroutine through its mapping
+// of the target's segment (PutNow, GetNow), and a one-element atomic one
+// instruction there (AtomicNow): complete when the call returns, so that
+// Flush then owes the target nothing (MPICH's and Open MPI's shared-memory
+// windows do the same with loads and stores).
 //
 // Accumulate, GetAccumulate, FetchAndOp and CompareAndSwap are atomic per
 // element, as MPI requires. One element is one remote atomic when the AMI
@@ -139,6 +147,7 @@ type Win struct {
 	pending int
 	err     error
 	done    func(error)
+	settled func() bool // pending is zero; made once
 
 	// Accumulates sent to their owners (win_am.go): by slot, the free
 	// slots, and per target those awaiting their reply; elem is the
@@ -148,6 +157,7 @@ type Win struct {
 	msgFree []uint16
 	msgOut  []int
 	elem    [2][16]byte
+	one     [2][16]byte // accumulateOne's element and comparand
 	inline  int
 
 	// Generalised active target (win_pscw.go): the ranks of the access
@@ -158,7 +168,8 @@ type Win struct {
 	access             []bool
 	postIn, completeIn []int
 
-	reqFree *rmaReq // request ties for reuse (win_req.go)
+	reqFree *rmaReq      // request ties for reuse (win_req.go)
+	updFree []*rmaUpdate // element updates for reuse (win_atomic.go)
 
 	// A window of WinAllocateShared (win_shared.go): the segment as this
 	// rank maps it, where each rank's part starts, and its length.
@@ -167,6 +178,13 @@ type Win struct {
 
 	dyn *dynState // a window of WinCreateDynamic (win_dynamic.go)
 
+	// near[r]: the AMI performs atomics on rank r's control region at
+	// once, and r's window memory is amigo's (WinAllocate): accumulates
+	// to r may be applied in place (win_inplace.go).
+	near           []bool
+	alloc          bool
+	inPlace        inPlace
+	inPlaceUpdates uint64 // accumulates this rank applied in place
 	// atomUsers[r]: whether this rank counts in rank r's users word, for
 	// remote atomics it issued in this epoch (win_atomic.go).
 	atomUsers []userState
@@ -230,6 +248,8 @@ func newWin(ctx context.Context, c *Comm, mem []byte, dispUnit int, alloc, dyn b
 	w := &Win{ac: ac, mem: mem, locks: make([]LockType, c.size), put: make([]bool, c.size), msgOut: make([]int, c.size), inline: cl.Config().InlineMax,
 		access: make([]bool, c.size), atomUsers: make([]userState, c.size), postIn: make([]int, c.size), completeIn: make([]int, c.size)}
 	w.done = w.opDone
+	w.near, w.alloc = make([]bool, c.size), alloc
+	w.settled = func() bool { return w.pending == 0 }
 	w.seq, w.replies, w.rescueMark = make([]uint32, c.size), make([]uint64, c.size), make([]uint64, c.size)
 	w.rescuing, w.bypass, w.rescueUser = make([]*rescueOp, c.size), make([]bool, c.size), make([]bool, c.size)
 	w.inflight, w.msgBudget = make([]int, c.size), max(cl.Config().RingSlots*64/4, 1024)
@@ -508,15 +528,29 @@ func (w *Win) rma(put bool, origin []byte, target, disp int, rq *rmaReq) error {
 		}
 		return nil
 	}
-	w.pending++
+	// Over shared memory into a peer's shared allocation, the AMI copies
+	// at once when nothing else to the target is in flight: the Put is
+	// then complete at the target (no flush owes it anything), the Get's
+	// data in origin, and neither counts as pending.
+	var now bool
 	if put {
-		w.put[target] = true
-		err = w.ac.Put(w.eps[target], origin, pl.key, pl.off, done)
+		now, err = w.ac.PutNow(w.eps[target], origin, pl.key, pl.off, done)
+		if err == nil && !now {
+			w.put[target] = true
+		}
 	} else {
-		err = w.ac.Get(w.eps[target], origin, pl.key, pl.off, done)
+		now, err = w.ac.GetNow(w.eps[target], origin, pl.key, pl.off, done)
+	}
+	if now {
+		if rq != nil {
+			rq.finish(nil)
+		}
+		return nil
+	}
+	if err == nil {
+		w.pending++
 	}
 	if err != nil {
-		w.pending--
 		what := "Get from"
 		if put {
 			what = "Put to"

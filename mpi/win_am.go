@@ -118,14 +118,26 @@ type rmaMsg struct {
 	origin, result []byte
 	pl             place
 	lay            layout
-	left           int     // a rescue's element updates still in flight
-	cost           int     // what it counts against the budget
-	req            *rmaReq // the request it completes, if any
+	small          [16]byte // the origin's element when it is one (accumulateOne)
+	left           int      // a rescue's element updates still in flight
+	cost           int      // what it counts against the budget
+	req            *rmaReq  // the request it completes, if any
 	sent           func(error)
 	hdr            [rmaHdrLen]byte
 }
 
 func (m *rmaMsg) slot() uint32 { return uint32(m.idx) | uint32(m.gen)<<16 }
+
+// own returns origin, or the message's copy of it when it is one element
+// (at most 16 bytes): accumulateOne's lies in the window's scratch, which
+// the next call overwrites while the message may still need it.
+func (m *rmaMsg) own(origin []byte) []byte {
+	if origin != nil && len(origin) <= len(m.small) {
+		n := copy(m.small[:], origin)
+		return m.small[:n]
+	}
+	return origin
+}
 
 func (w *Win) allocMsg() *rmaMsg {
 	if n := len(w.msgFree); n > 0 {
@@ -259,7 +271,7 @@ func (w *Win) accDirect(k kind, op Op, origin, result []byte, target int, pl pla
 	}
 	m := w.allocMsg()
 	m.target, m.result, m.req = target, result, rq
-	m.k, m.op, m.origin, m.pl, m.lay, m.inUse, m.cancelled = k, op, origin, pl, lay, true, true
+	m.k, m.op, m.origin, m.pl, m.lay, m.inUse, m.cancelled = k, op, m.own(origin), pl, lay, true, true
 	w.pending++
 	w.msgOut[target]++
 	r := &rescueOp{w: w, target: target, last: w.seq[target], start: time.Now(), taken: []*rmaMsg{m}}
@@ -306,7 +318,8 @@ func (w *Win) accMsg(k kind, op Op, origin, result []byte, target int, pl place,
 	}
 	m := w.allocMsg()
 	m.target, m.result, m.req = target, result, rq
-	m.k, m.op, m.origin, m.pl, m.lay, m.inUse = k, op, origin, pl, lay, true
+	m.k, m.op, m.origin, m.pl, m.lay, m.inUse = k, op, m.own(origin), pl, lay, true
+	origin = m.origin
 	m.seq = w.seq[target] + 1
 	h := &m.hdr
 	binary.LittleEndian.PutUint32(h[0:], uint32(w.comm.id))

@@ -49,6 +49,9 @@ const (
 // lock. Another goroutine's registration in progress is waited for: its
 // atomics may not start before it is done.
 func (w *Win) useAtomics(target int) error {
+	if w.atomUsers[target] == user {
+		return nil // the common case: no deadline to make
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), useAtomicsTimeout)
 	defer cancel()
 	if w.atomUsers[target] == registering {
@@ -140,8 +143,7 @@ func FetchAndOp[T Numeric](w *Win, origin T, result *T, target, disp int, op Op)
 	if result == nil {
 		return fmt.Errorf("%w: FetchAndOp without a result", ErrCount)
 	}
-	o := []T{origin}
-	return accumulate(w, kindOf[T](), Bytes(o), Bytes(unsafe.Slice(result, 1)), nil, target, disp, op)
+	return accumulateOne(w, kindOf[T](), elemBytes(origin), [16]byte{}, Bytes(unsafe.Slice(result, 1)), target, disp, op)
 }
 
 // CompareAndSwap stores origin into target[disp] if it equals compare, and
@@ -150,8 +152,37 @@ func CompareAndSwap[T Numeric](w *Win, origin, compare T, result *T, target, dis
 	if result == nil {
 		return fmt.Errorf("%w: CompareAndSwap without a result", ErrCount)
 	}
-	o, c := []T{origin}, []T{compare}
-	return accumulate(w, kindOf[T](), Bytes(o), Bytes(unsafe.Slice(result, 1)), Bytes(c), target, disp, Op{code: opCAS, name: "CompareAndSwap"})
+	return accumulateOne(w, kindOf[T](), elemBytes(origin), elemBytes(compare), Bytes(unsafe.Slice(result, 1)), target, disp, Op{code: opCAS, name: "CompareAndSwap"})
+}
+
+// elemBytes returns the bytes of one element.
+func elemBytes[T Numeric](v T) (b [16]byte) {
+	copy(b[:], Bytes(unsafe.Slice(&v, 1)))
+	return b
+}
+
+// accumulateOne is accumulate of the one element whose bytes are origin
+// (and cmp, for CompareAndSwap), taken by value so that the caller's
+// element needs no memory of its own: the window's scratch holds them
+// while the call issues the update (a message that carries it copies
+// them, accMsg).
+func accumulateOne(w *Win, k kind, origin, cmp [16]byte, result []byte, target, disp int, op Op) error {
+	if w == nil {
+		return fmt.Errorf("%w: nil", ErrWin)
+	}
+	w.comm.e.lock()
+	defer w.comm.e.unlock()
+	es := k.size()
+	if es == 0 {
+		es = 1 // refused by accumulateLayout, as an invalid kind
+	}
+	w.one[0], w.one[1] = origin, cmp
+	var c []byte
+	if op.code == opCAS {
+		c = w.one[1][:es]
+	}
+	_, err := w.accumulate(k, w.one[0][:es], result, c, target, disp, op, nil)
+	return err
 }
 
 // opCAS is CompareAndSwap's operation inside accumulate.
@@ -263,6 +294,11 @@ func (w *Win) accumulateLayout(k kind, origin, result, cmp []byte, target, disp 
 				return 0, nil
 			}
 		}
+		if w.near[target] && lay.blocks == 1 && span <= accInPlaceMax && w.msgOut[target] == 0 && w.rescuing[target] == nil {
+			if applied, err := w.accInPlace(k, op, origin, result, target, pl, lay); applied || err != nil {
+				return 0, err
+			}
+		}
 		return w.accMsgs(k, op, origin, result, target, pl, lay, rq)
 	}
 	if err := w.useAtomics(target); err != nil {
@@ -284,7 +320,8 @@ func (w *Win) updates(k kind, op Op, origin, result, cmp []byte, target int, pl 
 	n := int(uint64(lay.blocks) * lay.blockLen)
 	bl := int(lay.blockLen)
 	for i := 0; i < n; i += es {
-		u := &rmaUpdate{w: w, k: k, op: op, es: es, req: rq, parent: parent}
+		u := w.newUpdate()
+		*u = rmaUpdate{w: w, k: k, op: op, es: es, req: rq, parent: parent, fn: u.fn}
 		at := pl.off + uint64(i/bl)*lay.stride + uint64(i%bl)
 		u.wordOff, u.width, u.shift, _ = w.word(target, pl, at, es)
 		if op.code != opNoOp {
@@ -296,18 +333,45 @@ func (w *Win) updates(k kind, op Op, origin, result, cmp []byte, target int, pl 
 		if result != nil {
 			u.result = result[i : i+es]
 		}
-		u.p = amigo.AtomicParams{Dest: w.eps[target], Remote: pl.key, Offset: u.wordOff, Result: &u.old, Done: u.done}
+		u.p = amigo.AtomicParams{Dest: w.eps[target], Remote: pl.key, Offset: u.wordOff, Result: &u.old, Done: u.fn}
 		if parent == nil {
 			w.pending++
 		}
-		if err := u.start(); err != nil {
+		now, err := u.start()
+		if now {
+			// Performed at once (AtomicNow): complete here, as its
+			// callback would.
+			u.done(err)
+			continue
+		}
+		if err != nil {
 			if parent == nil {
 				w.pending--
 			}
+			w.freeUpdate(u)
 			return i / es, errorf("mpi: accumulate on rank %d: %w", target, err)
 		}
 	}
 	return n / es, nil
+}
+
+// newUpdate takes an element update from the window's free list, or makes
+// one; the caller holds the engine's lock.
+func (w *Win) newUpdate() *rmaUpdate {
+	if n := len(w.updFree); n > 0 {
+		u := w.updFree[n-1]
+		w.updFree = w.updFree[:n-1]
+		return u
+	}
+	u := &rmaUpdate{w: w}
+	u.fn = u.done
+	return u
+}
+
+// freeUpdate puts an update the AMI is done with back on the free list.
+func (w *Win) freeUpdate(u *rmaUpdate) {
+	u.result, u.req, u.parent = nil, nil, nil
+	w.updFree = append(w.updFree, u)
 }
 
 // word returns the offset, width and bit shift of the aligned 4- or 8-byte
@@ -339,13 +403,16 @@ type rmaUpdate struct {
 	old, guess        uint64
 	native, fetchOnly bool
 	p                 amigo.AtomicParams
-	req               *rmaReq // the request it completes, if any
-	parent            *rmaMsg // the rescued message it is part of, if any
+	req               *rmaReq     // the request it completes, if any
+	parent            *rmaMsg     // the rescued message it is part of, if any
+	fn                func(error) // done, made once
 }
 
 // start posts the update's first atomic: the AMI's own operation when it
-// has one for the element, else the first compare-and-swap of a loop.
-func (u *rmaUpdate) start() error {
+// has one for the element, else the first compare-and-swap of a loop. It
+// reports now when the AMI performed it at once (AtomicNow), with the
+// atomic's outcome as err; its callback then does not come.
+func (u *rmaUpdate) start() (now bool, err error) {
 	typ := amigo.Uint32
 	if u.width == 8 {
 		typ = amigo.Uint64
@@ -377,7 +444,7 @@ func (u *rmaUpdate) start() error {
 		}
 	}
 	if u.native {
-		return u.w.ac.Atomic(&u.p)
+		return u.w.ac.AtomicNow(&u.p)
 	}
 	// A compare-and-swap loop, whose first guess is a zero word: the
 	// swap's fetched value corrects it.
@@ -395,10 +462,10 @@ func (u *rmaUpdate) operandWord() uint64 {
 }
 
 // cas posts a swap of the word from u.guess to the guess with the
-// element updated.
-func (u *rmaUpdate) cas() error {
+// element updated, or performs it at once (start).
+func (u *rmaUpdate) cas() (now bool, err error) {
 	u.p.Op, u.p.Compare, u.p.Operand = amigo.AtomicCAS, u.guess, u.apply(u.guess)
-	return u.w.ac.Atomic(&u.p)
+	return u.w.ac.AtomicNow(&u.p)
 }
 
 // element extracts the element from a word's value, as bytes.
@@ -443,26 +510,30 @@ func (u *rmaUpdate) compareBytes() (b [8]byte) {
 	return b
 }
 
-// done is the callback of each atomic of the update.
+// done is the callback of each atomic of the update, and completes it
+// when one was performed at once.
 func (u *rmaUpdate) done(err error) {
 	w := u.w
-	if err == nil && !u.native && u.old != u.guess {
+	for err == nil && !u.native && u.old != u.guess {
 		// The word changed since the guess: try again from its value.
 		u.guess = u.old
-		if err = u.cas(); err == nil {
-			return
+		var now bool
+		if now, err = u.cas(); err == nil && !now {
+			return // its callback comes
 		}
 	}
 	if err == nil && u.result != nil {
 		b := u.element(u.old)
 		copy(u.result, b[:u.es])
 	}
-	if u.parent != nil {
-		u.parent.updated(err)
+	parent, rq := u.parent, u.req
+	w.freeUpdate(u)
+	if parent != nil {
+		parent.updated(err)
 		return
 	}
 	w.opDone(err)
-	if u.req != nil {
-		u.req.finish(err)
+	if rq != nil {
+		rq.finish(err)
 	}
 }

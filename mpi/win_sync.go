@@ -19,7 +19,7 @@ import (
 // on the window is complete at the origin, and returns their first error.
 // The caller holds the engine's lock.
 func (w *Win) waitPending(ctx context.Context) error {
-	if err := w.comm.e.wait(ctx, func() bool { return w.pending == 0 }); err != nil {
+	if err := w.comm.e.wait(ctx, w.settled); err != nil {
 		return w.comm.e.waitErr(err, "window operations of this rank", noArg, noArg)
 	}
 	err := w.err
@@ -273,7 +273,16 @@ func (w *Win) ctlOp(ctx context.Context, target int, off uint64, op amigo.Atomic
 	done := false
 	p := amigo.AtomicParams{Dest: w.eps[target], Remote: w.ctlKeys[target], Offset: off, Op: op, Type: amigo.Uint64,
 		Operand: operand, Compare: compare, Result: &result, Done: func(e error) { aerr, done = e, true; w.comm.e.events++ }}
-	if err := w.ac.Atomic(&p); err != nil {
+	now, err := w.ac.AtomicNow(&p)
+	if now {
+		// Performed at once: the control region, and a window of
+		// WinAllocate, lie in memory this rank reaches in place.
+		if err == nil {
+			w.near[target] = w.alloc
+		}
+		return result, err
+	}
+	if err != nil {
 		return 0, err
 	}
 	if err := w.comm.e.wait(ctx, func() bool { return done }); err != nil {

@@ -182,6 +182,14 @@ type Link struct {
 	// holds the context, only while the link's RDMA FIFO is empty, so that
 	// it does not overtake earlier descriptors.
 	Atomic func(a AtomicArgs) (old uint64, done bool, err error)
+	// Copy, if not nil, performs a small Get or Put (k) of local at
+	// (key, off) of To's memory at once on the caller's goroutine when the
+	// adapter can without anyone's help (the shm adapter, on a region of a
+	// shared allocation): it reports whether it did. It does nothing and
+	// reports false for anything it cannot serve so (another kind of
+	// memory, an access the owner would refuse, a failed link), which the
+	// RDMA FIFO then carries and reports. It is called as Atomic is.
+	Copy func(k RDMAKind, local []byte, key Key, off uint64) bool
 
 	err atomic.Pointer[error]
 }

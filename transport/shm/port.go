@@ -58,13 +58,16 @@ type link struct {
 	ctx  int // the remote context
 	hdr  *linkHeader
 	slot *atomic.Uint64 // this context's access slot in the owner's segment
-	// atom: the region of the last atomic performed in place. A key names
-	// one registration for the owner's lifetime (transport.Key), so while
-	// the mirror entry holds the key, the region it describes is this one:
-	// the next atomic on the key checks the entry and skips reading it out.
-	atom atomRegion
-	x    *xfer // the RDMA descriptor in progress, or nil
-	xbuf xfer  // its storage, reused
+	// atom: the regions of the last two accesses performed in place (an
+	// atomic on a lock word and a copy of the data it guards, say), and
+	// which of them the next new region replaces. A key names one
+	// registration for the owner's lifetime (transport.Key), so while the
+	// mirror entry holds the key, the region it describes is this one: the
+	// next access on the key checks the entry and skips reading it out.
+	atom     [2]atomRegion
+	atomNext uint8
+	x        *xfer // the RDMA descriptor in progress, or nil
+	xbuf     xfer  // its storage, reused
 	// serialTo: descriptors below this FIFO position go one by one (a
 	// batch of them failed; see runBatch).
 	serialTo uint64
@@ -150,6 +153,9 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 	}
 	l := &link{tl: tl, pr: pr, ctx: c, hdr: hdr, slot: pr.seg.access(a.li, p.ctx)}
 	tl.Atomic = func(args transport.AtomicArgs) (uint64, bool, error) { return p.atomicInPlace(l, args) }
+	tl.Copy = func(k transport.RDMAKind, local []byte, key transport.Key, off uint64) bool {
+		return p.copyInPlace(l, k, local, key, off)
+	}
 	p.links[to] = l
 	old := *p.out.Load()
 	grown := append(old[:len(old):len(old)], l)

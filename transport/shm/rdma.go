@@ -241,62 +241,114 @@ func (p *port) start(l *link, op *transport.RDMAOp) (x *xfer, wait bool, err err
 // the goroutine that holds the context, when the mirror says the word is
 // there (Link.Atomic). It reports false, having done nothing, otherwise.
 func (p *port) atomicInPlace(l *link, op transport.AtomicArgs) (uint64, bool, error) {
-	a, pr := p.a, l.pr
-	if l.tl.Err() != nil {
-		return 0, false, nil
-	}
-	slot := l.slot
-	c := &l.atom
-	if op.Key != c.key || op.Key == 0 {
-		reg, ok := a.lookupAtomic(pr, slot, op.Key)
-		if !ok {
-			return 0, false, nil
-		}
-		*c = atomRegion{}
-		if reg.seg != 0 {
-			mem, err := pr.allocMem(int(reg.seg - 1))
-			if err == nil && reg.segOff <= uint64(len(mem)) && reg.len <= uint64(len(mem))-reg.segOff {
-				*c = atomRegion{key: op.Key, entry: pr.seg.mirrorEntry(int(uint64(op.Key) & keyIndexMask)),
-					mem: mem[reg.segOff : reg.segOff+reg.len : reg.segOff+reg.len], perm: reg.perm}
-			}
-		}
-		if c.key == 0 {
-			order.Store64(slot, 0)
-			return 0, false, nil
-		}
-	} else {
-		// The claim of lookupAtomic, on the entry kept.
-		order.Store64(slot, uint64(op.Key))
-		if c.entry.state.Load() != uint64(op.Key) {
-			order.Store64(slot, 0)
-			*c = atomRegion{}
-			return 0, false, nil
-		}
-	}
 	n := uint64(op.Width)
-	if op.Off > uint64(len(c.mem)) || n > uint64(len(c.mem))-op.Off || c.perm&transport.PermAtomic == 0 {
-		order.Store64(slot, 0)
+	c := p.claimInPlace(l, op.Key, op.Off, n, transport.PermAtomic)
+	if c == nil {
 		return 0, false, nil
 	}
 	w := c.mem[op.Off : op.Off+n]
 	if op.Op == transport.AtomicAdd && n == 8 && uintptr(unsafe.Pointer(&w[0]))&7 == 0 {
 		// The common case, without ApplyChecked's dispatch.
 		old := atomic.AddUint64((*uint64)(unsafe.Pointer(&w[0])), op.Operand) - op.Operand
-		order.Store64(slot, 0)
+		order.Store64(l.slot, 0)
 		return old, true, nil
 	}
 	old, err := transport.ApplyChecked(w, op.Op, int(op.Width), op.Operand, op.Compare)
 	// A release store ends the claim: the owner needs to see the slot
 	// cleared only after our access, not at once.
-	order.Store64(slot, 0)
+	order.Store64(l.slot, 0)
 	if err != nil {
 		return 0, true, peerErr(l.tl.To, &transport.AccessError{Key: op.Key, Off: op.Off, Len: n, Err: err})
 	}
 	return old, true, nil
 }
 
-// atomRegion is a link's cache of the region of its last atomic performed
-// in place: its key, its bytes in this process's mapping of the owner's
+// copyInPlace performs a Get or a Put of at most copyInPlaceMax bytes
+// on the owner's shared segment with one copy through this process's
+// mapping of it, on the goroutine that holds the context, when the mirror
+// says the region is there (Link.Copy): the way modeSegment moves it, at
+// once. It reports false, having done nothing, otherwise.
+func (p *port) copyInPlace(l *link, k transport.RDMAKind, local []byte, key transport.Key, off uint64) bool {
+	n := uint64(len(local))
+	if n == 0 || n > copyInPlaceMax || n > uint64(p.a.opts.Piece) || (k != transport.Get && k != transport.Put) {
+		return false
+	}
+	if w := p.a.opts.Way; w != WayAuto && w != WaySegment {
+		return false
+	}
+	c := p.claimInPlace(l, key, off, n, transport.PermFor(k))
+	if c == nil {
+		return false
+	}
+	if k == transport.Put {
+		copy(c.mem[off:off+n], local)
+	} else {
+		copy(local, c.mem[off:off+n])
+	}
+	// A release store ends the claim (atomicInPlace).
+	order.Store64(l.slot, 0)
+	return true
+}
+
+// copyInPlaceMax is the largest Get or Put copyInPlace performs (and no
+// more than one Options.Piece, which bounds a claim of the owner's slot):
+// a copy of a few microseconds at most, below the transfers the owner
+// helps with (Options.HelpMin); larger ones take the RDMA FIFO.
+const copyInPlaceMax = 64 << 10
+
+// claimInPlace claims the owner's region key for an access of n bytes at
+// off with permission perm in place (atomicInPlace, copyInPlace), and
+// returns its cached place in this process's mapping; the caller ends the
+// claim with a release store of zero into l.slot. It returns nil, having
+// claimed nothing, when the region is not in a shared allocation of the
+// owner's, the access is outside it or not permitted, or the link failed.
+func (p *port) claimInPlace(l *link, key transport.Key, off, n uint64, perm transport.Perm) *atomRegion {
+	a, pr := p.a, l.pr
+	if l.tl.Err() != nil {
+		return nil
+	}
+	slot := l.slot
+	c := &l.atom[0]
+	if key != c.key {
+		c = &l.atom[1]
+	}
+	if key != c.key || key == 0 {
+		c = &l.atom[l.atomNext]
+		l.atomNext ^= 1
+		reg, ok := a.lookupAtomic(pr, slot, key)
+		if !ok {
+			return nil
+		}
+		*c = atomRegion{}
+		if reg.seg != 0 {
+			mem, err := pr.allocMem(int(reg.seg - 1))
+			if err == nil && reg.segOff <= uint64(len(mem)) && reg.len <= uint64(len(mem))-reg.segOff {
+				*c = atomRegion{key: key, entry: pr.seg.mirrorEntry(int(uint64(key) & keyIndexMask)),
+					mem: mem[reg.segOff : reg.segOff+reg.len : reg.segOff+reg.len], perm: reg.perm}
+			}
+		}
+		if c.key == 0 {
+			order.Store64(slot, 0)
+			return nil
+		}
+	} else {
+		// The claim of lookupAtomic, on the entry kept.
+		order.Store64(slot, uint64(key))
+		if c.entry.state.Load() != uint64(key) {
+			order.Store64(slot, 0)
+			*c = atomRegion{}
+			return nil
+		}
+	}
+	if off > uint64(len(c.mem)) || n > uint64(len(c.mem))-off || c.perm&perm == 0 {
+		order.Store64(slot, 0)
+		return nil
+	}
+	return c
+}
+
+// atomRegion is a link's cache of the region of its last atomic or copy
+// performed in place: its key, its bytes in this process's mapping of the owner's
 // shared allocation, and its permissions. The entry and the bytes are in
 // mappings the peer keeps until it closes (Link.Err, checked first).
 type atomRegion struct {
