@@ -349,12 +349,15 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 // One message a slot moves one cache line to the consumer's core and
 // back (the consumer zeroes the slot) for every 8-byte message: a window
 // of them was bound by those moves on the sender, which waited for each
-// line to come back before it could write it.
+// line to come back before it could write it. The packet's base header
+// is the record's word (wire.PutAMRecord), so that an 8-byte message
+// takes 16 bytes: three a slot, where a record word in front of the
+// packet made it 24, two a slot.
 func (p *peer) writeRecord(d Dispatch, header, data []byte, size int) bool {
 	if p.roff != 0 && p.roff+ring.RecordSize(size) <= ring.SlotSize {
 		s := p.ring.Small(p.rpos)
-		wire.PutAM(ring.RecordPayload(s, p.roff, size), uint16(d), header, data, false, 0)
-		ring.SealRecord(s, p.roff, size)
+		w := wire.PutAMRecord(ring.RecordBody(s, p.roff, size), uint16(d), header, data)
+		ring.SealRecord(s, p.roff, w)
 		p.roff += ring.RecordSize(size)
 	} else {
 		pos, ok := p.msg.InjectOne()
@@ -362,8 +365,8 @@ func (p *peer) writeRecord(d Dispatch, header, data []byte, size int) bool {
 			return false
 		}
 		s := p.ring.Small(pos)
-		wire.PutAM(ring.RecordPayload(s, ring.HeaderSize, size), uint16(d), header, data, false, 0)
-		p.roff = ring.OpenRecords(s, size)
+		w := wire.PutAMRecord(ring.RecordBody(s, ring.HeaderSize, size), uint16(d), header, data)
+		p.roff = ring.OpenRecords(s, w)
 		p.rpos = pos
 		p.ring.Publish(pos + 1)
 	}
