@@ -388,6 +388,23 @@ func (c *Context) injectOwned(idx int32, d Dispatch, header, data []byte) bool {
 	return true
 }
 
+// injectOwnedDone is injectOwned for a message that may have a done
+// callback, as injectDirectDone is injectDirect's: with one, only on a
+// link whose consumer reads the descriptor buffer in place and with no
+// callback of the FIFO pending, and the callback is listed for the next
+// Advance.
+func (c *Context) injectOwnedDone(idx int32, d Dispatch, header, data []byte, done func(error)) bool {
+	p := c.owned(idx)
+	if p == nil || done != nil && (!p.link.Shared || p.msg.Pending() != 0) || !p.writeAM(c.epoch, d, header, data) {
+		return false
+	}
+	c.stats.SentInline++
+	if done != nil {
+		c.later = append(c.later, laterDone{fn: done})
+	}
+	return true
+}
+
 // Advance makes progress on the context once and returns the number of
 // events it handled: instructions injected, completions, packets received.
 // Every callback of the context runs inside Advance, on the calling goroutine.

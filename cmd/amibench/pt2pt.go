@@ -97,34 +97,43 @@ func latency(e *Env) error {
 		if err := e.Barrier2(); err != nil {
 			return err
 		}
-		var start time.Time
-		for i := 0; i < iters+warm; i++ {
-			if i == warm {
-				e.CountAllocs()
-				start = time.Now()
+		// The loop holds the context, as a program that drives it from
+		// one goroutine does (package mpi's engine): its sends and waits
+		// take and give back nothing.
+		start, err := e.held(func(h *amigo.Held) (time.Time, error) {
+			var start time.Time
+			for i := 0; i < iters+warm; i++ {
+				if i == warm {
+					e.CountAllocs()
+					start = time.Now()
+				}
+				rcv.want++
+				if e.Rank == 0 {
+					if done != nil {
+						k.Add(1)
+					}
+					if err := h.Send(peer, e.D(0), nil, sbuf[:size], done); err != nil {
+						return start, err
+					}
+					if err := e.waitHeld(h, cond); err != nil {
+						return start, err
+					}
+				} else {
+					if err := e.waitHeld(h, cond); err != nil {
+						return start, err
+					}
+					if done != nil {
+						k.Add(1)
+					}
+					if err := h.Send(peer, e.D(0), nil, sbuf[:size], done); err != nil {
+						return start, err
+					}
+				}
 			}
-			rcv.want++
-			if e.Rank == 0 {
-				if done != nil {
-					k.Add(1)
-				}
-				if err := e.Ctx.Send(peer, e.D(0), nil, sbuf[:size], done); err != nil {
-					return err
-				}
-				if err := e.Wait(cond); err != nil {
-					return err
-				}
-			} else {
-				if err := e.Wait(cond); err != nil {
-					return err
-				}
-				if done != nil {
-					k.Add(1)
-				}
-				if err := e.Ctx.Send(peer, e.D(0), nil, sbuf[:size], done); err != nil {
-					return err
-				}
-			}
+			return start, nil
+		})
+		if err != nil {
+			return err
 		}
 		elapsed := time.Since(start)
 		e.AllocsPer(2 * iters)
@@ -154,12 +163,39 @@ func (e *Env) pairBarrier(b *barrier) error {
 	return err
 }
 
+// held runs f with the context held by the calling goroutine (see
+// amigo.Held) and returns what it returns.
+func (e *Env) held(f func(h *amigo.Held) (time.Time, error)) (time.Time, error) {
+	h := e.Ctx.Hold()
+	defer h.Release()
+	return f(h)
+}
+
+// waitHeld is Wait for the holder of the context.
+func (e *Env) waitHeld(h *amigo.Held, cond func() bool) error {
+	if err := h.Wait(e.Deadline, cond); err != nil {
+		return err
+	}
+	return e.err
+}
+
 // window sends window messages of size bytes to peer and waits until they
 // are done locally.
 func (e *Env) window(peer amigo.Endpoint, d amigo.Dispatch, buf []byte, k *amigo.Counter) error {
 	for j := 0; j < e.Opts.Window; j++ {
 		k.Add(1)
 		if err := e.Ctx.Send(peer, d, nil, buf, k.Done()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// windowHeld is window for the holder of the context.
+func (e *Env) windowHeld(h *amigo.Held, peer amigo.Endpoint, d amigo.Dispatch, buf []byte, k *amigo.Counter) error {
+	for j := 0; j < e.Opts.Window; j++ {
+		k.Add(1)
+		if err := h.Send(peer, d, nil, buf, k.Done()); err != nil {
 			return err
 		}
 	}
@@ -230,21 +266,28 @@ func streams(e *Env, title string, inPlace, sender, recv bool, fields ...Field) 
 		}
 		var start time.Time
 		if sender {
-			for i := 0; i < iters+warm; i++ {
-				if i == warm {
-					e.CountAllocs()
-					start = time.Now()
+			start, err = e.held(func(h *amigo.Held) (time.Time, error) {
+				var start time.Time
+				for i := 0; i < iters+warm; i++ {
+					if i == warm {
+						e.CountAllocs()
+						start = time.Now()
+					}
+					if err := e.windowHeld(h, peer, e.D(0), sbuf[:size], k); err != nil {
+						return start, err
+					}
+					wantAcks++
+					if err := h.WaitCounter(e.Deadline, k); err != nil {
+						return start, err
+					}
+					if err := e.waitHeld(h, acked); err != nil {
+						return start, err
+					}
 				}
-				if err := e.window(peer, e.D(0), sbuf[:size], k); err != nil {
-					return err
-				}
-				wantAcks++
-				if err := e.Ctx.WaitCounter(e.Deadline, k); err != nil {
-					return err
-				}
-				if err := e.Wait(acked); err != nil {
-					return err
-				}
+				return start, nil
+			})
+			if err != nil {
+				return err
 			}
 		} else if recv {
 			rcv.want += (iters + warm) * e.Opts.Window
@@ -311,22 +354,28 @@ func bibw(e *Env) error {
 		if err := e.Barrier2(); err != nil {
 			return err
 		}
-		var start time.Time
-		for i := 0; i < iters+warm; i++ {
-			if i == warm {
-				e.CountAllocs()
-				start = time.Now()
+		start, err := e.held(func(h *amigo.Held) (time.Time, error) {
+			var start time.Time
+			for i := 0; i < iters+warm; i++ {
+				if i == warm {
+					e.CountAllocs()
+					start = time.Now()
+				}
+				if err := e.windowHeld(h, peer, e.D(0), sbuf[:size], k); err != nil {
+					return start, err
+				}
+				rcv.want += e.Opts.Window
+				if err := h.WaitCounter(e.Deadline, k); err != nil {
+					return start, err
+				}
+				if err := e.waitHeld(h, rcv.reached); err != nil {
+					return start, err
+				}
 			}
-			if err := e.window(peer, e.D(0), sbuf[:size], k); err != nil {
-				return err
-			}
-			rcv.want += e.Opts.Window
-			if err := e.Ctx.WaitCounter(e.Deadline, k); err != nil {
-				return err
-			}
-			if err := e.Wait(rcv.reached); err != nil {
-				return err
-			}
+			return start, nil
+		})
+		if err != nil {
+			return err
 		}
 		t := time.Since(start).Seconds()
 		e.AllocsPer(2 * iters * e.Opts.Window)
