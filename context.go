@@ -421,7 +421,10 @@ func (c *Context) advance() int {
 		return 0
 	}
 	c.epoch++
-	n := c.drain()
+	n := 0
+	if c.inq.nonEmpty() {
+		n = c.drain()
+	}
 	if c.earlyN != 0 {
 		n += c.serviceEarly()
 	}

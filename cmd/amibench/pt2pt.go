@@ -243,8 +243,12 @@ func streams(e *Env, title string, inPlace, sender, recv bool, fields ...Field) 
 		peer = amigo.EndpointOf(e.Rank + pairs)
 	} else if recv {
 		peer = amigo.EndpointOf(e.Rank - pairs)
+		// An acknowledgement after every window: counted down rather
+		// than by a division per message.
+		left := e.Opts.Window
 		rcv.onGot = func() {
-			if rcv.got%e.Opts.Window == 0 {
+			if left--; left == 0 {
+				left = e.Opts.Window
 				e.Fail(e.Ctx.SendImmediate(peer, e.D(1), nil, nil))
 			}
 		}

@@ -590,6 +590,12 @@ func (c *Reader) Flush() bool {
 	if c.rel == c.head {
 		return false
 	}
+	return c.flush()
+}
+
+// flush is Flush with slots to give back, apart so that Flush inlines:
+// a consumer calls it on every poll, mostly with nothing to give back.
+func (c *Reader) flush() bool {
 	for pos := c.rel; pos != c.head; pos++ {
 		*(*uint64)(unsafe.Pointer(&c.r.slots[(pos&c.r.mask)*SlotSize])) = 0
 	}
