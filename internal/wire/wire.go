@@ -391,15 +391,14 @@ func ParseAM(b []byte) (dispatch uint16, header, data []byte, ok bool) {
 		return 0, nil, nil, false
 	}
 	w := binary.LittleEndian.Uint64(b)
-	// kind AM, no flags; no length, or the packet's.
-	if uint16(w) != uint16(KindAM) || w>>48 != 0 && w>>48 != uint64(len(b)-BaseSize) {
-		return 0, nil, nil, false
-	}
+	body := uint64(len(b) - BaseSize)
 	hlen := uint64(uint16(w >> 32))
-	if hlen > uint64(len(b)-BaseSize) {
+	// kind AM, no flags; no length, or the packet's; the header inside.
+	if uint16(w) != uint16(KindAM) || w>>48 != 0 && w>>48 != body || hlen > body {
 		return 0, nil, nil, false
 	}
-	return uint16(w >> 16), b[BaseSize : BaseSize+hlen : BaseSize+hlen], b[BaseSize+hlen:], true
+	b = b[BaseSize:]
+	return uint16(w >> 16), b[:hlen:hlen], b[hlen:], true
 }
 
 // ParseInto is Parse writing into *p. An active message, the packet of
