@@ -97,10 +97,10 @@ func latency(e *Env) error {
 		if err := e.Barrier2(); err != nil {
 			return err
 		}
-		// Context.Send and Wait, not a held context: measured side by
-		// side (bench/ab.sh, a loaded machine, three runs), the holder's
-		// ping-pong was 1.1 to 1.8 times slower; the message rate loops
-		// hold it (streams).
+		// Context.Send and Wait, not a held context as the message rate
+		// loops use (streams): on a loaded machine the held ping-pong
+		// measured no better in three A/B runs (bench/ab.sh), though
+		// such runs differed as much between two fixed revisions.
 		var start time.Time
 		for i := 0; i < iters+warm; i++ {
 			if i == warm {
