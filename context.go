@@ -349,12 +349,15 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 // One message a slot moves one cache line to the consumer's core and
 // back (the consumer zeroes the slot) for every 8-byte message: a window
 // of them was bound by those moves on the sender, which waited for each
-// line to come back before it could write it.
+// line to come back before it could write it. The packet's base header
+// is the record's word (wire.PutAMRecord), so that an 8-byte message
+// takes 16 bytes: three a slot, where a record word in front of the
+// packet made it 24, two a slot.
 func (p *peer) writeRecord(d Dispatch, header, data []byte, size int) bool {
 	if p.roff != 0 && p.roff+ring.RecordSize(size) <= ring.SlotSize {
 		s := p.ring.Small(p.rpos)
-		wire.PutAM(ring.RecordPayload(s, p.roff, size), uint16(d), header, data, false, 0)
-		ring.SealRecord(s, p.roff, size)
+		w := wire.PutAMRecord(ring.RecordBody(s, p.roff, size), uint16(d), header, data)
+		ring.SealRecord(s, p.roff, w)
 		p.roff += ring.RecordSize(size)
 	} else {
 		pos, ok := p.msg.InjectOne()
@@ -362,8 +365,8 @@ func (p *peer) writeRecord(d Dispatch, header, data []byte, size int) bool {
 			return false
 		}
 		s := p.ring.Small(pos)
-		wire.PutAM(ring.RecordPayload(s, ring.HeaderSize, size), uint16(d), header, data, false, 0)
-		p.roff = ring.OpenRecords(s, size)
+		w := wire.PutAMRecord(ring.RecordBody(s, ring.HeaderSize, size), uint16(d), header, data)
+		p.roff = ring.OpenRecords(s, w)
 		p.rpos = pos
 		p.ring.Publish(pos + 1)
 	}
@@ -385,6 +388,23 @@ func (c *Context) injectOwned(idx int32, d Dispatch, header, data []byte) bool {
 	return true
 }
 
+// injectOwnedDone is injectOwned for a message that may have a done
+// callback, as injectDirectDone is injectDirect's: with one, only on a
+// link whose consumer reads the descriptor buffer in place and with no
+// callback of the FIFO pending, and the callback is listed for the next
+// Advance.
+func (c *Context) injectOwnedDone(idx int32, d Dispatch, header, data []byte, done func(error)) bool {
+	p := c.owned(idx)
+	if p == nil || done != nil && (!p.link.Shared || p.msg.Pending() != 0) || !p.writeAM(c.epoch, d, header, data) {
+		return false
+	}
+	c.stats.SentInline++
+	if done != nil {
+		c.later = append(c.later, laterDone{fn: done})
+	}
+	return true
+}
+
 // Advance makes progress on the context once and returns the number of
 // events it handled: instructions injected, completions, packets received.
 // Every callback of the context runs inside Advance, on the calling goroutine.
@@ -401,7 +421,10 @@ func (c *Context) advance() int {
 		return 0
 	}
 	c.epoch++
-	n := c.drain()
+	n := 0
+	if c.inq.nonEmpty() {
+		n = c.drain()
+	}
 	if c.earlyN != 0 {
 		n += c.serviceEarly()
 	}

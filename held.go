@@ -66,6 +66,35 @@ func (h *Held) SendImmediate(ep Endpoint, d Dispatch, header, data []byte) error
 	return c.postImmediate(idx, d, header, data)
 }
 
+// Send is Context.Send for the holder: a message that travels inline is
+// written into ep's descriptor buffer at once, without taking the context
+// (the holder owns it), unless instructions posted earlier still wait in
+// the queue or behind a full FIFO; its done callback runs inside the
+// holder's next Advance or Wait, as every callback does. Any other Send
+// is queued, and the holder's next Advance or Wait injects it.
+func (h *Held) Send(ep Endpoint, d Dispatch, header, data []byte, done func(error)) error {
+	c := h.c
+	if traceOn {
+		return c.tracedSend(ep, d, header, data, done, nil)
+	}
+	idx, err := c.sendTo(ep, d, header)
+	if err != nil {
+		return err
+	}
+	if len(header)+len(data) <= c.cfg.InlineMax && c.injectOwnedDone(idx, d, header, data, done) {
+		return nil
+	}
+	return c.postSend(idx, d, header, data, done, nil)
+}
+
+// WaitCounter is Context.WaitCounter for the holder.
+func (h *Held) WaitCounter(ctx context.Context, k *Counter) error {
+	if err := h.c.wait(ctx, k.zero); err != nil {
+		return err
+	}
+	return k.Err()
+}
+
 // AtomicNow is Context.AtomicNow for the holder: an operation that can be
 // performed at once is, on the calling goroutine, without taking the
 // context (the holder owns it); otherwise it is posted behind the

@@ -47,21 +47,35 @@ func (c *Context) SendWith(p *SendParams) error {
 }
 
 func (c *Context) send(ep Endpoint, d Dispatch, header, data []byte, done, rdone func(error)) error {
-	idx, err := c.peerIndex(ep)
+	idx, err := c.sendTo(ep, d, header)
 	if err != nil {
 		return err
-	}
-	if d >= MaxDispatch {
-		return fmt.Errorf("amigo: dispatch %d: %w", d, ErrBadDispatch)
-	}
-	if len(header) > c.cfg.InlineMax || len(header) > 0xffff {
-		return fmt.Errorf("amigo: header of %d bytes, limit %d: %w", len(header), min(c.cfg.InlineMax, 0xffff), ErrTooLarge)
 	}
 	if rdone == nil && len(header)+len(data) <= c.cfg.InlineMax {
 		if done == nil && c.injectDirect(idx, d, header, data) || done != nil && c.injectDirectDone(idx, d, header, data, done) {
 			return nil
 		}
 	}
+	return c.postSend(idx, d, header, data, done, rdone)
+}
+
+// sendTo checks the arguments of a Send and returns the peer index of ep.
+func (c *Context) sendTo(ep Endpoint, d Dispatch, header []byte) (int32, error) {
+	idx, err := c.peerIndex(ep)
+	if err != nil {
+		return 0, err
+	}
+	if d >= MaxDispatch {
+		return 0, fmt.Errorf("amigo: dispatch %d: %w", d, ErrBadDispatch)
+	}
+	if len(header) > c.cfg.InlineMax || len(header) > 0xffff {
+		return 0, fmt.Errorf("amigo: header of %d bytes, limit %d: %w", len(header), min(c.cfg.InlineMax, 0xffff), ErrTooLarge)
+	}
+	return idx, nil
+}
+
+// postSend queues a Send for the next Advance.
+func (c *Context) postSend(idx int32, d Dispatch, header, data []byte, done, rdone func(error)) error {
 	in, pos, err := c.claim()
 	if err != nil {
 		return err

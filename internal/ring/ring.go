@@ -54,24 +54,30 @@
 //
 // # Records
 //
-// A slot can carry several small payloads (packets of a few bytes), so that
-// a burst of them moves fewer cache lines between the cores. Its header
-// word says one slot, FlagRecords and length 0; from byte 8 on it holds
-// records, each an 8-byte record word (bits 0-15 the payload length, bit
-// 16 set, the rest zero) followed by the payload, padded to 8 bytes. The
-// producer opens such a slot with its first record, zeroes the rest of the
-// slot and stores the header word (release), and publishes tail past it;
-// while it writes nothing else into the ring it may append records to the
-// slot, each by writing the payload and then storing the record word
-// (release), until the slot is full. It leaves the slot for good when it
-// writes the next descriptor. The consumer reads records in order; at an
-// offset whose word is still zero it looks at the next slot's header
-// word: non-zero there means the producer left the slot, and after a last
-// look at the offset (the producer's stores are ordered, so a record
-// stored before the next descriptor is visible by now) the consumer
-// leaves it too and counts it as one descriptor. Only Take reads records;
-// Decode, Next and Peek find such a slot corrupt, so only a consumer that
-// reads with Take may be given them.
+// A slot can carry several small packets, so that a burst of them moves
+// fewer cache lines between the cores. Its header word says one slot,
+// FlagRecords and length 0; from byte 8 on it holds records, each 8-byte
+// aligned: a record word, whose bits 48-63 hold n, the number of bytes
+// that follow it in the record, and whose bits 0-47 are the producer's
+// and not all zero, then those n bytes, padded to 8. The consumer is
+// handed each record whole, its word included (8+n bytes): the producer
+// makes the word the first 8 bytes of its packet (package wire's base
+// header of an active message carries the length of the rest of the
+// packet in the same bits). An 8-byte message, word and data, takes 16
+// bytes: three a slot. The producer opens such a slot with its first
+// record, zeroes the rest of the slot and stores the header word
+// (release), and publishes tail past it; while it writes nothing else
+// into the ring it may append records to the slot, each by writing the
+// bytes after the word and then storing the word (release), until the
+// slot is full. It leaves the slot for good when it writes the next
+// descriptor. The consumer reads records in order; at an offset whose
+// word is still zero it looks at the next slot's header word: non-zero
+// there means the producer left the slot, and after a last look at the
+// offset (the producer's stores are ordered, so a record stored before
+// the next descriptor is visible by now) the consumer leaves it too and
+// counts it as one descriptor. Only Take reads records; Decode, Next and
+// Peek find such a slot corrupt, so only a consumer that reads with Take
+// may be given them.
 //
 // The producer decides whether there is room; package fifo does that for the
 // injection FIFOs of amigo. The ring only lays descriptors out and reads them
@@ -105,10 +111,11 @@ const (
 	FlagRecords = 2
 	// RecordHeaderSize is the size of the word that starts a record.
 	RecordHeaderSize = 8
-	// MaxRecord is the largest payload a record may carry.
-	MaxRecord = SlotSize - HeaderSize - RecordHeaderSize
+	// MaxRecord is the largest record a slot holds, its word included.
+	MaxRecord = SlotSize - HeaderSize
+	// RecordLenShift is the position of a record's length in its word.
+	RecordLenShift = 48
 
-	recordMark  = 1 << 16
 	recordsWord = 1 | FlagRecords<<16
 )
 
@@ -241,32 +248,36 @@ func SealSmall(s *[SlotSize]byte, payload int) {
 	order.Store64((*atomic.Uint64)(unsafe.Pointer(s)), header(1, 0, payload))
 }
 
-// RecordSize returns the bytes a record carrying payload bytes occupies.
-func RecordSize(payload int) int { return RecordHeaderSize + (payload+7)&^7 }
+// RecordSize returns the bytes a record of rec bytes (its word included)
+// occupies in a slot.
+func RecordSize(rec int) int { return (rec + 7) &^ 7 }
 
-// RecordPayload returns the payload area of a record of payload bytes at
-// byte off of slot s (from Small), for the caller to fill before SealRecord.
-func RecordPayload(s *[SlotSize]byte, off, payload int) []byte {
-	return s[off+RecordHeaderSize : off+RecordHeaderSize+payload : off+RecordHeaderSize+payload]
+// RecordBody returns the bytes after the word of a record of rec bytes at
+// byte off of slot s (from Small), for the caller to fill before
+// SealRecord or OpenRecords.
+func RecordBody(s *[SlotSize]byte, off, rec int) []byte {
+	return s[off+RecordHeaderSize : off+rec : off+rec]
 }
 
-// SealRecord stores the record word of the record of payload bytes at byte
-// off of slot s, whose payload the caller has written.
-func SealRecord(s *[SlotSize]byte, off, payload int) {
-	order.Store64((*atomic.Uint64)(unsafe.Pointer(&s[off])), recordMark|uint64(payload))
+// SealRecord stores word, the word of the record at byte off of slot s
+// whose body the caller has written: non-zero, with the body's length at
+// RecordLenShift.
+func SealRecord(s *[SlotSize]byte, off int, word uint64) {
+	order.Store64((*atomic.Uint64)(unsafe.Pointer(&s[off])), word)
 }
 
 // OpenRecords makes slot s (from Small) a slot of records whose first
-// record, of payload bytes, the caller has written at byte HeaderSize: it
-// seals that record, zeroes the rest of the slot and stores the slot's
-// header word. It returns the offset of the next record. The caller
-// publishes tail past the slot.
-func OpenRecords(s *[SlotSize]byte, payload int) int {
-	off := HeaderSize + RecordSize(payload)
+// record, of word word, the caller has written from byte HeaderSize on
+// (the body, at RecordBody(s, HeaderSize, ...)): it stores the word,
+// zeroes the rest of the slot and stores the slot's header word. It
+// returns the offset of the next record. The caller publishes tail past
+// the slot.
+func OpenRecords(s *[SlotSize]byte, word uint64) int {
+	off := HeaderSize + RecordSize(RecordHeaderSize+int(word>>RecordLenShift))
 	for i := off; i < SlotSize; i += 8 {
 		*(*uint64)(unsafe.Pointer(&s[i])) = 0
 	}
-	*(*uint64)(unsafe.Pointer(&s[HeaderSize])) = recordMark | uint64(payload)
+	*(*uint64)(unsafe.Pointer(&s[HeaderSize])) = word
 	order.Store64((*atomic.Uint64)(unsafe.Pointer(s)), recordsWord)
 	return off
 }
@@ -440,13 +451,13 @@ func (c *Reader) record() ([]byte, error) {
 				break
 			}
 		}
-		n := w &^ recordMark
-		if w&recordMark == 0 || n > SlotSize-RecordHeaderSize-c.moff {
+		n := w >> RecordLenShift
+		if n > SlotSize-RecordHeaderSize-c.moff {
 			return nil, ErrCorrupt
 		}
-		at := c.moff + RecordHeaderSize
-		c.moff = at + (n+7)&^7
-		return s[at : at+n : at+n], nil
+		at := c.moff
+		c.moff = at + RecordHeaderSize + (n+7)&^7
+		return s[at : at+RecordHeaderSize+n : at+RecordHeaderSize+n], nil
 	}
 	c.moff = 0
 	c.head++
@@ -579,6 +590,12 @@ func (c *Reader) Flush() bool {
 	if c.rel == c.head {
 		return false
 	}
+	return c.flush()
+}
+
+// flush is Flush with slots to give back, apart so that Flush inlines:
+// a consumer calls it on every poll, mostly with nothing to give back.
+func (c *Reader) flush() bool {
 	for pos := c.rel; pos != c.head; pos++ {
 		*(*uint64)(unsafe.Pointer(&c.r.slots[(pos&c.r.mask)*SlotSize])) = 0
 	}

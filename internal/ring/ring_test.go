@@ -279,10 +279,10 @@ func FuzzReader(f *testing.F) {
 	p = &producer{r: r}
 	p.put([]byte("before"))
 	s := r.Small(p.tail)
-	copy(RecordPayload(s, HeaderSize, 5), "first")
-	off := OpenRecords(s, 5)
-	copy(RecordPayload(s, off, 3), "two")
-	SealRecord(s, off, 3)
+	copy(RecordBody(s, HeaderSize, 8+5), "first")
+	off := OpenRecords(s, recordWord(5))
+	copy(RecordBody(s, off, 8+3), "two")
+	SealRecord(s, off, recordWord(3))
 	p.tail++
 	r.Publish(p.tail)
 	p.put(make([]byte, 100))
@@ -669,14 +669,25 @@ func TestRecords(t *testing.T) {
 	take := func(want string) {
 		t.Helper()
 		b, err := rd.Take()
+		if err == nil && b == nil && want == "" {
+			return
+		}
+		if err != nil || len(b) != RecordHeaderSize+len(want) || string(b[RecordHeaderSize:]) != want ||
+			binary.LittleEndian.Uint64(b) != recordWord(len(want)) {
+			t.Fatalf("Take: %q, %v; want the record of %q", b, err, want)
+		}
+	}
+	takeDesc := func(want string) {
+		t.Helper()
+		b, err := rd.Take()
 		if err != nil || string(b) != want {
 			t.Fatalf("Take: %q, %v; want %q", b, err, want)
 		}
 	}
 	for lap := 0; lap < 6; lap++ {
 		s := r.Small(p.tail)
-		copy(RecordPayload(s, HeaderSize, 2), "r0")
-		off := OpenRecords(s, 2)
+		copy(RecordBody(s, HeaderSize, 8+2), "r0")
+		off := OpenRecords(s, recordWord(2))
 		p.tail++
 		r.Publish(p.tail)
 		take("r0")
@@ -684,20 +695,69 @@ func TestRecords(t *testing.T) {
 		if rd.Pending() != true || rd.Count() != false {
 			t.Fatal("the reader left the slot of records early")
 		}
-		for i := 1; off+RecordSize(MaxRecord/4) <= SlotSize; i++ {
-			msg := fmt.Sprintf("r%d%s", i, bytes.Repeat([]byte{'.'}, i))
-			copy(RecordPayload(s, off, len(msg)), msg)
-			SealRecord(s, off, len(msg))
-			off += RecordSize(len(msg))
+		for i := 1; off+RecordSize(8+i+1) <= SlotSize; i++ {
+			msg := fmt.Sprintf("r%d%s", i, bytes.Repeat([]byte{'.'}, i-1))
+			copy(RecordBody(s, off, 8+len(msg)), msg)
+			SealRecord(s, off, recordWord(len(msg)))
+			off += RecordSize(8 + len(msg))
 			take(msg)
 		}
 		x0 := xfer.Load()
 		p.put([]byte("next"))
-		take("next")
+		takeDesc("next")
 		rd.Count()
 		if got := xfer.Load() - x0; got != 2 {
 			t.Fatalf("lap %d: %d descriptors counted, want 2 (the slot of records and the next)", lap, got)
 		}
 		rd.Flush()
+	}
+}
+
+// recordWord is the word of a record whose body has n bytes: non-zero
+// in the producer's bits, the length at RecordLenShift.
+func recordWord(n int) uint64 { return 0x5a | uint64(n)<<RecordLenShift }
+
+// Three 8-byte records fill a slot (a 16-byte record each, word and
+// data), and Take hands each back whole, word included.
+func TestRecordsOfEight(t *testing.T) {
+	r, err := NewHeap(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := r.NewReader()
+	s := r.Small(0)
+	binary.LittleEndian.PutUint64(RecordBody(s, HeaderSize, 16), 100)
+	off := OpenRecords(s, recordWord(8))
+	n := 1
+	for ; off+RecordSize(16) <= SlotSize; n++ {
+		binary.LittleEndian.PutUint64(RecordBody(s, off, 16), uint64(100+n))
+		SealRecord(s, off, recordWord(8))
+		off += RecordSize(16)
+	}
+	if n != 3 {
+		t.Fatalf("%d records of 8 bytes in a slot, want 3", n)
+	}
+	r.Publish(1)
+	for i := 0; i < n; i++ {
+		b, err := rd.Take()
+		if err != nil || len(b) != 16 || binary.LittleEndian.Uint64(b) != recordWord(8) || binary.LittleEndian.Uint64(b[8:]) != uint64(100+i) {
+			t.Fatalf("record %d: %x, %v", i, b, err)
+		}
+	}
+	// Eight bytes are left, room for a record of a word alone: the
+	// reader waits at them until the producer writes the next descriptor.
+	if b, err := rd.Take(); b != nil || err != nil || rd.Count() {
+		t.Fatalf("at the last 8 bytes: %x, %v, or counted", b, err)
+	}
+	s = r.Small(1)
+	binary.LittleEndian.PutUint64(RecordBody(s, HeaderSize, 16), 200)
+	OpenRecords(s, recordWord(8))
+	r.Publish(2)
+	b, err := rd.Take()
+	if err != nil || len(b) != 16 || binary.LittleEndian.Uint64(b[8:]) != 200 {
+		t.Fatalf("the next slot's record: %x, %v", b, err)
+	}
+	if !rd.Count() || r.TransferCounter().Load() != 1 {
+		t.Fatalf("transfer counter %d, want 1 (the first slot)", r.TransferCounter().Load())
 	}
 }

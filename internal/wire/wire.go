@@ -8,7 +8,13 @@
 //	[1]   flags     Flag bits
 //	[2:4] dispatch  uint16  dispatch id (AM, RTS)
 //	[4:6] hlen      uint16  bytes of application header
-//	[6:8] reserved  zero
+//	[6:8] length    uint16  zero, or (AM without FlagAck only) the bytes of
+//	                        the packet past the base header
+//
+// The length of a packet is known from its container; an AM's base header
+// may carry it too, for a container that frames packets by it: package
+// ring's records, whose record word is the packet's first 8 bytes
+// (PutAMRecord). A length that is there must be the packet's.
 //
 // then the fields of its kind, then hlen bytes of application header, then,
 // for an AM, the inline data up to the end of the packet:
@@ -276,6 +282,23 @@ func PutAM(b []byte, dispatch uint16, header, data []byte, ack bool, op uint64) 
 	copy(b[n:], data)
 }
 
+// PutAMRecord encodes an AM without acknowledgement whose base header
+// carries the packet's length: it writes header and data into b, which
+// must be len(header)+len(data) bytes (the packet past its base header),
+// and returns the base header as a little-endian word, for the caller to
+// store in front of b. header and data together must be shorter than
+// 64 KiB.
+func PutAMRecord(b []byte, dispatch uint16, header, data []byte) uint64 {
+	if len(header) == 0 && len(data) == 8 && len(b) == 8 {
+		// The 8-byte message of a message rate run: one load and store.
+		binary.LittleEndian.PutUint64(b, binary.LittleEndian.Uint64(data))
+	} else {
+		n := copy(b, header)
+		copy(b[n:], data)
+	}
+	return uint64(KindAM) | uint64(dispatch)<<16 | uint64(uint16(len(header)))<<32 | uint64(uint16(len(b)))<<48
+}
+
 // PutRTS encodes an RTS into b, which must be RTSSize(len(header)) bytes.
 func PutRTS(b []byte, dispatch uint16, header []byte, op, size, key uint64) {
 	putBase(b, KindRTS, 0, dispatch, len(header))
@@ -368,25 +391,22 @@ func ParseAM(b []byte) (dispatch uint16, header, data []byte, ok bool) {
 		return 0, nil, nil, false
 	}
 	w := binary.LittleEndian.Uint64(b)
-	// kind AM, no flags; reserved bytes zero.
-	if uint16(w) != uint16(KindAM) || w>>48 != 0 {
-		return 0, nil, nil, false
-	}
+	body := uint64(len(b) - BaseSize)
 	hlen := uint64(uint16(w >> 32))
-	if hlen > uint64(len(b)-BaseSize) {
+	// kind AM, no flags; no length, or the packet's; the header inside.
+	if uint16(w) != uint16(KindAM) || w>>48 != 0 && w>>48 != body || hlen > body {
 		return 0, nil, nil, false
 	}
-	return uint16(w >> 16), b[BaseSize : BaseSize+hlen : BaseSize+hlen], b[BaseSize+hlen:], true
+	b = b[BaseSize:]
+	return uint16(w >> 16), b[:hlen:hlen], b[hlen:], true
 }
 
-// Parse decodes a packet. It returns ErrMalformed for anything a correct
-// sender cannot have produced.
 // ParseInto is Parse writing into *p. An active message, the packet of
 // every small send, is decoded in place without clearing the rest of the
 // Packet: only Kind, Flags, Dispatch, Op, Header and Data are meaningful
 // for it, and only those are written. Any other kind is decoded by Parse.
 func ParseInto(p *Packet, b []byte) error {
-	if len(b) >= BaseSize && Kind(b[0]) == KindAM && b[1]&^flagsKnown == 0 && b[6] == 0 && b[7] == 0 {
+	if len(b) >= BaseSize && Kind(b[0]) == KindAM && b[1]&^flagsKnown == 0 && amLengthOK(b) {
 		hlen := int(binary.LittleEndian.Uint16(b[4:]))
 		n := BaseSize
 		op := uint64(0)
@@ -411,6 +431,15 @@ func ParseInto(p *Packet, b []byte) error {
 	return err
 }
 
+// amLengthOK reports whether the length field of AM b, at least BaseSize
+// bytes, is zero or, with no flags, b's length past the base header.
+func amLengthOK(b []byte) bool {
+	n := binary.LittleEndian.Uint16(b[6:])
+	return n == 0 || b[1] == 0 && int(n) == len(b)-BaseSize
+}
+
+// Parse decodes a packet. It returns ErrMalformed for anything a correct
+// sender cannot have produced.
 func Parse(b []byte) (Packet, error) {
 	var p Packet
 	if len(b) < BaseSize {
@@ -420,7 +449,10 @@ func Parse(b []byte) (Packet, error) {
 	p.Flags = b[1]
 	p.Dispatch = binary.LittleEndian.Uint16(b[2:])
 	hlen := int(binary.LittleEndian.Uint16(b[4:]))
-	if p.Kind == 0 || p.Kind > kindMax || p.Flags&^flagsKnown != 0 || binary.LittleEndian.Uint16(b[6:]) != 0 {
+	if p.Kind == 0 || p.Kind > kindMax || p.Flags&^flagsKnown != 0 {
+		return p, ErrMalformed
+	}
+	if p.Kind == KindAM && !amLengthOK(b) || p.Kind != KindAM && binary.LittleEndian.Uint16(b[6:]) != 0 {
 		return p, ErrMalformed
 	}
 	n := BaseSize

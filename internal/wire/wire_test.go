@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"testing"
@@ -142,6 +143,8 @@ func FuzzParse(f *testing.F) {
 	b = make([]byte, AMSize(0, 0, false))
 	PutAM(b, 0, nil, nil, false, 0)
 	f.Add(b)
+	f.Add(amRecord(7, nil, []byte("12345678")))
+	f.Add(amRecord(7, []byte("hdr"), []byte("data")))
 	stale := Packet{Kind: KindRTS, Size: 99, Key: 98, Off: 97, Status: 3, Header: []byte("old")}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := Parse(b)
@@ -177,6 +180,10 @@ func FuzzParse(f *testing.F) {
 		var out []byte
 		switch p.Kind {
 		case KindAM:
+			if binary.LittleEndian.Uint16(b[6:]) != 0 {
+				out = amRecord(p.Dispatch, p.Header, p.Data)
+				break
+			}
 			out = make([]byte, AMSize(len(p.Header), len(p.Data), p.Flags&FlagAck != 0))
 			PutAM(out, p.Dispatch, p.Header, p.Data, p.Flags&FlagAck != 0, p.Op)
 		case KindRTS:
@@ -210,4 +217,60 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("re-encoding differs:\n in %x\nout %x", b, out)
 		}
 	})
+}
+
+// amRecord returns the AM PutAMRecord encodes, its base header in front.
+func amRecord(d uint16, header, data []byte) []byte {
+	b := make([]byte, BaseSize+len(header)+len(data))
+	binary.LittleEndian.PutUint64(b, PutAMRecord(b[BaseSize:], d, header, data))
+	return b
+}
+
+// An AM whose base header carries its length (PutAMRecord) decodes as the
+// same AM without it; a length that is not the packet's, or one on an AM
+// that asks for an acknowledgement, is malformed.
+func TestAMRecord(t *testing.T) {
+	for _, c := range []struct{ hdr, data string }{{"", "12345678"}, {"hdr", "data"}, {"", ""}, {"h", ""}} {
+		b := amRecord(513, []byte(c.hdr), []byte(c.data))
+		plain := make([]byte, AMSize(len(c.hdr), len(c.data), false))
+		PutAM(plain, 513, []byte(c.hdr), []byte(c.data), false, 0)
+		if !bytes.Equal(b[BaseSize:], plain[BaseSize:]) || !bytes.Equal(b[:6], plain[:6]) ||
+			int(binary.LittleEndian.Uint16(b[6:])) != len(b)-BaseSize {
+			t.Fatalf("%q %q: %x, plain %x", c.hdr, c.data, b, plain)
+		}
+		p, err := Parse(b)
+		if err != nil || p.Kind != KindAM || p.Dispatch != 513 || string(p.Header) != c.hdr || string(p.Data) != c.data {
+			t.Fatalf("%q %q: Parse %+v, %v", c.hdr, c.data, p, err)
+		}
+		d, hdr, data, ok := ParseAM(b)
+		if !ok || d != 513 || string(hdr) != c.hdr || string(data) != c.data {
+			t.Fatalf("%q %q: ParseAM %d %q %q %v", c.hdr, c.data, d, hdr, data, ok)
+		}
+		if len(b) == BaseSize {
+			continue // length 0: no length given
+		}
+		long := append(append([]byte{}, b...), 0)
+		acked := append([]byte{}, b...)
+		acked[1] = FlagAck
+		for name, bad := range map[string][]byte{"longer": long, "shorter": b[:len(b)-1], "ack": acked} {
+			if _, err := Parse(bad); !errors.Is(err, ErrMalformed) {
+				t.Errorf("%q %q %s: Parse %v", c.hdr, c.data, name, err)
+			}
+			var q Packet
+			if err := ParseInto(&q, bad); !errors.Is(err, ErrMalformed) {
+				t.Errorf("%q %q %s: ParseInto %v", c.hdr, c.data, name, err)
+			}
+			if _, _, _, ok := ParseAM(bad); ok {
+				t.Errorf("%q %q %s: ParseAM accepted it", c.hdr, c.data, name)
+			}
+		}
+	}
+}
+
+func TestPutAMRecordAllocs(t *testing.T) {
+	b := make([]byte, 8)
+	data := []byte("12345678")
+	if n := testing.AllocsPerRun(100, func() { PutAMRecord(b, 1, nil, data) }); n != 0 {
+		t.Fatalf("%v allocations", n)
+	}
 }

@@ -56,8 +56,10 @@ import (
 const (
 	segMagic = 0x316d6873_6f67696d // "migoshm1"
 	// segVersion 4: the rings carry slots of records (ring.FlagRecords),
-	// which a build speaking 3 would refuse as corrupt.
-	segVersion = 4
+	// which a build speaking 3 would refuse as corrupt. 5: a record's
+	// word is its packet's first 8 bytes, with the length in bits 48-63
+	// (a build speaking 4 reads records by a word in front of them).
+	segVersion = 5
 
 	lineSize   = 64
 	pageSize   = 4096
