@@ -77,14 +77,19 @@ func TestInlineByAdapter(t *testing.T) {
 					t.Fatalf("InlineMax %d, want %d", got, c.want)
 				}
 			}
-			inline := -1
+			inline, landed := -1, false
 			cl[1].Context(0).SetDispatch(1, func(_ *amigo.Context, m *amigo.Message) {
 				if m.Inline() {
-					inline = len(m.Data)
+					inline, landed = len(m.Data), true
 					return
 				}
 				inline = 0
-				if err := m.Receive(make([]byte, m.Size()), nil); err != nil {
+				if err := m.Receive(make([]byte, m.Size()), func(err error) {
+					if err != nil {
+						t.Error(err)
+					}
+					landed = true
+				}); err != nil {
 					t.Error(err)
 				}
 			})
@@ -102,7 +107,7 @@ func TestInlineByAdapter(t *testing.T) {
 			defer cancel()
 			received := make(chan error, 1)
 			go func() {
-				received <- cl[1].Context(0).Wait(ctx, func() bool { return inline >= 0 })
+				received <- cl[1].Context(0).Wait(ctx, func() bool { return landed })
 			}()
 			if err := cl[0].Context(0).Wait(ctx, func() bool { return done }); err != nil {
 				t.Fatal(err)
