@@ -29,8 +29,12 @@ type Config struct {
 	RDMASlots int
 	// InlineMax is the largest header plus data a Send carries inline in the
 	// descriptor buffer; larger sends go by rendezvous (AMIGO_INLINE_MAX,
-	// default 8192). It is at most half the descriptor buffer.
+	// default 8192, or the adapters' choice in a job that Open starts:
+	// 16896 when every other rank shares the host). It is at most half
+	// the descriptor buffer.
 	InlineMax int
+	// inlineAuto says InlineMax is the default, not the program's.
+	inlineAuto bool
 	// RDMAChunk is the largest piece in which a GET or PUT is handed to an
 	// adapter (AMIGO_RDMA_CHUNK, default 1 MiB).
 	RDMAChunk int
@@ -274,6 +278,7 @@ func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
 	def(&c.RDMASlots, 256)
 	if c.InlineMax == 0 {
 		c.InlineMax = min(8192, ring.MaxPayload(c.RingSlots)-wire.AMSize(0, 0, true))
+		c.inlineAuto = true
 	}
 	def(&c.RDMAChunk, 1<<20)
 	def(&c.InstructionSlots, 256)

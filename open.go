@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"github.com/amigo-hpc/amigo/bootstrap"
+	"github.com/amigo-hpc/amigo/internal/ring"
+	"github.com/amigo-hpc/amigo/internal/wire"
 	"github.com/amigo-hpc/amigo/transport"
 	"github.com/amigo-hpc/amigo/transport/loop"
 )
@@ -20,6 +22,12 @@ type processAdapter struct {
 	// prefer orders adapters: a peer is reached by the reaching adapter
 	// with the smallest prefer (shared memory before TCP).
 	prefer int
+	// inline is the largest header plus data of a Send the adapter carries
+	// best inline, for a program that left Config.InlineMax to its
+	// default: a job whose peers are all reached by adapters that choose
+	// more than the default takes the least of their choices. Zero: the
+	// default.
+	inline int
 	// open makes the adapter of this rank and publishes what peers need to
 	// reach it with job.Put. It returns nil, nil when it does not apply
 	// here.
@@ -104,6 +112,7 @@ func openJob(ctx context.Context, job bootstrap.Job, cfg Config) (*Client, error
 		return nil, err
 	}
 	adapters := []transport.Adapter{self}
+	inline := []int{0} // by adapter: processAdapter.inline
 	fail := func(err error) (*Client, error) {
 		for _, a := range adapters {
 			_ = a.Close()
@@ -120,6 +129,7 @@ func openJob(ctx context.Context, job bootstrap.Job, cfg Config) (*Client, error
 		}
 		if a != nil {
 			adapters = append(adapters, a)
+			inline = append(inline, pa.inline)
 		}
 	}
 	if err := job.Fence(ctx); err != nil {
@@ -153,6 +163,7 @@ func openJob(ctx context.Context, job bootstrap.Job, cfg Config) (*Client, error
 	if len(unreachable) > 0 {
 		return fail(fmt.Errorf("amigo: rank %d: no adapter (transport %q) reaches ranks %v", rank, eff.Transport, unreachable))
 	}
+	eff.InlineMax = jobInline(eff, rank, route, inline)
 	c, err := newClient(rank, size, eff, regions, adapters, route)
 	if err != nil {
 		return fail(err)
@@ -160,6 +171,33 @@ func openJob(ctx context.Context, job bootstrap.Job, cfg Config) (*Client, error
 	c.joined = true
 	c.procsSet, c.procsWas = limitProcs(adapters, eff.OversubscribedProcs)
 	return c, nil
+}
+
+// jobInline returns Config.InlineMax for a job whose ranks other than rank
+// are reached by the adapters route names: the default raised to the least
+// of the adapters' choices (processAdapter.inline) when the program left it
+// to the default and every peer's adapter chooses more, within half the
+// descriptor buffer.
+func jobInline(eff Config, rank int, route []uint8, inline []int) int {
+	if !eff.inlineAuto {
+		return eff.InlineMax
+	}
+	least := 0
+	for r, i := range route {
+		if r == rank {
+			continue
+		}
+		if inline[i] <= eff.InlineMax {
+			return eff.InlineMax
+		}
+		if least == 0 || inline[i] < least {
+			least = inline[i]
+		}
+	}
+	if least == 0 {
+		return eff.InlineMax
+	}
+	return min(least, ring.MaxPayload(eff.RingSlots)-wire.AMSize(0, 0, true))
 }
 
 // closeJob finalizes the job the client opened itself.

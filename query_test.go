@@ -1,8 +1,11 @@
 package amigo_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/amigo-hpc/amigo"
 )
@@ -45,6 +48,75 @@ func TestQuery(t *testing.T) {
 			}
 			if _, err := cl[0].Peer(3); !errors.Is(err, amigo.ErrUnknownEndpoint) {
 				t.Fatalf("Peer(3) of 3 ranks: %v", err)
+			}
+		})
+	}
+}
+
+// Left to its default, InlineMax is the adapters' choice: shared memory
+// carries a 16 KiB message inline (its done callback runs at once, the
+// handler sees the data in place), TCP and the in-process adapter keep the
+// default, and a value the program sets wins over the choice.
+func TestInlineByAdapter(t *testing.T) {
+	const shmInline = 16<<10 + 512
+	for _, c := range []struct {
+		over      string
+		inlineMax int // Config.InlineMax
+		want      int // effective
+	}{
+		{"shm", 0, shmInline},
+		{"shm", 8192, 8192},
+		{"shm", 20000, 20000},
+		{"tcp", 0, 8192},
+		{"loop", 0, 8192},
+	} {
+		t.Run(fmt.Sprintf("%s/%d", c.over, c.inlineMax), func(t *testing.T) {
+			cl := openOver(t, 2, amigo.Config{InlineMax: c.inlineMax}, c.over)
+			for _, cli := range cl {
+				if got := cli.Limits().InlineMax; got != c.want {
+					t.Fatalf("InlineMax %d, want %d", got, c.want)
+				}
+			}
+			inline, landed := -1, false
+			cl[1].Context(0).SetDispatch(1, func(_ *amigo.Context, m *amigo.Message) {
+				if m.Inline() {
+					inline, landed = len(m.Data), true
+					return
+				}
+				inline = 0
+				if err := m.Receive(make([]byte, m.Size()), func(err error) {
+					if err != nil {
+						t.Error(err)
+					}
+					landed = true
+				}); err != nil {
+					t.Error(err)
+				}
+			})
+			done := false
+			data := make([]byte, 16<<10)
+			if err := cl[0].Context(0).Send(amigo.EndpointOf(1), 1, nil, data, func(err error) {
+				if err != nil {
+					t.Error(err)
+				}
+				done = true
+			}); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			received := make(chan error, 1)
+			go func() {
+				received <- cl[1].Context(0).Wait(ctx, func() bool { return landed })
+			}()
+			if err := cl[0].Context(0).Wait(ctx, func() bool { return done }); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-received; err != nil {
+				t.Fatal(err)
+			}
+			if want := len(data) <= c.want; (inline == len(data)) != want {
+				t.Fatalf("16 KiB arrived inline: %v, want %v", inline == len(data), want)
 			}
 		})
 	}
