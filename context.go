@@ -299,6 +299,18 @@ func (c *Context) injectDirectDone(idx int32, d Dispatch, header, data []byte, d
 	return ok
 }
 
+// injectOwnedDone is injectDirectDone for the goroutine that owns the
+// context (Held.Send).
+func (c *Context) injectOwnedDone(idx int32, d Dispatch, header, data []byte, done func(error)) bool {
+	p := c.owned(idx)
+	if p == nil || !p.link.Shared || p.msg.Pending() != 0 || !p.writeAM(c.epoch, d, header, data) {
+		return false
+	}
+	c.stats.SentInline++
+	c.later = append(c.later, laterDone{fn: done})
+	return true
+}
+
 // writeAM writes an inline active message with no callback into p's
 // descriptor buffer, if it has room; the caller holds the context, whose
 // epoch it passes. Messages to p with no Advance between them (a window

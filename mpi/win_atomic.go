@@ -377,7 +377,7 @@ func (u *rmaUpdate) start() error {
 		}
 	}
 	if u.native {
-		return u.w.ac.Atomic(&u.p)
+		return u.w.comm.e.held.Atomic(&u.p)
 	}
 	// A compare-and-swap loop, whose first guess is a zero word: the
 	// swap's fetched value corrects it.
@@ -398,7 +398,7 @@ func (u *rmaUpdate) operandWord() uint64 {
 // element updated.
 func (u *rmaUpdate) cas() error {
 	u.p.Op, u.p.Compare, u.p.Operand = amigo.AtomicCAS, u.guess, u.apply(u.guess)
-	return u.w.ac.Atomic(&u.p)
+	return u.w.comm.e.held.Atomic(&u.p)
 }
 
 // element extracts the element from a word's value, as bytes.
