@@ -64,6 +64,8 @@ type engineLock struct {
 	// one of them a token on park.
 	want atomic.Int32
 	park chan struct{} // capacity 1: the token of a parked lockSlow
+	// parked counts the goroutines parked in lockSlow now (for tests).
+	parked atomic.Int32
 	// The rest is guarded by the lock.
 	driving  bool        // a goroutine advances the context in wait
 	driveFor func() bool // the driver's own condition
@@ -118,7 +120,9 @@ func (e *engine) lockSlow() {
 			e.held = h
 			break
 		}
+		e.parked.Add(1)
 		<-e.park
+		e.parked.Add(-1)
 	}
 	e.want.Add(-1)
 }
