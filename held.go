@@ -57,6 +57,15 @@ func (c *Context) Hold() *Held {
 // the barrier, and the last TryHold sees it, or follows it, and so does
 // the owner's load, which sees the waiter.
 func (c *Context) TryHold() *Held {
+	if c.busy.CompareAndSwap(0, busyAdvance) {
+		return &c.held
+	}
+	return c.tryHoldSlow()
+}
+
+// tryHoldSlow is TryHold once the context was found taken: it waits out a
+// posting goroutine, not an owner.
+func (c *Context) tryHoldSlow() *Held {
 	for spins := 0; !c.busy.CompareAndSwap(0, busyAdvance); spins++ {
 		if c.busy.Load() == busyAdvance {
 			return nil

@@ -132,10 +132,16 @@ func (e *engine) lockSlow() {
 func (e *engine) unlock() {
 	e.held.Release()
 	if e.want.Load() > 0 {
-		select {
-		case e.park <- struct{}{}:
-		default: // a token waits already
-		}
+		e.handOff()
+	}
+}
+
+// handOff gives a goroutine parked in lockSlow a token, unless one waits
+// already.
+func (e *engine) handOff() {
+	select {
+	case e.park <- struct{}{}:
+	default:
 	}
 }
 
