@@ -95,14 +95,14 @@ func (e *engine) lock() {
 // lockSlowSpins is how many times lockSlow yields the processor and tries
 // again before it parks: most holders leave within a few microseconds
 // (a post, a look at a request), and parking costs a system call
-// (amigo.HoldBarrier) on each side of the hand-off.
+// (amigo.HoldBarrier) and a trip through the scheduler.
 const lockSlowSpins = 16
 
 // lockSlow is lock for a goroutine that found the engine taken. It says so
 // (want) and rings the context's doorbell, so that a driver asleep in the
 // context's Wait gives way; it tries again, yielding the processor, and
 // then parks until an unlock hands it a token (see the memory ordering
-// above).
+// above), and so on.
 func (e *engine) lockSlow() {
 	e.want.Add(1)
 	_ = e.ac.Do(e.nop)
@@ -123,6 +123,10 @@ func (e *engine) lockSlow() {
 		e.parked.Add(1)
 		<-e.park
 		e.parked.Add(-1)
+		// Woken: the unlocking goroutine may take the engine back before
+		// this one runs (a driver keeps the role): try and yield again
+		// before the next barrier.
+		i = -1
 	}
 	e.want.Add(-1)
 }
