@@ -48,9 +48,9 @@ import (
 // before it parks: the unlocking goroutine's store either came before the
 // barrier, and that last try sees the word free; or after it, and so did
 // its load of want, which sees the waiter and hands it a token. Where
-// stores are fenced (the race detector, AMIGO_FENCED_STORES) the store is
-// an atomic exchange, the load cannot pass it, and the barrier does
-// nothing. A token can outlive its waiter (one that took the lock by its
+// stores are fenced (package order: under the race detector, off amd64,
+// with AMIGO_FENCED_STORES=1) the store is an atomic exchange, the load
+// cannot pass it, and the barrier does nothing. A token can outlive its waiter (one that took the lock by its
 // own try meanwhile): the next to park finds it, tries the lock and parks
 // again, which costs a try, never a lost wake-up.
 
