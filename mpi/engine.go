@@ -213,15 +213,18 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 	// The engine stays locked until the handshake is done: a goroutine
 	// that calls World on ac meanwhile gets w, and waits in its first
 	// call for the handshake, which advances ac.
-	e.lock()
-	defer e.unlock()
+	// The registry is looked at before the engine is locked: the lock is
+	// the context's hold, which a second engine of the context would
+	// wait for without being told of its release.
 	registryMu.Lock()
 	if other := registry[ac]; other != nil {
 		registryMu.Unlock()
 		return other.world, nil
 	}
+	e.lock()
 	registry[ac] = e
 	registryMu.Unlock()
+	defer e.unlock()
 	if err := ac.SetDispatch(e.disp, e.handle); err != nil {
 		e.unregister()
 		return nil, err
