@@ -1,6 +1,11 @@
 package amigo
 
-import "context"
+import (
+	"context"
+	"runtime"
+
+	"github.com/amigo-hpc/amigo/internal/order"
+)
 
 // Held is a context held by one goroutine across several operations: the
 // goroutine that called Hold owns it until Release, as it owns it inside
@@ -31,6 +36,53 @@ func (c *Context) Hold() *Held {
 	c.enter()
 	return &c.held
 }
+
+// TryHold is Hold for a goroutine that would rather not wait for another
+// owner: it makes the calling goroutine the context's owner and returns
+// the Held if no goroutine is inside Advance or holds the context, and
+// returns nil otherwise, without panicking. (A goroutine that is injecting
+// a message directly leaves within a few stores, and TryHold waits for
+// it.) On the way in it costs one compare-and-swap, as Hold does; a layer
+// that serialises its goroutines itself may use the hold as its lock, as
+// package mpi does.
+//
+// Memory ordering: a TryHold that succeeds (a compare-and-swap) sees every
+// write the previous owner made before its Release. Release is a release
+// store (package order), not a read-modify-write: a goroutine that
+// Releases and then loads a word of its own (a count of its lock's
+// waiters, say) may perform the load before its Release is visible to
+// other processors. A layer that parks goroutines which found the context
+// held must therefore, after it counts a waiter and before the waiter's
+// last TryHold, call HoldBarrier: then the owner's Release either precedes
+// the barrier, and the last TryHold sees it, or follows it, and so does
+// the owner's load, which sees the waiter.
+func (c *Context) TryHold() *Held {
+	if c.busy.CompareAndSwap(0, busyAdvance) {
+		return &c.held
+	}
+	return c.tryHoldSlow()
+}
+
+// tryHoldSlow is TryHold once the context was found taken: it waits out a
+// posting goroutine, not an owner.
+func (c *Context) tryHoldSlow() *Held {
+	for spins := 0; !c.busy.CompareAndSwap(0, busyAdvance); spins++ {
+		if c.busy.Load() == busyAdvance {
+			return nil
+		}
+		if spins > 64 {
+			runtime.Gosched()
+		}
+	}
+	return &c.held
+}
+
+// HoldBarrier is the barrier TryHold's memory-ordering note asks of a
+// layer that parks goroutines waiting for a held context: every store
+// another thread issued before it is visible to the loads that follow it.
+// It is a system call (membarrier) where stores are release stores without
+// a fence (package order), and does nothing where they are fenced.
+func HoldBarrier() { order.Barrier() }
 
 // Release gives the context back.
 func (h *Held) Release() { h.c.leave() }
@@ -93,6 +145,14 @@ func (h *Held) WaitCounter(ctx context.Context, k *Counter) error {
 		return err
 	}
 	return k.Err()
+}
+
+// Atomic is Context.Atomic for the holder: an operation that can be
+// performed at once is, on the calling goroutine (its done callback runs
+// in the next Advance or Wait); otherwise it is posted.
+func (h *Held) Atomic(p *AtomicParams) error {
+	_, err := h.c.atomic(p, false, true)
+	return err
 }
 
 // AtomicNow is Context.AtomicNow for the holder: an operation that can be

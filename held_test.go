@@ -203,3 +203,75 @@ func TestHeldSend(t *testing.T) {
 		})
 	}
 }
+
+// TryHold takes a free context and declines one another goroutine holds,
+// without panicking; Held.Send of a small message with a done callback and
+// Held.Atomic complete, their callbacks running in the holder's Advance,
+// and the messages keep their order behind the holder's immediate ones.
+func TestTryHold(t *testing.T) {
+	for _, over := range []string{"loop", "shm"} {
+		t.Run(over, func(t *testing.T) {
+			cl := openOver(t, 2, amigo.Config{}, over)
+			c0, c1 := cl[0].Context(0), cl[1].Context(0)
+			var got []byte
+			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) { got = append(got, m.Data[0]) })
+			ep1 := amigo.EndpointOf(1)
+
+			h := c0.TryHold()
+			if h == nil || h.Context() != c0 {
+				t.Fatal("TryHold of a free context declined")
+			}
+			if c0.TryHold() != nil {
+				t.Fatal("TryHold of a held context took it")
+			}
+			sent := 0
+			done := func(err error) {
+				if err != nil {
+					t.Error(err)
+				}
+				sent++
+			}
+			if err := h.SendImmediate(ep1, 1, nil, []byte{0}); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Send(ep1, 1, nil, []byte{1}, done); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Send(ep1, amigo.MaxDispatch, nil, []byte{2}, done); err == nil {
+				t.Error("Held.Send with a bad dispatch id was accepted")
+			}
+			h.Release()
+			if h = c0.TryHold(); h == nil {
+				t.Fatal("TryHold after Release declined")
+			}
+			advanceUntil(t, func() bool { h.Advance(); return sent == 1 && len(got) == 2 }, c1)
+			if got[0] != 0 || got[1] != 1 {
+				t.Fatalf("messages arrived as %v", got)
+			}
+
+			region, err := cl[1].AllocMemory(64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var old uint64
+			added := 0
+			p := &amigo.AtomicParams{Dest: ep1, Remote: region.Key(), Offset: 8, Op: amigo.AtomicAdd, Type: amigo.Int64, Operand: 5, Result: &old,
+				Done: func(err error) {
+					if err != nil {
+						t.Error(err)
+					}
+					added++
+				}}
+			for i := 0; i < 2; i++ {
+				if err := h.Atomic(p); err != nil {
+					t.Fatal(err)
+				}
+				advanceUntil(t, func() bool { h.Advance(); return added == i+1 }, c1)
+			}
+			if old != 5 {
+				t.Fatalf("the second add found %d, want 5", old)
+			}
+			h.Release()
+		})
+	}
+}

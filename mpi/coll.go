@@ -89,7 +89,8 @@ func (c *Comm) Barrier(ctx context.Context) error {
 
 // holdDirect begins a blocking collective run without a schedule (Barrier,
 // and the small Bcast, Reduce, Allreduce, Allgather, Alltoall): it takes the collective's tag, as newSched does, and
-// holds the context until releaseDirect. Such a collective sends only
+// claims the engine's scratch until releaseDirect (the context is held
+// already: the engine's lock is its hold). Such a collective sends only
 // messages that travel by SendImmediate (sendDirect) and receives only
 // messages of known length (recvDirect), so it needs no request, schedule
 // or buffer; its messages are those the schedule of the same collective
@@ -100,16 +101,12 @@ func (c *Comm) holdDirect() int32 {
 	c.seq++
 	e.stats.Collectives++
 	e.pollStart()
-	e.held = e.ac.Hold()
 	e.inDirect = true
 	return tag
 }
 
-// releaseDirect gives back the context holdDirect held.
-func (c *Comm) releaseDirect() {
-	c.e.inDirect = false
-	c.e.dropHold()
-}
+// releaseDirect ends what holdDirect began.
+func (c *Comm) releaseDirect() { c.e.inDirect = false }
 
 // sendDirect sends buf, at most immMax bytes, to rank peer with the
 // collective's tag.

@@ -106,9 +106,10 @@
 // same communicator or on different ones (MPI_THREAD_MULTIPLE). The model:
 //
 //  1. The layer of a context (its engine: queues, requests, schedules) is
-//     guarded by one lock. Every call takes it for as long as it works on
-//     the engine, and only the goroutine that holds it advances the amigo
-//     context, so the handler and every completion run under it.
+//     guarded by one lock, which is the amigo context's hold
+//     (amigo.Context.TryHold). Every call takes it for as long as it works
+//     on the engine, and only the goroutine that holds it advances the
+//     amigo context, so the handler and every completion run under it.
 //  2. A call that waits takes the progress role if no goroutine has it: it
 //     advances the context, holding the lock, until its own operation
 //     completes. It gives way after its next Advance when another
@@ -126,8 +127,9 @@
 //     collectives at once use a communicator each); a request is waited on
 //     or tested by one goroutine at a time.
 //
-// What it costs a single goroutine: one uncontended lock and unlock per
-// call, and one atomic load per poll while it waits (BenchmarkAllreduceLockstep,
+// What it costs a single goroutine: one compare-and-swap to take the lock
+// and one store to give it back per call, what holding the context alone
+// costs, and one atomic load per poll while it waits (BenchmarkAllreduceLockstep,
 // which counts a small collective's instructions, measures it). Goroutines
 // that contend pay for the hand-offs: BenchmarkMessageRate compares four
 // goroutines per rank with one. A collective that runs without a schedule

@@ -55,9 +55,11 @@ func putHdr(b *[hdrLen]byte, ctx uint32, src, tag int32) {
 
 // engine is the mpi layer of one amigo context: the dispatch handler, the
 // posted and unexpected queues, the free lists, and the context ids in use.
-// It is guarded by its lock (engineLock, threads.go): the goroutine that
-// holds it is the only one that advances the context, so the handler runs
-// under it inside Advance.
+// It is guarded by its lock (engineLock, threads.go), which is the
+// context's hold: the goroutine that holds it is the only one that
+// advances the context, so the handler runs under it inside Advance, and
+// its small messages are written straight into the peers' descriptor
+// buffers.
 type engine struct {
 	engineLock
 	ac   *amigo.Context
@@ -71,10 +73,6 @@ type engine struct {
 	// oversub: the host runs more ranks than processors
 	// (amigo.Context.Oversubscribed).
 	oversub bool
-	// held is the context while a blocking collective holds it (Comm.run): its
-	// small messages are written straight into the peers' descriptor
-	// buffers, and it waits without taking the context again.
-	held *amigo.Held
 
 	posted  postedQueue
 	unexp   unexpQueue
@@ -205,6 +203,7 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 	e.idNext = -1
 	e.expCond = func() bool { return e.exp.done }
 	e.nop = func(*amigo.Context) {}
+	e.park = make(chan struct{}, 1)
 	e.driveCond = e.driveCondition
 	for i := range e.ids {
 		e.ids[i] = ^uint64(0)
@@ -221,15 +220,18 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 	// The engine stays locked until the handshake is done: a goroutine
 	// that calls World on ac meanwhile gets w, and waits in its first
 	// call for the handshake, which advances ac.
-	e.lock()
-	defer e.unlock()
+	// The registry is looked at before the engine is locked: the lock is
+	// the context's hold, which a second engine of the context would
+	// wait for without being told of its release.
 	registryMu.Lock()
 	if other := registry[ac]; other != nil {
 		registryMu.Unlock()
 		return other.world, nil
 	}
+	e.lock()
 	registry[ac] = e
 	registryMu.Unlock()
+	defer e.unlock()
 	if err := ac.SetDispatch(e.disp, e.handle); err != nil {
 		e.unregister()
 		return nil, err
@@ -282,7 +284,7 @@ func (e *engine) handshake(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if err := e.ac.Wait(ctx, func() bool { return state != 0 }); err != nil {
+			if err := e.held.Wait(ctx, func() bool { return state != 0 }); err != nil {
 				return err
 			}
 			if state == 1 {
@@ -293,7 +295,7 @@ func (e *engine) handshake(ctx context.Context) error {
 			}
 			until := time.Now().Add(backoff)
 			backoff = min(2*backoff, 10*time.Millisecond)
-			if err := e.ac.Wait(ctx, func() bool { return time.Now().After(until) }); err != nil {
+			if err := e.held.Wait(ctx, func() bool { return time.Now().After(until) }); err != nil {
 				return err
 			}
 		}
@@ -302,7 +304,7 @@ func (e *engine) handshake(ctx context.Context) error {
 		r, polls := round, 0
 		from := amigo.Endpoint{Rank: (e.rank - k + e.size) % e.size, Context: e.cidx}
 		var gone error
-		if err := e.ac.Wait(ctx, func() bool {
+		if err := e.held.Wait(ctx, func() bool {
 			if polls++; e.hello[r] > 0 || polls&1023 != 0 {
 				return e.hello[r] > 0
 			}
@@ -590,31 +592,22 @@ func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []
 	if len(buf) <= e.immMax && !sync {
 		putHdr(&e.hdr, ctx, src, tag)
 		e.stats.SentImmediate++
-		if e.held != nil {
-			// The holder's message is in the peer's descriptor buffer
-			// unless it had to queue.
-			err := e.held.SendImmediate(dest, e.disp, e.hdr[:], buf)
-			if e.direct && e.held.Queued() {
-				e.unflushed = true
-			}
-			if err != nil {
-				err = e.peerFailure(err)
-			}
-			return nil, err
-		}
-		if e.direct {
+		// The holder's message is in the peer's descriptor buffer unless
+		// it had to queue.
+		err := e.held.SendImmediate(dest, e.disp, e.hdr[:], buf)
+		if e.direct && e.held.Queued() {
 			e.unflushed = true
 		}
-		if err := e.ac.SendImmediate(dest, e.disp, e.hdr[:], buf); err != nil {
-			return nil, e.peerFailure(err)
+		if err != nil {
+			err = e.peerFailure(err)
 		}
-		return nil, nil
+		return nil, err
 	}
 	r := e.allocReq(reqSend)
 	putHdr(&r.hdr, ctx, src, tag)
 	r.buf = buf
 	r.inAMI = true
-	if err := e.ac.Send(dest, e.disp, r.hdr[:], buf, r.onAMI); err != nil {
+	if err := e.held.Send(dest, e.disp, r.hdr[:], buf, r.onAMI); err != nil {
 		e.freeReq(r)
 		return nil, e.peerFailure(err)
 	}
@@ -628,10 +621,6 @@ func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []
 func (e *engine) flush() {
 	if e.unflushed {
 		e.unflushed = false
-		if e.held != nil {
-			e.held.Advance()
-		} else {
-			e.ac.Advance()
-		}
+		e.held.Advance()
 	}
 }

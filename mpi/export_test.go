@@ -19,7 +19,7 @@ func DieInAgree(kind string, round, to int, die func()) {
 		}
 		// The messages posted so far leave first: the others get them.
 		for n := 0; n < 1_000_000 && a.sent < a.posted; n++ {
-			a.e.ac.Advance()
+			a.e.held.Advance()
 		}
 		die()
 	}

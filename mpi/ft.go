@@ -259,11 +259,7 @@ func (e *engine) applyFailures() {
 	}
 	// What the failed ranks sent before they went comes first.
 	for i := 0; i < 16; i++ {
-		if e.held != nil {
-			if e.held.Advance() == 0 {
-				break
-			}
-		} else if e.ac.Advance() == 0 {
+		if e.held.Advance() == 0 {
 			break
 		}
 	}
@@ -492,7 +488,7 @@ func (e *engine) revoke(c *Comm) {
 		hdr := make([]byte, hdrLen)
 		putHdr((*[hdrLen]byte)(hdr), c.p2p, int32(c.rank), 0)
 		hdr[12] = kindRevoke
-		_ = e.ac.Send(ep, e.disp, hdr, nil, nil)
+		_ = e.held.Send(ep, e.disp, hdr, nil, nil)
 	}
 	e.unflushed = true
 }

@@ -253,7 +253,7 @@ func (a *agreement) send(kind byte, round int, vals []uint64) {
 		for j, v := range vals {
 			binary.LittleEndian.PutUint64(data[4+8*j:], v)
 		}
-		if e.ac.Send(ep, e.disp, hdr, data, a.sentDone) == nil {
+		if e.held.Send(ep, e.disp, hdr, data, a.sentDone) == nil {
 			a.posted++
 		}
 	}

@@ -85,3 +85,13 @@ func InterIallgather[T Numeric](ic *Intercomm, send, recv []T) (Request, error) 
 func InterIalltoall[T Numeric](ic *Intercomm, send, recv []T) (Request, error) {
 	return ic.start(func(ctx context.Context) error { return InterAlltoall(ctx, ic, send, recv) })
 }
+
+// InterIreduceScatter starts an InterReduceScatter.
+func InterIreduceScatter[T Numeric](ic *Intercomm, send, recv []T, counts []int, op Op) (Request, error) {
+	return ic.start(func(ctx context.Context) error { return InterReduceScatter(ctx, ic, send, recv, counts, op) })
+}
+
+// InterIreduceScatterBlock starts an InterReduceScatterBlock.
+func InterIreduceScatterBlock[T Numeric](ic *Intercomm, send, recv []T, op Op) (Request, error) {
+	return ic.start(func(ctx context.Context) error { return InterReduceScatterBlock(ctx, ic, send, recv, op) })
+}

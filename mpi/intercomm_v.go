@@ -165,3 +165,62 @@ func InterReduceScatterBlock[T Numeric](ctx context.Context, ic *Intercomm, send
 	}
 	return nil
 }
+
+// InterReduceScatter combines with op, element by element, the send
+// buffers of this group's ranks and scatters the result over the other
+// group by that group's counts: its rank j receives counts[j] of its
+// counts, the elements that follow those of its ranks below j. recv
+// receives this rank's block of the other group's combination, counts[r]
+// elements of this group's counts for rank r, and the rest of recv is left
+// alone (MPI_Reduce_scatter on an intercommunicator). Within a group every
+// rank passes the same counts, one per rank of the group; every send holds
+// as many elements as the counts add up to, and the counts of both groups
+// add up to the same total, as MPI requires.
+func InterReduceScatter[T Numeric](ctx context.Context, ic *Intercomm, send, recv []T, counts []int, op Op) error {
+	if err := ic.check(); err != nil {
+		return err
+	}
+	p, r := ic.local.size, ic.local.rank
+	if len(counts) != p {
+		return fmt.Errorf("%w: InterReduceScatter: %d counts for a group of %d ranks", ErrCount, len(counts), p)
+	}
+	total := 0
+	for _, n := range counts {
+		if n < 0 {
+			return fmt.Errorf("%w: InterReduceScatter: negative count", ErrCount)
+		}
+		if err := op.checkPairs(n); err != nil {
+			return err
+		}
+		total += n
+	}
+	if len(send) != total || len(recv) < counts[r] {
+		return fmt.Errorf("%w: InterReduceScatter: send of %d elements for counts totalling %d, recv of %d for %d", ErrCount, len(send), total, len(recv), counts[r])
+	}
+	if err := noOverlap(send, recv); err != nil {
+		return err
+	}
+	if send == nil {
+		send = []T{} // nothing to send; nil would mean in place at the leader
+	}
+	t := ic.next(ctx)
+	var acc, theirs []T
+	displs := make([]int, p)
+	if ic.x.rank == ic.leader {
+		acc, theirs = make([]T, total), make([]T, total)
+		for j := 1; j < p; j++ {
+			displs[j] = displs[j-1] + counts[j-1]
+		}
+	}
+	err := Reduce(ctx, ic.local, send, acc, op, ic.leader)
+	if err == nil && ic.x.rank == ic.leader {
+		err = ic.swap(ctx, t, Bytes(acc), Bytes(theirs))
+	}
+	if err == nil {
+		err = Scatterv(ctx, ic.local, theirs, counts, displs, recv[:counts[r]], ic.leader)
+	}
+	if err != nil {
+		return errorf("mpi: InterReduceScatter: %w", err)
+	}
+	return nil
+}

@@ -214,7 +214,71 @@ func intercommVChecks(ctx context.Context, w *mpi.Comm) error {
 			return fmt.Errorf("InterReduceScatterBlock of a short send: no error")
 		}
 	}
+
+	// ReduceScatter: each group's counts, one per rank (the first none),
+	// add up to the same total in both groups; element i of rank w's send
+	// is w*100 + i, and rank j of the other group gets, after its block,
+	// elements the scatter must not touch.
+	{
+		const total = 10
+		counts := irsCounts(ic.Size(), total)
+		send := make([]int64, total)
+		for i := range send {
+			send[i] = int64(me*100 + i)
+		}
+		recv := filled(counts[l]+2, gap)
+		if err := mpi.InterReduceScatter(ctx, ic, send, recv, counts, mpi.Sum); err != nil {
+			return err
+		}
+		if err := checkIRS(recv, counts, l, rsize, worldOf); err != nil {
+			return err
+		}
+		if err := mpi.InterReduceScatter(ctx, ic, send[:total-1], recv, counts, mpi.Sum); err == nil {
+			return fmt.Errorf("InterReduceScatter of a short send: no error")
+		}
+		if err := mpi.InterReduceScatter(ctx, ic, send, recv, counts[1:], mpi.Sum); err == nil {
+			return fmt.Errorf("InterReduceScatter with a count missing: no error")
+		}
+	}
 	return ic.Barrier(ctx)
+}
+
+// irsCounts returns the counts of an InterReduceScatter over a group of p
+// ranks adding up to total: rank j gets j elements, the last the rest.
+func irsCounts(p, total int) []int {
+	counts := make([]int, p)
+	rest := total
+	for j := 0; j < p-1; j++ {
+		counts[j] = j
+		rest -= j
+	}
+	counts[p-1] = rest
+	return counts
+}
+
+// checkIRS checks the recv of an InterReduceScatter whose rank w sent
+// w*100 + i as element i, Sum: local rank l's block of its group's counts
+// holds the sum over the other group's rsize ranks (world ranks by
+// worldOf), and the rest of recv the gap.
+func checkIRS(recv []int64, counts []int, l, rsize int, worldOf func(int) int) error {
+	var sumWorld int64
+	for r := range rsize {
+		sumWorld += int64(worldOf(r))
+	}
+	displ := 0
+	for j := range l {
+		displ += counts[j]
+	}
+	for k, v := range recv {
+		want := int64(gap)
+		if k < counts[l] {
+			want = sumWorld*100 + int64(rsize*(displ+k))
+		}
+		if v != want {
+			return fmt.Errorf("InterReduceScatter: element %d of rank %d's block of %d = %d, want %d", k, l, counts[l], v, want)
+		}
+	}
+	return nil
 }
 
 // The nonblocking collectives on the intercommunicator of the even and
@@ -328,6 +392,22 @@ func intercommNBChecks(ctx context.Context, w *mpi.Comm) error {
 	if err := add(mpi.InterIalltoall(ic, a2aSend, a2a)); err != nil {
 		return err
 	}
+	counts := irsCounts(ic.Size(), 10)
+	irsSend := make([]int64, 10)
+	for i := range irsSend {
+		irsSend[i] = int64(me*100 + i)
+	}
+	irs := filled(counts[l]+2, gap)
+	if err := add(mpi.InterIreduceScatter(ic, irsSend, irs, counts, mpi.Sum)); err != nil {
+		return err
+	}
+	rsbSend, rsb := make([]int64, 2*rsize), filled(2, gap)
+	for j := range rsize {
+		rsbSend[2*j], rsbSend[2*j+1] = int64(me+j*10), int64(me+j*10+1)
+	}
+	if err := add(mpi.InterIreduceScatterBlock(ic, rsbSend, rsb, mpi.Sum)); err != nil {
+		return err
+	}
 	// A blocking collective after them: it waits for them to be over.
 	sum := make([]int64, 1)
 	if err := mpi.InterAllreduce(ctx, ic, []int64{1}, sum, mpi.Sum); err != nil {
@@ -378,6 +458,12 @@ func intercommNBChecks(ctx context.Context, w *mpi.Comm) error {
 		if v != int64(worldOf(j)*100+me) {
 			return fmt.Errorf("InterIalltoall block %d = %d, want %d", j, v, worldOf(j)*100+me)
 		}
+	}
+	if err := checkIRS(irs, counts, l, rsize, worldOf); err != nil {
+		return fmt.Errorf("nonblocking: %w", err)
+	}
+	if want := remoteWorlds + int64(rsize*l*10); rsb[0] != want || rsb[1] != want+int64(rsize) {
+		return fmt.Errorf("InterIreduceScatterBlock: %v, want [%d %d]", rsb, want, want+int64(rsize))
 	}
 	return ic.Barrier(ctx)
 }

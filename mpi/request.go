@@ -330,11 +330,7 @@ func (q Request) GetStatus() (bool, Status, error) {
 // advanceOnce advances the context once, with the engine locked.
 func (e *engine) advanceOnce() {
 	e.unflushed = false
-	if e.held != nil {
-		e.held.Advance()
-	} else {
-		e.ac.Advance()
-	}
+	e.held.Advance()
 }
 
 // Cancel cancels a receive that has not matched a message yet: it leaves the

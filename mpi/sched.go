@@ -254,15 +254,14 @@ func (s *sched) finish() {
 // run runs s to completion on the calling goroutine, which owns the
 // context, and frees it.
 //
-// The context is held for the whole call (amigo.Context.Hold): it is taken
-// once, before the first message leaves, rather than after each send and
-// again to wait, where each taking is a fence that waits for the message's
-// cache line to reach the peer.
+// The context is held for the whole call, as for every call of the layer
+// (the engine's lock is the context's hold, threads.go): it is taken once,
+// before the first message leaves, rather than after each send and again to
+// wait, where each taking is a fence that waits for the message's cache
+// line to reach the peer.
 func (c *Comm) run(ctx context.Context, s *sched) error {
 	e := c.e
 	e.pollStart()
-	e.held = e.ac.Hold()
-	defer e.dropHold()
 	e.direct = true
 	s.progress()
 	e.direct = false

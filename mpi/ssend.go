@@ -77,7 +77,7 @@ func (c *Comm) issend(buf []byte, dest, tag int) (Request, error) {
 	r.ctx, r.src, r.tag = c.p2p, int32(dest), int32(tag) // for failures and errors
 	c.track(r)
 	e.stats.Sent++
-	if err := e.ac.Send(c.eps[dest], e.disp, r.hdr[:], buf, r.onAMI); err != nil {
+	if err := e.held.Send(c.eps[dest], e.disp, r.hdr[:], buf, r.onAMI); err != nil {
 		e.dropSync(r)
 		r.counted = nil
 		c.untrack()
@@ -140,11 +140,7 @@ func (e *engine) sendAck(ep amigo.Endpoint, h []byte) {
 	var a [hdrLen]byte
 	a[12] = kindAck
 	copy(a[13:16], h[13:16])
-	if e.held != nil {
-		_ = e.held.SendImmediate(ep, e.disp, a[:], nil)
-		return
-	}
-	_ = e.ac.SendImmediate(ep, e.disp, a[:], nil)
+	_ = e.held.SendImmediate(ep, e.disp, a[:], nil)
 }
 
 // doneReq returns a handle of a request complete at once with st.

@@ -534,12 +534,12 @@ func (w *Win) rma(put bool, origin []byte, target, disp int, rq *rmaReq) error {
 	// data in origin, and neither counts as pending.
 	var now bool
 	if put {
-		now, err = w.ac.PutNow(w.eps[target], origin, pl.key, pl.off, done)
+		now, err = w.comm.e.held.PutNow(w.eps[target], origin, pl.key, pl.off, done)
 		if err == nil && !now {
 			w.put[target] = true
 		}
 	} else {
-		now, err = w.ac.GetNow(w.eps[target], origin, pl.key, pl.off, done)
+		now, err = w.comm.e.held.GetNow(w.eps[target], origin, pl.key, pl.off, done)
 	}
 	if now {
 		if rq != nil {

@@ -337,10 +337,10 @@ func (w *Win) accMsg(k kind, op Op, origin, result []byte, target int, pl place,
 	e := w.comm.e
 	var err error
 	if rmaHdrLen+len(origin) <= min(amigo.ImmediateMax, w.inline) {
-		err = w.ac.SendImmediate(w.eps[target], e.disp, h[:], origin)
+		err = e.held.SendImmediate(w.eps[target], e.disp, h[:], origin)
 	} else {
 		m.sending = true
-		err = w.ac.Send(w.eps[target], e.disp, h[:], origin, m.sent)
+		err = e.held.Send(w.eps[target], e.disp, h[:], origin, m.sent)
 	}
 	if err != nil {
 		w.freeMsg(m)
@@ -589,7 +589,7 @@ func (e *engine) replyRMA(src amigo.Endpoint, h []byte, status byte, data []byte
 		var r [hdrLen]byte
 		copy(r[:8], h[:8])
 		r[12], r[13] = kindRMAReply, status
-		_ = e.ac.SendImmediate(src, e.disp, r[:], data)
+		_ = e.held.SendImmediate(src, e.disp, r[:], data)
 		if data != nil {
 			e.scratch.put(data)
 		}
@@ -598,7 +598,7 @@ func (e *engine) replyRMA(src amigo.Endpoint, h []byte, status byte, data []byte
 	rs := &rmaSend{e: e, data: data}
 	copy(rs.hdr[:8], h[:8])
 	rs.hdr[12], rs.hdr[13] = kindRMAReply, status
-	if err := e.ac.Send(src, e.disp, rs.hdr[:], data, rs.done); err != nil {
+	if err := e.held.Send(src, e.disp, rs.hdr[:], data, rs.done); err != nil {
 		e.scratch.put(data)
 	}
 }
@@ -614,7 +614,7 @@ func (e *engine) replyDropped(src amigo.Endpoint, w *Win, size int) {
 	binary.LittleEndian.PutUint32(r[4:], uint32(w.comm.rank))
 	binary.LittleEndian.PutUint32(r[8:], uint32(msgCost(size)))
 	r[12], r[13] = kindRMAReply, rmaDropped
-	_ = e.ac.SendImmediate(src, e.disp, r[:], nil)
+	_ = e.held.SendImmediate(src, e.disp, r[:], nil)
 }
 
 // rmaSend is a large reply in flight.

@@ -444,7 +444,7 @@ func (u *rmaUpdate) start() (now bool, err error) {
 		}
 	}
 	if u.native {
-		return u.w.ac.AtomicNow(&u.p)
+		return u.w.comm.e.held.AtomicNow(&u.p)
 	}
 	// A compare-and-swap loop, whose first guess is a zero word: the
 	// swap's fetched value corrects it.
@@ -465,7 +465,7 @@ func (u *rmaUpdate) operandWord() uint64 {
 // element updated, or performs it at once (start).
 func (u *rmaUpdate) cas() (now bool, err error) {
 	u.p.Op, u.p.Compare, u.p.Operand = amigo.AtomicCAS, u.guess, u.apply(u.guess)
-	return u.w.ac.AtomicNow(&u.p)
+	return u.w.comm.e.held.AtomicNow(&u.p)
 }
 
 // element extracts the element from a word's value, as bytes.

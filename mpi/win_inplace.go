@@ -94,7 +94,7 @@ func (w *Win) accInPlace(k kind, op Op, origin, result []byte, target int, pl pl
 	}
 	d.p = amigo.AtomicParams{Dest: ep, Remote: w.ctlKeys[target], Offset: ctlUsersOff, Op: amigo.AtomicCAS, Type: amigo.Uint64,
 		Operand: mine | bulkBit, Compare: mine, Result: &d.old, Done: d.fn}
-	if err := w.finishInPlace(w.ac.AtomicNow(&d.p)); err != nil {
+	if err := w.finishInPlace(w.comm.e.held.AtomicNow(&d.p)); err != nil {
 		return false, errorf("mpi: accumulate on rank %d: %w", target, w.comm.e.peerFailure(err))
 	}
 	if d.old != mine {
@@ -103,17 +103,17 @@ func (w *Win) accInPlace(k kind, op Op, origin, result []byte, target int, pl pl
 	e := w.comm.e
 	span := lay.span()
 	buf := e.scratch.get(int(span))
-	err := w.finishInPlace(w.ac.GetNow(ep, buf, pl.key, pl.off, d.fn))
+	err := w.finishInPlace(w.comm.e.held.GetNow(ep, buf, pl.key, pl.off, d.fn))
 	if err == nil {
 		w.eachBlock(buf, lay, origin, result, func(dst, s, o []byte) { w.applyPlain(k, op, dst, s, o) })
 		if op.code != opNoOp {
-			err = w.finishInPlace(w.ac.PutNow(ep, buf, pl.key, pl.off, d.fn))
+			err = w.finishInPlace(w.comm.e.held.PutNow(ep, buf, pl.key, pl.off, d.fn))
 		}
 	}
 	e.scratch.put(buf)
 	d.p = amigo.AtomicParams{Dest: ep, Remote: w.ctlKeys[target], Offset: ctlUsersOff, Op: amigo.AtomicAdd, Type: amigo.Uint64,
 		Operand: ^uint64(bulkBit - 1), Done: d.fn}
-	rerr := w.finishInPlace(w.ac.AtomicNow(&d.p))
+	rerr := w.finishInPlace(w.comm.e.held.AtomicNow(&d.p))
 	if err = errors.Join(err, rerr); err != nil {
 		return true, errorf("mpi: accumulate on rank %d: %w", target, e.peerFailure(err))
 	}

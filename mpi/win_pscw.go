@@ -233,7 +233,7 @@ func (w *Win) notify(r int, what byte) error {
 	binary.LittleEndian.PutUint32(h[0:], uint32(w.comm.id))
 	binary.LittleEndian.PutUint32(h[4:], uint32(w.comm.rank))
 	h[12], h[13] = kindRMACtl, what
-	if err := w.ac.SendImmediate(w.eps[r], w.comm.e.disp, h[:], nil); err != nil {
+	if err := w.comm.e.held.SendImmediate(w.eps[r], w.comm.e.disp, h[:], nil); err != nil {
 		return errorf("mpi: notice to rank %d of the window: %w", r, err)
 	}
 	return nil

@@ -141,7 +141,7 @@ func (w *Win) rescue(target int) {
 	w.rescues++
 	r.p = amigo.AtomicParams{Dest: w.eps[target], Remote: w.ctlKeys[target], Offset: uint64(w.claimBase() + 8*w.comm.rank),
 		Op: amigo.AtomicSwap, Type: amigo.Uint64, Operand: uint64(r.last), Result: &r.old, Done: r.swapped}
-	if err := w.ac.Atomic(&r.p); err != nil {
+	if err := w.comm.e.held.Atomic(&r.p); err != nil {
 		r.fail(errorf("mpi: accumulate on rank %d: %w", target, err))
 	}
 }
@@ -196,7 +196,7 @@ func (r *rescueOp) apply() {
 
 // atomic posts r.p, or fails the rescue.
 func (r *rescueOp) atomic() {
-	if err := r.w.ac.Atomic(&r.p); err != nil {
+	if err := r.w.comm.e.held.Atomic(&r.p); err != nil {
 		r.fail(errorf("mpi: accumulate on rank %d: %w", r.target, err))
 	}
 }
@@ -296,7 +296,7 @@ func (r *rescueOp) release() {
 	r.bulk = false
 	r.p = amigo.AtomicParams{Dest: w.eps[r.target], Remote: w.ctlKeys[r.target], Offset: ctlUsersOff,
 		Op: amigo.AtomicAdd, Type: amigo.Uint64, Operand: ^uint64(bulkBit - 1), Done: r.released}
-	if err := w.ac.Atomic(&r.p); err != nil {
+	if err := w.comm.e.held.Atomic(&r.p); err != nil {
 		r.end() // the word cannot be reached: the target failed
 		return
 	}

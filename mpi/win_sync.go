@@ -244,7 +244,7 @@ func (w *Win) lockRank(ctx context.Context, lt LockType, target int) error {
 		}
 		// Held elsewhere: let this rank's context serve what it must,
 		// and the holder run, before the next try.
-		w.ac.Advance()
+		w.comm.e.advanceOnce()
 		if spins%16 == 15 {
 			// Let the other goroutines of this rank have the engine.
 			w.comm.e.unlock()
@@ -273,7 +273,7 @@ func (w *Win) ctlOp(ctx context.Context, target int, off uint64, op amigo.Atomic
 	done := false
 	p := amigo.AtomicParams{Dest: w.eps[target], Remote: w.ctlKeys[target], Offset: off, Op: op, Type: amigo.Uint64,
 		Operand: operand, Compare: compare, Result: &result, Done: func(e error) { aerr, done = e, true; w.comm.e.events++ }}
-	now, err := w.ac.AtomicNow(&p)
+	now, err := w.comm.e.held.AtomicNow(&p)
 	if now {
 		// Performed at once: the control region, and a window of
 		// WinAllocate, lie in memory this rank reaches in place.
