@@ -3,7 +3,6 @@ package mpi
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"unsafe"
 
@@ -423,19 +422,7 @@ func mapCollSegment(ctx context.Context, c *Comm, size int) ([]byte, [2]int64, e
 	var err error
 	where := []int64{0, 0}
 	if c.rank == 0 {
-		fd, err = unix.MemfdCreate("amigo-coll", unix.MFD_CLOEXEC)
-		if err == nil {
-			err = unix.Fchmod(fd, 0o600)
-		}
-		if err == nil {
-			err = unix.Ftruncate(fd, int64(size))
-		}
-		if err == nil {
-			seg, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-		}
-		if err == nil {
-			where = []int64{int64(os.Getpid()), int64(fd)}
-		}
+		fd, seg, where, err = makeSegment("amigo-coll", size)
 	}
 	if berr := Bcast(ctx, c, where, 0); berr != nil {
 		closeShared(fd, seg)

@@ -77,6 +77,29 @@ func WinAllocateShared(ctx context.Context, c *Comm, size, dispUnit int) (*Win, 
 	return w, nil
 }
 
+// makeSegment creates a zeroed memory file of size bytes named name,
+// readable by this user only, and maps it; where is this process's id and
+// the file's descriptor, by which the other ranks of the host map it
+// (mapPeerSegment). On an error it returns what it made so far, for
+// closeShared, and where left zero.
+func makeSegment(name string, size int) (fd int, seg []byte, where []int64, err error) {
+	where = []int64{0, 0}
+	fd, err = unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return -1, nil, where, err
+	}
+	if err = unix.Fchmod(fd, 0o600); err == nil {
+		err = unix.Ftruncate(fd, int64(size))
+	}
+	if err == nil {
+		seg, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	}
+	if err == nil {
+		where = []int64{int64(os.Getpid()), int64(fd)}
+	}
+	return fd, seg, where, err
+}
+
 // mapShared makes (on rank 0 of c) and maps (on every rank) a segment of
 // size bytes. Collective: it fails on every rank if it fails on one.
 func mapShared(ctx context.Context, c *Comm, size int) ([]byte, error) {
@@ -85,19 +108,7 @@ func mapShared(ctx context.Context, c *Comm, size int) ([]byte, error) {
 	var err error
 	where := []int64{0, 0}
 	if c.rank == 0 {
-		fd, err = unix.MemfdCreate("amigo-win", unix.MFD_CLOEXEC)
-		if err == nil {
-			err = unix.Fchmod(fd, 0o600)
-		}
-		if err == nil {
-			err = unix.Ftruncate(fd, int64(size))
-		}
-		if err == nil {
-			seg, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-		}
-		if err == nil {
-			where = []int64{int64(os.Getpid()), int64(fd)}
-		}
+		fd, seg, where, err = makeSegment("amigo-win", size)
 	}
 	if berr := Bcast(ctx, c, where, 0); berr != nil {
 		closeShared(fd, seg)
