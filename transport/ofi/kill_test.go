@@ -120,6 +120,12 @@ func testKilledPeer(t *testing.T, prov string) {
 	defer func() {
 		_ = cmd.Process.Kill()
 		<-exited
+		// The shm provider's files of a killed process outlive it (it
+		// cannot unlink them): remove those named for the child.
+		left, _ := filepath.Glob(fmt.Sprintf("/dev/shm/amigo-%d-*", cmd.Process.Pid))
+		for _, f := range left {
+			_ = os.Remove(f)
+		}
 	}()
 	const timeout = 2 * time.Second
 	job := &fileJob{dir: dir, rank: 0, size: 2}

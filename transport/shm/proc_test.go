@@ -64,16 +64,20 @@ func runJob(t *testing.T, n int, mode string, keepGoing bool, timeout time.Durat
 }
 
 // leftovers lists what the ranks of job left behind: files in /dev/shm
-// whose name says amigo, and memfd segments of theirs (named after their
+// named for one of them (amigo-PID-...), and memfd segments of theirs (named after their
 // pids) that any process still holds open. Other tests may run amigo jobs
 // at the same time; only this job's segments count.
 func leftovers(t *testing.T, pids []int) []string {
 	t.Helper()
 	var out []string
+	// Only the job's own files count: a process killed earlier by another
+	// test may have left its file, which names its own pid.
 	ents, _ := os.ReadDir("/dev/shm")
 	for _, e := range ents {
-		if strings.Contains(e.Name(), "amigo") {
-			out = append(out, "/dev/shm/"+e.Name())
+		for _, pid := range pids {
+			if strings.HasPrefix(e.Name(), fmt.Sprintf("amigo-%d-", pid)) {
+				out = append(out, "/dev/shm/"+e.Name())
+			}
 		}
 	}
 	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
