@@ -417,39 +417,12 @@ var errNoSegment = fmt.Errorf("mpi: no shared segment for the collectives")
 // errNoSegment if one could not map it, and another error if the
 // collectives that agree on it failed.
 func mapCollSegment(ctx context.Context, c *Comm, size int) ([]byte, [2]int64, error) {
-	fd := -1
-	var seg []byte
-	var err error
-	where := []int64{0, 0}
-	if c.rank == 0 {
-		fd, seg, where, err = makeSegment("amigo-coll", size)
-	}
-	if berr := Bcast(ctx, c, where, 0); berr != nil {
-		closeShared(fd, seg)
-		return nil, [2]int64{}, errorf("mpi: making the collectives' shared segment: %w", berr)
-	}
-	if c.rank != 0 && where[0] != 0 {
-		seg, err = mapPeerSegment(int(where[0]), int(where[1]), size)
-	}
-	if where[0] == 0 && err == nil {
-		err = errNoSegment
-	}
-	failed := []int32{0}
-	if err != nil {
-		failed[0] = 1
-	}
-	all := []int32{0}
-	aerr := Allreduce(ctx, c, failed, all, Max)
-	if c.rank == 0 && fd >= 0 {
-		_ = unix.Close(fd) // every rank that could has mapped it
-	}
+	sh := shareSegment(ctx, c, "amigo-coll", size)
 	switch {
-	case aerr != nil:
-		closeShared(-1, seg)
-		return nil, [2]int64{}, errorf("mpi: making the collectives' shared segment: %w", aerr)
-	case err != nil || all[0] != 0:
-		closeShared(-1, seg)
+	case sh.coll != nil:
+		return nil, [2]int64{}, errorf("mpi: making the collectives' shared segment: %w", sh.coll)
+	case sh.local != nil || sh.others:
 		return nil, [2]int64{}, errNoSegment
 	}
-	return seg, [2]int64(where), nil
+	return sh.seg, sh.where, nil
 }

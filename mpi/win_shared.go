@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -103,22 +104,58 @@ func makeSegment(name string, size int) (fd int, seg []byte, where []int64, err 
 // mapShared makes (on rank 0 of c) and maps (on every rank) a segment of
 // size bytes. Collective: it fails on every rank if it fails on one.
 func mapShared(ctx context.Context, c *Comm, size int) ([]byte, error) {
-	var fd int = -1
+	sh := shareSegment(ctx, c, "amigo-win", size)
+	switch {
+	case sh.local != nil:
+		return nil, errorf("mpi: WinAllocateShared, a segment of %d bytes: %w", size, sh.local)
+	case sh.coll != nil:
+		return nil, errorf("mpi: WinAllocateShared: %w", sh.coll)
+	case sh.others:
+		return nil, fmt.Errorf("%w: WinAllocateShared: another rank could not map the segment", ErrWin)
+	}
+	return sh.seg, nil
+}
+
+// sharedSegment is what shareSegment made: the segment and its maker's
+// process id and descriptor, or why not.
+type sharedSegment struct {
+	seg   []byte
+	where [2]int64
+	// local is this rank's failure to make or map the segment (set only
+	// once the ranks got as far as agreeing); coll the failure of a
+	// collective that shares or agrees on it; others says another rank
+	// could not map it.
+	local, coll error
+	others      bool
+}
+
+// errNoMaker is a rank's local failure when rank 0 could not make the
+// segment.
+var errNoMaker = errors.New("rank 0 could not make the segment")
+
+// shareSegment makes (on rank 0 of c, a memory file named name) and maps
+// (on every rank) a zeroed segment of size bytes. Collective: every rank
+// learns whether all mapped it; a rank that returns with any failure has
+// unmapped what it had.
+func shareSegment(ctx context.Context, c *Comm, name string, size int) sharedSegment {
+	var sh sharedSegment
+	fd := -1
 	var seg []byte
 	var err error
 	where := []int64{0, 0}
 	if c.rank == 0 {
-		fd, seg, where, err = makeSegment("amigo-win", size)
+		fd, seg, where, err = makeSegment(name, size)
 	}
 	if berr := Bcast(ctx, c, where, 0); berr != nil {
 		closeShared(fd, seg)
-		return nil, errorf("mpi: WinAllocateShared: %w", berr)
+		sh.coll = berr
+		return sh
 	}
 	if c.rank != 0 && where[0] != 0 {
 		seg, err = mapPeerSegment(int(where[0]), int(where[1]), size)
 	}
 	if where[0] == 0 && err == nil {
-		err = fmt.Errorf("rank 0 could not make the segment")
+		err = errNoMaker
 	}
 	failed := []int32{0}
 	if err != nil {
@@ -129,18 +166,13 @@ func mapShared(ctx context.Context, c *Comm, size int) ([]byte, error) {
 	if c.rank == 0 && fd >= 0 {
 		_ = unix.Close(fd) // every rank that could has mapped it
 	}
-	switch {
-	case err != nil:
+	sh.local, sh.coll, sh.others = err, aerr, all[0] != 0
+	if err != nil || aerr != nil || all[0] != 0 {
 		closeShared(-1, seg)
-		return nil, errorf("mpi: WinAllocateShared, a segment of %d bytes: %w", size, err)
-	case aerr != nil:
-		closeShared(-1, seg)
-		return nil, errorf("mpi: WinAllocateShared: %w", aerr)
-	case all[0] != 0:
-		closeShared(-1, seg)
-		return nil, fmt.Errorf("%w: WinAllocateShared: another rank could not map the segment", ErrWin)
+		return sh
 	}
-	return seg, nil
+	sh.seg, sh.where = seg, [2]int64(where)
+	return sh
 }
 
 func closeShared(fd int, seg []byte) {
