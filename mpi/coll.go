@@ -574,12 +574,13 @@ func allreduceSmall[T Numeric](ctx context.Context, c *Comm, send, recv []T, op 
 
 // flatAllreduce reports whether an Allreduce of n bytes on c gathers at rank
 // 0 and is sent back by it (Options.AllreduceFlatRanks): on more than 4
-// ranks of an oversubscribed host. Measured on a 2-core host, 64 B, against
+// ranks of a job with an oversubscribed host (engine.oversubJob: every rank
+// must choose the same). Measured on a 2-core host, 64 B, against
 // recursive doubling: 8 ranks 48-52 us against 74-86, 16 ranks 121-136
 // against 240-250; but 4 ranks 16-20 against 10-15, two rounds of
 // exchanges between pairs costing less than rank 0's three receptions.
 func (c *Comm) flatAllreduce(n int) bool {
-	return c.size > 4 && c.size <= c.e.opts.AllreduceFlatRanks && n > 0 && n <= c.e.immMax && c.e.oversub
+	return c.size > 4 && c.size <= c.e.opts.AllreduceFlatRanks && n > 0 && n <= c.e.immMax && c.e.oversubJob
 }
 
 // allreduceFlat is a blocking Allreduce of at most immMax bytes on an

@@ -376,6 +376,17 @@ func TestSharedCollectivesTwoHosts(t *testing.T) {
 	runProcsOn(t, []int{0, 0, 1, 1}, 4, "shm:hosts", "AMIGO_TRANSPORT=auto")
 }
 
+// Two hosts of which only one is oversubscribed (its three ranks pinned to
+// one processor, the other host's two free): every collective on five
+// ranks. The choice of algorithm that depends on oversubscription must be
+// the same on both hosts (an Allreduce of 32 bytes waited for ever when
+// the first host's ranks gathered at rank 0 and the second's ran
+// recursive doubling).
+func TestCollectivesTwoHostsOneOversubscribed(t *testing.T) {
+	runProcsOn(t, []int{0, 0, 0, 1, 1}, 5, "small:5", "AMIGO_TRANSPORT=auto", oneCPUEnv+"=0,1,2")
+	runProcsOn(t, []int{0, 0, 0, 1, 1}, 5, "shm:hosts", "AMIGO_TRANSPORT=auto", oneCPUEnv+"=0,1,2")
+}
+
 // Ranks of one host that reach each other over TCP (AMIGO_TRANSPORT=tcp)
 // keep the collectives by messages.
 func TestSharedCollectivesOverTCP(t *testing.T) {

@@ -71,8 +71,16 @@ type engine struct {
 	// immMax is the most data a message carries by SendImmediate.
 	immMax int
 	// oversub: the host runs more ranks than processors
-	// (amigo.Context.Oversubscribed).
+	// (amigo.Context.Oversubscribed). It decides how this rank waits.
 	oversub bool
+	// oversubJob: some host of the job runs more ranks than processors.
+	// World's handshake agrees on it, so that every rank picks the same
+	// algorithm where the choice depends on it (flatAllreduce): ranks of
+	// hosts that differ would otherwise run different message patterns
+	// and wait for each other for ever. helloOver gathers it: the OR of
+	// the flags the handshake's messages carried.
+	oversubJob bool
+	helloOver  bool
 
 	posted  postedQueue
 	unexp   unexpQueue
@@ -196,6 +204,7 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 		immMax:  min(amigo.ImmediateMax, inline) - hdrLen,
 		oversub: ac.Oversubscribed(),
 	}
+	e.helloOver = e.oversub
 	e.posted.init(o.MatchBuckets)
 	e.unexp.init(o.MatchBuckets)
 	e.bufs.limit = o.UnexpectedRetain
@@ -242,6 +251,7 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 		e.closed = true
 		return nil, errorf("mpi: World: %w", err)
 	}
+	e.oversubJob = e.helloOver
 	return w, nil
 }
 
@@ -257,7 +267,10 @@ func (e *engine) unregister() {
 // for an acknowledgement: one that finds no handler at its destination (a
 // rank that has not called World yet) is sent again, with back-off. When it
 // completes on any rank, every rank has entered it, and so has registered
-// its handler.
+// its handler. Each message carries what its sender knows of the job's
+// oversubscription (helloOver): what a rank has heard by round k it passes
+// on in round k+1, so that when the handshake completes every rank has
+// heard, directly or not, from every other.
 func (e *engine) handshake(ctx context.Context) error {
 	round := 0
 	for k := 1; k < e.size; k <<= 1 {
@@ -266,6 +279,9 @@ func (e *engine) handshake(ctx context.Context) error {
 		for {
 			hdr := make([]byte, hdrLen)
 			hdr[12], hdr[13] = kindHello, byte(round)
+			if e.helloOver {
+				hdr[14] = 1 // all this rank knows of so far
+			}
 			state := 0
 			var ackErr error
 			err := e.ac.SendWith(&amigo.SendParams{
@@ -348,6 +364,7 @@ func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 		if r := int(h[13]); r < len(e.hello) {
 			e.hello[r]++
 		}
+		e.helloOver = e.helloOver || h[14] != 0
 		return
 	case kindRevoke:
 		e.onRevoke(ctx)

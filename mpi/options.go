@@ -41,7 +41,8 @@ type Options struct {
 	// AllreduceFlatRanks is the most ranks whose Allreduce of a small
 	// message (one that travels in a descriptor) is gathered and reduced
 	// at rank 0, in rank order, and sent back by it, when there are more
-	// than 4 and the host is oversubscribed (amigo.Context.Oversubscribed): each rank then waits
+	// than 4 and a host of the job is oversubscribed (amigo.Context.Oversubscribed
+	// on any rank): each rank then waits
 	// once instead of log2 p times, and with more ranks than processors
 	// each wait is a hand-over of a processor
 	// (AMIGO_MPI_ALLREDUCE_FLAT_RANKS, default 16; -1 turns it off).

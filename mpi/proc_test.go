@@ -13,6 +13,7 @@ import (
 	"github.com/amigo-hpc/amigo"
 	"github.com/amigo-hpc/amigo/internal/launch"
 	"github.com/amigo-hpc/amigo/mpi"
+	"golang.org/x/sys/unix"
 )
 
 // The tests below run the same checks with ranks as real processes over the
@@ -104,6 +105,10 @@ func rankMain(name string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	if err := pinListed(); err != nil {
+		fmt.Fprintln(os.Stderr, "pin:", err)
+		return 1
+	}
 	cl, err := amigo.Open(ctx, amigo.Config{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
@@ -125,6 +130,46 @@ func rankMain(name string) int {
 		return 1
 	}
 	return 0
+}
+
+// oneCPUEnv lists the ranks (as PMI_RANK numbers them) that pin
+// themselves to one processor before they open amigo, so that their host
+// counts as oversubscribed whatever the machine.
+const oneCPUEnv = "AMIGO_MPI_TEST_ONE_CPU"
+
+// pinListed pins every thread of this process to the first processor it
+// may use when its rank is listed in oneCPUEnv (threads made later inherit
+// the mask of the thread that makes them).
+func pinListed() error {
+	list := os.Getenv(oneCPUEnv)
+	if list == "" || !slices.Contains(strings.Split(list, ","), os.Getenv("PMI_RANK")) {
+		return nil
+	}
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return err
+	}
+	for cpu := 0; cpu < len(set)*64; cpu++ {
+		if set.IsSet(cpu) {
+			set.Zero()
+			set.Set(cpu)
+			tasks, err := os.ReadDir("/proc/self/task")
+			if err != nil {
+				return err
+			}
+			for _, task := range tasks {
+				tid, err := strconv.Atoi(task.Name())
+				if err != nil {
+					continue
+				}
+				if err := unix.SchedSetaffinity(tid, &set); err != nil && err != unix.ESRCH {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("no processor in the affinity mask")
 }
 
 // runProcs runs program name on n ranks as processes over shared memory,
