@@ -68,3 +68,8 @@ func WinInPlaceUpdates(w *Win) uint64 {
 	defer w.comm.e.unlock()
 	return w.inPlaceUpdates
 }
+
+// SetRescueHook sets the function a rescue runs between applying a message
+// to its copy of the target's memory and putting the copy back; nil
+// removes it.
+func SetRescueHook(f func()) { rescueHook = f }

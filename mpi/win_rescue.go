@@ -273,10 +273,27 @@ func (r *rescueOp) got(err error) {
 		r.put(nil) // nothing changed
 		return
 	}
-	if err := w.ac.Put(w.eps[r.target], r.buf, m.pl.key, m.pl.off, r.put); err != nil {
+	if rescueHook != nil {
+		rescueHook()
+	}
+	// Only the blocks go back: the gaps between them may have changed
+	// since the Get (a Put of another origin's), and are not this
+	// message's to write.
+	if lay := m.lay; lay.blocks > 1 && lay.stride != lay.blockLen {
+		st := amigo.Strided{Count: lay.blocks, Block: int(lay.blockLen), LocalStride: int(lay.stride), RemoteStride: int(lay.stride)}
+		err = w.ac.PutStrided(w.eps[r.target], r.buf, st, m.pl.key, m.pl.off, r.put)
+	} else {
+		err = w.ac.Put(w.eps[r.target], r.buf, m.pl.key, m.pl.off, r.put)
+	}
+	if err != nil {
 		r.fail(errorf("mpi: accumulate on rank %d: %w", r.target, err))
 	}
 }
+
+// rescueHook, when set (by tests only), runs after a rescue applied a
+// message to its copy of the target's memory and before it puts the copy
+// back.
+var rescueHook func()
 
 // put is the callback of a message's Put: the message is complete at the
 // target (a Put over the adapters amigo has completes where it lands).
