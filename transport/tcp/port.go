@@ -165,9 +165,15 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 	return l, nil
 }
 
+// connectHook, when set (by tests only), runs before a link dials.
+var connectHook func()
+
 // connect dials the target, runs the handshake and attaches the socket.
 func (c *conn) connect(ctx context.Context, addr string) {
 	defer c.wg.Done()
+	if connectHook != nil {
+		connectHook()
+	}
 	a := c.a
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
@@ -209,7 +215,12 @@ func (p *port) admitLocked(from transport.Addr) uint8 {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.failed[from] != nil {
+	// A peer that said goodbye on one connection (a failure of
+	// transport.ErrClosed) may still be bringing up its own link to this
+	// port, with packets queued on it before it began to close: it says
+	// goodbye there too once they are written, and they must not be
+	// refused. A peer lost otherwise is refused.
+	if err := p.failed[from]; err != nil && !errors.Is(err, transport.ErrClosed) {
 		return verdictClosed
 	}
 	for _, c := range p.list(&p.ins) {
