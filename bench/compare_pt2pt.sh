@@ -21,7 +21,10 @@
 # - message rate of 8 bytes, one pair, windows of 64 (osu_mbw_mr; for one
 #   pair its loop is osu_bw's, so the MPIs' rate is their bw at 8 bytes
 #   divided by 8; amibench prints both mbw_mr and bw, which must agree);
-#   UCX's tag_bw of 8 bytes;
+#   UCX's tag_bw of 8 bytes. Every rate run moves the same 1,000,000
+#   messages as UCX's (RATE_ITERS windows of 64, default 15625), not OSU's
+#   default of 100 windows: a run of 100 windows lasts about a millisecond,
+#   starts with empty queues and measures a burst, not a sustained rate;
 # - bandwidth at 4 KiB to 256 KiB and at 1 and 4 MiB (osu_bw, windows of
 #   64; UCX tag_bw, ucp_am_bw and ucp_put_bw, converted from UCX's MiB/s
 #   to OSU's 10^6 bytes/s).
@@ -47,6 +50,7 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 bench_lock "$@"
 ROUNDS=${ROUNDS:-5}
+RATE_ITERS=${RATE_ITERS:-15625}
 BASE=${BASE:-}
 PORT=${PORT:-13411}
 bench_work
@@ -71,8 +75,8 @@ SIZES="4096 8192 16384 32768 65536 131072 262144"
 amigo_round() {
   local tag=$1 bin=$2
   rec "$tag-lat" "$bin" --json -b latency --min-size 8 --max-size 8
-  rec "$tag-mr" "$bin" --json -b mbw_mr --min-size 8 --max-size 8
-  rec "$tag-bw8" "$bin" --json -b bw --min-size 8 --max-size 8
+  rec "$tag-mr" "$bin" --json -b mbw_mr --min-size 8 --max-size 8 --iterations "$RATE_ITERS"
+  rec "$tag-bw8" "$bin" --json -b bw --min-size 8 --max-size 8 --iterations "$RATE_ITERS"
   rec "$tag-bw" "$bin" --json -b bw --min-size 4096 --max-size 262144
   rec "$tag-ambw" "$bin" --json -b am_bw --min-size 4096 --max-size 262144
   rec "$tag-big" "$bin" --json -b bw --min-size 1048576 --max-size 4194304
@@ -83,7 +87,7 @@ mpi_round() {
   local -a run
   if [ "$tag" = mpich ]; then run=(mpiexec.hydra -n 2 "$work/osu-mpich"); else run=(mpirun.openmpi -n 2 "$work/osu-ompi"); fi
   rec "$tag-lat" "${run[@]}" latency --min-size 8 --max-size 8 --json
-  rec "$tag-bw8" "${run[@]}" bw --min-size 8 --max-size 8 --json
+  rec "$tag-bw8" "${run[@]}" bw --min-size 8 --max-size 8 --json --iterations "$RATE_ITERS"
   rec "$tag-bw" "${run[@]}" bw --min-size 4096 --max-size 262144 --json
   rec "$tag-big" "${run[@]}" bw --min-size 1048576 --max-size 4194304 --json
 }
@@ -91,7 +95,7 @@ mpi_round() {
 ucx_round() {
   ucx_run ucx-tag-lat sm,self tag_lat 8 100000
   ucx_run ucx-am-lat sm,self ucp_am_lat 8 100000
-  ucx_run ucx-tag-mr sm,self tag_bw 8 1000000
+  ucx_run ucx-tag-mr sm,self tag_bw 8 $((RATE_ITERS * 64))
   local s
   for s in $SIZES; do
     ucx_run ucx-tag-bw sm,self tag_bw "$s" 20000

@@ -4,7 +4,7 @@
  * iteration counts, a window of 64 for bandwidth), so that bench/compare.sh
  * runs the same patterns with MPICH and Open MPI next to amibench.
  *
- *   mpiexec -n 2  ./osu latency [--min-size N] [--max-size N] [--json]
+ *   mpiexec -n 2  ./osu latency [--min-size N] [--max-size N] [--iterations N] [--warmup N] [--json]
  *   mpiexec -n 2  ./osu bw|bibw ...
  *   mpiexec -n 16 ./osu a2a --min-size 1024 --max-size 1024
  *
@@ -27,6 +27,7 @@
 
 static int rank, size, json;
 static long min_size = 0, max_size = 4L << 20;
+static int iterations, warmup = -1; /* 0, -1: OSU's counts */
 
 static void counts(long sz, int lat, int coll, int *iters, int *skip) {
 	if (coll) {
@@ -39,6 +40,10 @@ static void counts(long sz, int lat, int coll, int *iters, int *skip) {
 		*iters = sz > LARGE ? 20 : 100;
 		*skip = sz > LARGE ? 2 : 10;
 	}
+	if (iterations > 0)
+		*iters = iterations;
+	if (warmup >= 0)
+		*skip = warmup;
 }
 
 static void header(const char *title, const char *col) {
@@ -179,6 +184,10 @@ int main(int argc, char **argv) {
 			min_size = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--max-size") && i + 1 < argc)
 			max_size = atol(argv[++i]);
+		else if (!strcmp(argv[i], "--iterations") && i + 1 < argc)
+			iterations = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--warmup") && i + 1 < argc)
+			warmup = atoi(argv[++i]);
 		else {
 			if (rank == 0)
 				fprintf(stderr, "osu: unknown argument %s\n", argv[i]);
