@@ -19,7 +19,9 @@ import (
 // survive.
 func TestWinRescueStridedKeepsGaps(t *testing.T) {
 	const n = 8
-	var stage atomic.Int32 // 1: rank 1's copy is applied; 2: the gaps are written; 3: rank 1's epoch is over
+	// 0: rank 0 not yet busy; 4: rank 0 is busy; 1: rank 1's copy is
+	// applied; 2: the gaps are written; 3: rank 1's epoch is over.
+	var stage atomic.Int32
 	mpi.SetRescueHook(func() {
 		stage.Store(1)
 		for end := time.Now().Add(10 * time.Second); stage.Load() == 1 && time.Now().Before(end); {
@@ -40,6 +42,7 @@ func TestWinRescueStridedKeepsGaps(t *testing.T) {
 		}
 		if c.Rank() == 0 {
 			// Busy, calling nothing of mpi, until rank 1's epoch is over.
+			stage.Store(4)
 			for stage.Load() != 3 {
 				if stage.Load() == 1 {
 					for i := 1; i < n; i += 2 {
@@ -53,6 +56,14 @@ func TestWinRescueStridedKeepsGaps(t *testing.T) {
 				runtime.Gosched()
 			}
 		} else {
+			// Rank 0 must be busy before the epoch starts: inside the
+			// Barrier it would answer at once.
+			for stage.Load() != 4 {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				runtime.Gosched()
+			}
 			ones := []int64{1, 1, 1, 1}
 			if err := w.Lock(ctx, mpi.LockShared, 0); err != nil {
 				return err
