@@ -118,11 +118,7 @@ func (p *port) runBatch(l *link) int {
 	var got int
 	var err error
 	for {
-		if kind == transport.Get {
-			got, err = unix.ProcessVMReadv(pr.pub.pid, p.batch.l[:k], p.batch.r[:k], 0)
-		} else {
-			got, err = unix.ProcessVMWritev(pr.pub.pid, p.batch.l[:k], p.batch.r[:k], 0)
-		}
+		got, err = vmCopy(kind == transport.Put, pr.pub.pid, p.batch.l[:k], p.batch.r[:k])
 		if err != unix.EINTR {
 			break
 		}
