@@ -35,7 +35,7 @@ const (
 // A transfer by cross-memory attach of batchBelow to twice helpPieceCMA
 // bytes is split in pieces of helpPieceCMAMid: the two halves of a
 // 256 KiB message, each side copying its own half of every message of a
-// window. Windows of 256 KiB messages moved 26.0 GB/s so against 20.5
+// window. Windows of 256 KiB messages moved 26.0 GB/s so, against 20.5
 // batched four to a call by the receiver alone (medians of 8 interleaved
 // rounds, two ranks on a loaded 2-core machine); halves of 128 KiB
 // messages, 64 KiB each, moved half as much as their batches.
