@@ -46,7 +46,7 @@ bench_work() {
 # bench_priority makes what rec and ucx_run start take the processors
 # before the builds and tests that others run on the machine meanwhile.
 # Those run under nice 15, but where the kernel groups tasks by session
-# (/proc/sys/kernel/sched_autogroup_enabled, on in Debian's kernels) a
+# (/proc/sys/kernel/sched_autogroup_enabled, 1 on our machines) a
 # nice value weighs only against tasks of the same session: a test in a
 # session of its own gets as much of a processor as a benchmark's rank
 # bound to it, and takes it for slices of milliseconds, longer than a
