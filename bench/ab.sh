@@ -9,7 +9,9 @@
 # REV_B defaults to the working tree; TAGS are build tags for both (e.g.
 # TAGS=ofi with --transport ofi). Both are built with the same Go, and
 # each round runs A then B then B then A, so drift in the machine's load
-# falls on both alike. Environment (AMIGO_*) reaches both.
+# falls on both alike. Environment (AMIGO_*) reaches both. Each run takes
+# the processors before other sessions' builds and tests (bench_priority in
+# bench/lib.sh; BENCH_NICE=off runs it as any other command).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -26,6 +28,7 @@ fi
 flags=("$@")
 [ ${#flags[@]} -eq 0 ] && flags=(-b latency --min-size 8 --max-size 8)
 bench_work
+bench_priority
 build() { # build REV OUT: amibench at REV (empty: the working tree)
   if [ -z "$1" ]; then
     go build -tags "${TAGS:-}" -o "$2" ./cmd/amibench

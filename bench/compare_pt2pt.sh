@@ -12,7 +12,10 @@
 # under MPICH and under Open MPI, and UCX's ucx_perftest over shared memory
 # (UCX_TLS=sm,self: its posix/sysv segments and cross-memory attach), so
 # every ratio compares runs seconds apart; the table gives medians over the
-# rounds, and the figures of each round follow it.
+# rounds, and the figures of each round follow it. Every run takes the
+# processors before other sessions' builds and tests (bench_priority in
+# bench/lib.sh), MPICH's ranks, which hydra starts in sessions of their
+# own, as well.
 #
 # Measured, two ranks (processes) on this host:
 # - one-way latency of 8 bytes (osu_latency; ucx_perftest tag_lat and
@@ -68,6 +71,7 @@ cflags="-O2 -Wall -Wno-stringop-overflow"
 mpicc.mpich $cflags -o "$work/osu-mpich" bench/osu/osu.c
 mpicc.openmpi $cflags -o "$work/osu-ompi" bench/osu/osu.c
 go build -o "$work/amibench" ./cmd/amibench
+bench_priority
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 SIZES="4096 8192 16384 32768 65536 131072 262144"
@@ -85,7 +89,7 @@ amigo_round() {
 mpi_round() {
   local tag=$1 shift_cmd
   local -a run
-  if [ "$tag" = mpich ]; then run=(mpiexec.hydra -n 2 "$work/osu-mpich"); else run=(mpirun.openmpi -n 2 "$work/osu-ompi"); fi
+  if [ "$tag" = mpich ]; then run=(mpiexec.hydra -n 2 ${prio[@]+"${prio[@]}"} "$work/osu-mpich"); else run=(mpirun.openmpi -n 2 "$work/osu-ompi"); fi
   rec "$tag-lat" "${run[@]}" latency --min-size 8 --max-size 8 --json
   rec "$tag-bw8" "${run[@]}" bw --min-size 8 --max-size 8 --json --iterations "$RATE_ITERS"
   rec "$tag-bw" "${run[@]}" bw --min-size 4096 --max-size 262144 --json

@@ -56,7 +56,7 @@
 //     of 1 MiB (bench/shm_mem.sh), against a mebibyte per pair before.
 //
 // Between cma and copy, which both reach any Go memory, the automatic way
-// chooses by measurement: each port times its transfers of 128 KiB and more
+// chooses by measurement: each port times its transfers of 512 KiB and more
 // by way and owner, keeps a moving average of the rate of the way in use,
 // takes the faster and tries the other one transfer in 32 (in 4 at first,
 // in 128 when it measured under two thirds of the faster), taking that
@@ -76,17 +76,20 @@
 // process_vm_readv stream on a 2-core machine).
 //
 // Small transfers by cross-memory attach are gathered: the GETs (or PUTs)
-// queued one after the other toward one owner, each under 512 KiB, move in
+// queued one after the other toward one owner, each under 256 KiB, move in
 // one vectored system call of up to 1 MiB (batch.go), since a call costs
 // more than copying a few kilobytes. A window of messages that their
 // receiver fetches (amigo's STOP, see stopWorth there) becomes a few calls.
+// These calls, like every cross-memory attach, are raw system calls
+// (vmCopy): a rank bound to one core keeps its processor through them.
 //
 // To resolve a key without the owner, the owner mirrors its region table
 // into its segment (transport.Mirror): see mirrorEntry for how an access and
 // a deregistration exclude each other. A large segment or cma transfer is
 // also offered to the owner as a cooperative copy: when the owner advances
 // (or its engine runs), it copies pieces from the back while the initiator
-// copies from the front, both cores at once (channel.go). Options.Way forces
+// copies from the front, both cores at once (channel.go); a cma transfer of
+// 256 to 512 KiB in halves (helpPieceCMAMid). Options.Way forces
 // one way, so that each is tested alone.
 //
 // # Peers that die

@@ -125,7 +125,7 @@ func TestChunkRingPoolFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const size = 256 << 10
+	const size = 512 << 10 // measureMin: the way is chosen by measurement
 	src := make([]byte, size)
 	for i := range src {
 		src[i] = byte(i * 7)
