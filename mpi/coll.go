@@ -42,6 +42,14 @@ func (c *Comm) Barrier(ctx context.Context) error {
 	}
 	c.e.lock()
 	defer c.e.unlock()
+	return c.barrier(ctx, s)
+}
+
+// barrier is Barrier with the engine locked, on the shared segment s if not
+// nil. (Apart from Barrier, so that each has one defer and its defers stay
+// open-coded: a stack-allocated defer costs a deferreturn of some 200
+// instructions a call.)
+func (c *Comm) barrier(ctx context.Context, s *shmColl) error {
 	if err := c.check(); err != nil {
 		return err
 	}
@@ -477,23 +485,28 @@ func Allreduce[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) e
 	if c == nil {
 		return c.check()
 	}
+	var s *shmColl
 	if n := len(recv) * sizeOf[T](); n > 0 {
-		s, err := c.shared(ctx, n)
-		if err != nil {
+		var err error
+		if s, err = c.shared(ctx, n); err != nil {
 			return err
-		}
-		if s != nil {
-			c.e.lock()
-			defer c.e.unlock()
-			k, err := checkReduce(c, send, recv, op, "Allreduce")
-			if err != nil {
-				return err
-			}
-			return allreduceShared(ctx, s, k, op, Bytes(send), Bytes(recv))
 		}
 	}
 	c.e.lock()
 	defer c.e.unlock()
+	return allreduce(ctx, c, s, send, recv, op)
+}
+
+// allreduce is Allreduce with the engine locked, on the shared segment s
+// if not nil (apart from it for the reason barrier is apart from Barrier).
+func allreduce[T Numeric](ctx context.Context, c *Comm, s *shmColl, send, recv []T, op Op) error {
+	if s != nil {
+		k, err := checkReduce(c, send, recv, op, "Allreduce")
+		if err != nil {
+			return err
+		}
+		return allreduceShared(ctx, s, k, op, Bytes(send), Bytes(recv))
+	}
 	if n := len(recv) * sizeOf[T](); !c.e.inDirect && c.flatAllreduce(n) {
 		return allreduceFlat(ctx, c, send, recv, op)
 	}
@@ -501,11 +514,11 @@ func Allreduce[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) e
 		!(op.commute && n > c.e.opts.AllreduceShortMax && len(recv) >= c.size) {
 		return allreduceSmall(ctx, c, send, recv, op)
 	}
-	s, err := allreduceSched(c, send, recv, op)
+	sc, err := allreduceSched(c, send, recv, op)
 	if err != nil {
 		return err
 	}
-	return c.run(ctx, s)
+	return c.run(ctx, sc)
 }
 
 // checkReduce checks the arguments of an element-wise reduction (Allreduce,

@@ -204,7 +204,9 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 	e.expCond = func() bool { return e.exp.done }
 	e.nop = func(*amigo.Context) {}
 	e.park = make(chan struct{}, 1)
-	e.driveCond = e.driveCondition
+	// A closure, not the method value: the method value's wrapper is one
+	// more call in every poll of a wait.
+	e.driveCond = func() bool { return e.driveCondition() }
 	for i := range e.ids {
 		e.ids[i] = ^uint64(0)
 	}
