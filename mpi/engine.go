@@ -123,7 +123,7 @@ type engine struct {
 	wins map[uint32]*Win
 
 	nop       func(*amigo.Context) // posted to ring a driver's doorbell
-	driveCond func() bool          // driveCondition, made once
+	driveCond func() bool          // driveCondition's, made once
 
 	ft ftState // failures and revocations (ft.go)
 }
@@ -204,9 +204,7 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 	e.expCond = func() bool { return e.exp.done }
 	e.nop = func(*amigo.Context) {}
 	e.park = make(chan struct{}, 1)
-	// A closure, not the method value: the method value's wrapper is one
-	// more call in every poll of a wait.
-	e.driveCond = func() bool { return e.driveCondition() }
+	e.driveCond = e.driveCondition()
 	for i := range e.ids {
 		e.ids[i] = ^uint64(0)
 	}

@@ -149,11 +149,15 @@ func (e *engine) handOff() {
 	}
 }
 
-// driveCondition is the condition the driver waits on: its own, or another
-// goroutine that wants the engine, or sleepers that may have been
-// completed.
-func (e *engine) driveCondition() bool {
-	return e.driveFor() || e.want.Load() > 0 || e.sleepers > 0 && e.events != e.driveMark || e.pollFailures()
+// driveCondition returns the condition the driver waits on: its own, or
+// another goroutine that wants the engine, or sleepers that may have been
+// completed. The context's wait calls it once a poll: the test is written
+// out in the closure, where a method value would cost every poll a call or
+// two more.
+func (e *engine) driveCondition() func() bool {
+	return func() bool {
+		return e.driveFor() || e.want.Load() > 0 || e.sleepers > 0 && e.events != e.driveMark || e.pollFailures()
+	}
 }
 
 // wait advances the context until cond holds or ctx ends, sharing the
