@@ -486,20 +486,15 @@ func Allreduce[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) e
 		return c.check()
 	}
 	var s *shmColl
-	if n := len(recv) * sizeOf[T](); n > 0 {
+	if n := len(recv) * sizeOf[T](); n > 0 && c.shmState != shmOff {
 		var err error
 		if s, err = c.shared(ctx, n); err != nil {
 			return err
 		}
 	}
+	// One defer and few returns: the defer stays open-coded (see barrier).
 	c.e.lock()
 	defer c.e.unlock()
-	return allreduce(ctx, c, s, send, recv, op)
-}
-
-// allreduce is Allreduce with the engine locked, on the shared segment s
-// if not nil (apart from it for the reason barrier is apart from Barrier).
-func allreduce[T Numeric](ctx context.Context, c *Comm, s *shmColl, send, recv []T, op Op) error {
 	if s != nil {
 		k, err := checkReduce(c, send, recv, op, "Allreduce")
 		if err != nil {
@@ -507,11 +502,13 @@ func allreduce[T Numeric](ctx context.Context, c *Comm, s *shmColl, send, recv [
 		}
 		return allreduceShared(ctx, s, k, op, Bytes(send), Bytes(recv))
 	}
-	if n := len(recv) * sizeOf[T](); !c.e.inDirect && c.flatAllreduce(n) {
+	n := len(recv) * sizeOf[T]()
+	switch {
+	case c.e.inDirect:
+	case c.flatAllreduce(n):
 		return allreduceFlat(ctx, c, send, recv, op)
-	}
-	if n := len(recv) * sizeOf[T](); !c.e.inDirect && c.size > 1 && c.size&(c.size-1) == 0 && n > 0 && n <= c.e.immMax &&
-		!(op.commute && n > c.e.opts.AllreduceShortMax && len(recv) >= c.size) {
+	case c.size > 1 && c.size&(c.size-1) == 0 && n > 0 && n <= c.e.immMax &&
+		!(op.commute && n > c.e.opts.AllreduceShortMax && len(recv) >= c.size):
 		return allreduceSmall(ctx, c, send, recv, op)
 	}
 	sc, err := allreduceSched(c, send, recv, op)
