@@ -126,11 +126,15 @@ func (e *engine) freeReq(r *request) {
 // released; a user's request waits for Wait or Test.
 func (e *engine) complete(r *request, err error) {
 	e.events++
-	if err == nil && r.trunc == nil && r.owner == nil && r.parent == nil && r.syncSlot == 0 && r.ftErr == nil && r.counted == nil && !r.orphan {
+	if err == nil && r.trunc == nil && r.owner == nil && r.parent == nil && r.syncSlot == 0 && r.ftErr == nil && !r.orphan {
 		// A user's operation done without a word to add: what most
 		// completions are, on the path from a message's arrival to the
 		// return of the call that waits for it.
 		r.done, r.err = true, nil
+		if c := r.counted; c != nil {
+			r.counted = nil
+			c.untrack()
+		}
 		return
 	}
 	e.completeSlow(r, err)
