@@ -480,7 +480,7 @@ func (e *engine) recvSmall(ctx context.Context, cid uint32, src, tag int32, buf 
 		}
 	}
 	e.exp = expected{on: true, ctx: cid, src: src, tag: tag, buf: buf}
-	if err := e.wait(ctx, e.expCond); err != nil {
+	if err := e.waitDone(ctx, &e.exp.done, e.expCond); err != nil {
 		e.exp = expected{}
 		return e.waitErr(err, "collective waiting for", int(src), noArg)
 	}

@@ -252,7 +252,7 @@ func (q *Request) wait(ctx context.Context) (Status, error) {
 		return Status{}, nil
 	}
 	e := r.e
-	if err := e.wait(ctx, r.cond); err != nil {
+	if err := e.waitDone(ctx, &r.done, r.cond); err != nil {
 		return Status{}, r.waitErr(err)
 	}
 	e.flush()
