@@ -42,6 +42,14 @@ func (c *Comm) Barrier(ctx context.Context) error {
 	}
 	c.e.lock()
 	defer c.e.unlock()
+	return c.barrier(ctx, s)
+}
+
+// barrier is Barrier with the engine locked, on the shared segment s if not
+// nil. (Apart from Barrier, so that each has one defer and its defers stay
+// open-coded: a stack-allocated defer costs a deferreturn of some 200
+// instructions a call.)
+func (c *Comm) barrier(ctx context.Context, s *shmColl) error {
 	if err := c.check(); err != nil {
 		return err
 	}
@@ -477,35 +485,37 @@ func Allreduce[T Numeric](ctx context.Context, c *Comm, send, recv []T, op Op) e
 	if c == nil {
 		return c.check()
 	}
-	if n := len(recv) * sizeOf[T](); n > 0 {
-		s, err := c.shared(ctx, n)
+	var s *shmColl
+	if n := len(recv) * sizeOf[T](); n > 0 && c.shmState != shmOff {
+		var err error
+		if s, err = c.shared(ctx, n); err != nil {
+			return err
+		}
+	}
+	// One defer and few returns: the defer stays open-coded (see barrier).
+	c.e.lock()
+	defer c.e.unlock()
+	if s != nil {
+		k, err := checkReduce(c, send, recv, op, "Allreduce")
 		if err != nil {
 			return err
 		}
-		if s != nil {
-			c.e.lock()
-			defer c.e.unlock()
-			k, err := checkReduce(c, send, recv, op, "Allreduce")
-			if err != nil {
-				return err
-			}
-			return allreduceShared(ctx, s, k, op, Bytes(send), Bytes(recv))
-		}
+		return allreduceShared(ctx, s, k, op, Bytes(send), Bytes(recv))
 	}
-	c.e.lock()
-	defer c.e.unlock()
-	if n := len(recv) * sizeOf[T](); !c.e.inDirect && c.flatAllreduce(n) {
+	n := len(recv) * sizeOf[T]()
+	switch {
+	case c.e.inDirect:
+	case c.flatAllreduce(n):
 		return allreduceFlat(ctx, c, send, recv, op)
-	}
-	if n := len(recv) * sizeOf[T](); !c.e.inDirect && c.size > 1 && c.size&(c.size-1) == 0 && n > 0 && n <= c.e.immMax &&
-		!(op.commute && n > c.e.opts.AllreduceShortMax && len(recv) >= c.size) {
+	case c.size > 1 && c.size&(c.size-1) == 0 && n > 0 && n <= c.e.immMax &&
+		!(op.commute && n > c.e.opts.AllreduceShortMax && len(recv) >= c.size):
 		return allreduceSmall(ctx, c, send, recv, op)
 	}
-	s, err := allreduceSched(c, send, recv, op)
+	sc, err := allreduceSched(c, send, recv, op)
 	if err != nil {
 		return err
 	}
-	return c.run(ctx, s)
+	return c.run(ctx, sc)
 }
 
 // checkReduce checks the arguments of an element-wise reduction (Allreduce,

@@ -131,7 +131,7 @@ type engine struct {
 	wins map[uint32]*Win
 
 	nop       func(*amigo.Context) // posted to ring a driver's doorbell
-	driveCond func() bool          // driveCondition, made once
+	driveCond func() bool          // driveCondition's, made once
 
 	ft ftState // failures and revocations (ft.go)
 }
@@ -213,7 +213,7 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 	e.expCond = func() bool { return e.exp.done }
 	e.nop = func(*amigo.Context) {}
 	e.park = make(chan struct{}, 1)
-	e.driveCond = e.driveCondition
+	e.driveCond = e.driveCondition()
 	for i := range e.ids {
 		e.ids[i] = ^uint64(0)
 	}
@@ -341,44 +341,14 @@ func (e *engine) handshake(ctx context.Context) error {
 // message against the posted queue, or keeps it in the unexpected queue.
 func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 	h := m.Header
-	if len(h) >= hdrLen && h[12] >= kindRMA && h[12] <= kindRMACtl {
-		e.onRMA(m)
+	if len(h) != hdrLen || h[12] != kindMsg && h[12] != kindSync {
+		e.handleOther(m)
 		return
-	}
-	if len(h) != hdrLen {
-		e.stats.Malformed++
-		return // an announcement left unclaimed is declined
 	}
 	ctx := binary.LittleEndian.Uint32(h[0:])
 	src := int32(binary.LittleEndian.Uint32(h[4:]))
 	tag := int32(binary.LittleEndian.Uint32(h[8:]))
-	sync := false
-	switch h[12] {
-	case kindMsg:
-	case kindSync:
-		sync = true
-	case kindAck:
-		e.onAck(h)
-		return
-	case kindHello:
-		if r := int(h[13]); r < len(e.hello) {
-			e.hello[r]++
-		}
-		e.helloOver = e.helloOver || h[14] != 0
-		return
-	case kindRevoke:
-		e.onRevoke(ctx)
-		return
-	case kindAgree:
-		e.agreeMsg(m)
-		return
-	case kindWake:
-		e.events++ // goroutines asleep in wait look again
-		return
-	default:
-		e.stats.Malformed++
-		return
-	}
+	sync := h[12] == kindSync
 	if src < 0 || tag < 0 {
 		e.stats.Malformed++
 		return
@@ -424,6 +394,38 @@ func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 	}
 	e.unexp.add(u)
 	e.stats.Unexpected++
+}
+
+// handleOther is handle for every packet but a message (kindMsg,
+// kindSync): the layer's control messages, windows' accumulates and
+// notices, and what it does not know.
+func (e *engine) handleOther(m *amigo.Message) {
+	h := m.Header
+	if len(h) >= hdrLen && h[12] >= kindRMA && h[12] <= kindRMACtl {
+		e.onRMA(m)
+		return
+	}
+	if len(h) != hdrLen {
+		e.stats.Malformed++
+		return // an announcement left unclaimed is declined
+	}
+	switch h[12] {
+	case kindAck:
+		e.onAck(h)
+	case kindHello:
+		if r := int(h[13]); r < len(e.hello) {
+			e.hello[r]++
+		}
+		e.helloOver = e.helloOver || h[14] != 0
+	case kindRevoke:
+		e.onRevoke(binary.LittleEndian.Uint32(h[0:]))
+	case kindAgree:
+		e.agreeMsg(m)
+	case kindWake:
+		e.events++ // goroutines asleep in wait look again
+	default:
+		e.stats.Malformed++
+	}
 }
 
 // deliver hands message m to the posted receive r it matched.
@@ -495,7 +497,7 @@ func (e *engine) recvSmall(ctx context.Context, cid uint32, src, tag int32, buf 
 		}
 	}
 	e.exp = expected{on: true, ctx: cid, src: src, tag: tag, buf: buf}
-	if err := e.wait(ctx, e.expCond); err != nil {
+	if err := e.waitDone(ctx, &e.exp.done, e.expCond); err != nil {
 		e.exp = expected{}
 		return e.waitErr(err, "collective waiting for", int(src), noArg)
 	}

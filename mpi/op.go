@@ -62,9 +62,14 @@ var (
 // MaxLoc take pairs.
 func (o Op) checkPairs(n int) error {
 	if (o.code == opMinLoc || o.code == opMaxLoc) && n%2 != 0 {
-		return fmt.Errorf("%w: %v of %d elements: want value-index pairs", ErrCount, o, n)
+		return o.pairsErr(n)
 	}
 	return nil
+}
+
+// pairsErr is checkPairs' error, apart so that checkPairs is inlined.
+func (o Op) pairsErr(n int) error {
+	return fmt.Errorf("%w: %v of %d elements: want value-index pairs", ErrCount, o, n)
 }
 
 // NewOp makes a user-defined reduction on elements of T. fn combines in into

@@ -63,7 +63,7 @@ func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
 		return nil
 	}
 	c.track(r)
-	if err := e.wait(ctx, r.cond); err != nil {
+	if err := e.waitDone(ctx, &r.done, r.cond); err != nil {
 		r.orphan = true
 		return e.waitErr(err, "Send to", dest, tag)
 	}
@@ -125,7 +125,7 @@ func (c *Comm) Recv(ctx context.Context, buf []byte, src, tag int) (Status, erro
 	}
 	r := c.newRecv(c.p2p, buf, src, tag)
 	e.postRecv(r)
-	if err := e.wait(ctx, r.cond); err != nil {
+	if err := e.waitDone(ctx, &r.done, r.cond); err != nil {
 		e.abandon(r)
 		return Status{}, e.waitErr(err, "Recv from", src, tag)
 	}

@@ -126,6 +126,23 @@ func (e *engine) freeReq(r *request) {
 // released; a user's request waits for Wait or Test.
 func (e *engine) complete(r *request, err error) {
 	e.events++
+	if err == nil && r.trunc == nil && r.owner == nil && r.parent == nil && r.syncSlot == 0 && r.ftErr == nil && !r.orphan {
+		// A user's operation done without a word to add: what most
+		// completions are, on the path from a message's arrival to the
+		// return of the call that waits for it.
+		r.done, r.err = true, nil
+		if c := r.counted; c != nil {
+			r.counted = nil
+			c.untrack()
+		}
+		return
+	}
+	e.completeSlow(r, err)
+}
+
+// completeSlow is complete for the rest: errors, truncations, schedules'
+// and parents' operations, synchronous sends, counted and orphaned ones.
+func (e *engine) completeSlow(r *request, err error) {
 	if err != nil {
 		err = e.peerFailure(err)
 	}
@@ -235,7 +252,7 @@ func (q *Request) wait(ctx context.Context) (Status, error) {
 		return Status{}, nil
 	}
 	e := r.e
-	if err := e.wait(ctx, r.cond); err != nil {
+	if err := e.waitDone(ctx, &r.done, r.cond); err != nil {
 		return Status{}, r.waitErr(err)
 	}
 	e.flush()

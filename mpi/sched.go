@@ -266,7 +266,7 @@ func (c *Comm) run(ctx context.Context, s *sched) error {
 	s.progress()
 	e.direct = false
 	if !s.done {
-		if err := e.wait(ctx, s.cond); err != nil {
+		if err := e.waitDone(ctx, &s.done, s.cond); err != nil {
 			err = e.waitErr(err, "collective on a communicator of "+strconv.Itoa(c.size)+" ranks", noArg, noArg)
 			s.fail(err)
 			e.freeSched(s)

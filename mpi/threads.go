@@ -69,6 +69,10 @@ type engineLock struct {
 	// The rest is guarded by the lock.
 	driving  bool        // a goroutine advances the context in wait
 	driveFor func() bool // the driver's own condition
+	// driveDone is the flag driveFor reports, when the driver's wait
+	// gave it (waitDone): the condition reads it in place of calling
+	// driveFor, one indirect call less a poll.
+	driveDone *bool
 	// driveMark is events when the driver took the role: if a sleeper's
 	// operation may have completed since, the driver wakes the sleepers.
 	driveMark uint64
@@ -149,11 +153,22 @@ func (e *engine) handOff() {
 	}
 }
 
-// driveCondition is the condition the driver waits on: its own, or another
-// goroutine that wants the engine, or sleepers that may have been
-// completed.
-func (e *engine) driveCondition() bool {
-	return e.driveFor() || e.want.Load() > 0 || e.sleepers > 0 && e.events != e.driveMark || e.pollFailures()
+// driveCondition returns the condition the driver waits on: its own, or
+// another goroutine that wants the engine, or sleepers that may have been
+// completed. The context's wait calls it once a poll: the test is written
+// out in the closure, where a method value would cost every poll a call or
+// two more.
+func (e *engine) driveCondition() func() bool {
+	return func() bool {
+		if d := e.driveDone; d != nil {
+			if *d {
+				return true
+			}
+		} else if e.driveFor() {
+			return true
+		}
+		return e.want.Load() > 0 || e.sleepers > 0 && e.events != e.driveMark || e.pollFailures()
+	}
 }
 
 // wait advances the context until cond holds or ctx ends, sharing the
@@ -161,6 +176,13 @@ func (e *engine) driveCondition() bool {
 // called and returns with the engine locked. Messages posted before it are
 // injected by its first Advance.
 func (e *engine) wait(ctx context.Context, cond func() bool) error {
+	return e.waitDone(ctx, nil, cond)
+}
+
+// waitDone is wait for a condition that is a flag, done, which cond
+// reports: a request's, a schedule's, recvSmall's. (done nil: cond only.)
+// The driver's condition reads the flag itself every poll.
+func (e *engine) waitDone(ctx context.Context, done *bool, cond func() bool) error {
 	if len(e.ft.fresh) > 0 {
 		e.applyFailures()
 	}
@@ -179,7 +201,7 @@ func (e *engine) wait(ctx context.Context, cond func() bool) error {
 		}
 	}
 	e.driving = true
-	err := e.drive(ctx, cond)
+	err := e.drive(ctx, done, cond)
 	for err == nil {
 		if len(e.ft.fresh) > 0 {
 			// A peer failed: fail what waits for it (ft.go).
@@ -192,7 +214,7 @@ func (e *engine) wait(ctx context.Context, cond func() bool) error {
 		// completed: wake them, let them in, and go on with the role.
 		e.wakeSleepers()
 		e.yield()
-		err = e.drive(ctx, cond)
+		err = e.drive(ctx, done, cond)
 	}
 	e.driving = false
 	e.wakeSleepers() // one of them takes the role on
@@ -202,15 +224,15 @@ func (e *engine) wait(ctx context.Context, cond func() bool) error {
 // drive advances the context until cond holds, ctx ends, another
 // goroutine wants the engine, or an operation completed while goroutines
 // sleep.
-func (e *engine) drive(ctx context.Context, cond func() bool) error {
-	e.driveFor, e.driveMark = cond, e.events
+func (e *engine) drive(ctx context.Context, done *bool, cond func() bool) error {
+	e.driveFor, e.driveDone, e.driveMark = cond, done, e.events
 	if e.want.Load() > 0 {
 		// Advance at least once before giving way again, or the
 		// driver could give way without progress.
 		e.advanceOnce()
 	}
 	err := e.held.Wait(ctx, e.driveCond)
-	e.driveFor = nil
+	e.driveFor, e.driveDone = nil, nil
 	return err
 }
 
