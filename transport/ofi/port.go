@@ -553,10 +553,7 @@ func (p *port) handle(r transport.Receiver, msg []byte) int {
 	case kindKeyReq:
 		base, length, mrkey, perm, st := p.a.resolve(transport.Key(h.arg), p.ctx)
 		var b [32]byte
-		binary.LittleEndian.PutUint64(b[0:], base)
-		binary.LittleEndian.PutUint64(b[8:], length)
-		binary.LittleEndian.PutUint64(b[16:], mrkey)
-		b[24] = uint8(perm)
+		putKeyBody(b[:], base, length, mrkey, uint8(perm))
 		if !in.gone {
 			p.queueCtrl(in.dest, header{kind: kindKeyRep, status: st, arg: h.arg}, b[:])
 		}
