@@ -49,6 +49,7 @@ type olink struct {
 	rd   *ring.Reader
 
 	stalled  []byte // a packet peeked but not taken by the provider
+	offered  uint64 // packets below had their region offered (offer)
 	posted   uint64 // packets posted
 	doneUpTo uint64 // packets whose send completed, all below
 	sendDone []bool // by packet number mod len: completed out of order
@@ -153,8 +154,11 @@ func (l *olink) settle() int {
 func (l *olink) post(pkt []byte) bool {
 	p := l.p
 	seq := l.posted
-	if len(pkt) > 0 && offers[pkt[0]] && !l.offer(pkt) {
-		return false
+	if len(pkt) > 0 && offers[pkt[0]] && l.offered <= seq {
+		if !l.offer(pkt) {
+			return false
+		}
+		l.offered = seq + 1 // a packet that stalls is not offered again
 	}
 	if hdrSize+len(pkt) <= p.a.injectSize {
 		// An injected packet carries the acknowledgement of what this
