@@ -117,11 +117,20 @@ type Adapter struct {
 	maxPacket  int         // largest packet payload: half a link's ring
 	multi      bool        // receive buffers are multi-receive (FI_MULTI_RECV)
 
-	mu      sync.Mutex
-	peers   [][][]byte      // endpoint names by rank and context, after Start
-	addrs   [][]C.fi_addr_t // inserted addresses by rank (nil: not yet)
-	ports   []*port
-	regs    map[transport.Key]*targetRegion
+	mu    sync.Mutex
+	peers [][][]byte      // endpoint names by rank and context, after Start
+	addrs [][]C.fi_addr_t // inserted addresses by rank (nil: not yet)
+	ports []*port
+	regs  map[transport.Key]*targetRegion
+	spare []*targetRegion // closed records, for the next regions
+	// regOut receives what fi_mr_reg made of a region (resolve, under
+	// mu): a variable whose address goes to C would be allocated on each
+	// registration.
+	regOut struct {
+		mr   *C.struct_fid_mr
+		key  C.uint64_t
+		desc C.uintptr_t
+	}
 	nextKey atomic.Uint64 // keys requested of the provider
 	bells   map[int]*sleepBell
 	stop    chan struct{}
@@ -519,11 +528,12 @@ func (a *Adapter) SameHost(rank int) bool {
 // own registration where the provider binds them to endpoints), the Go
 // memory under it pinned meanwhile.
 type targetRegion struct {
-	mem  []byte
-	perm transport.Perm
-	pin  runtime.Pinner
-	mrs  []*C.struct_fid_mr // by context; one shared at index 0 without FI_MR_ENDPOINT
-	keys []uint64
+	mem    []byte
+	perm   transport.Perm
+	pin    runtime.Pinner
+	pinned bool
+	mrs    []*C.struct_fid_mr // by context; one shared at index 0 without FI_MR_ENDPOINT
+	keys   []uint64
 }
 
 func (r *targetRegion) close() {
@@ -533,8 +543,18 @@ func (r *targetRegion) close() {
 			r.mrs[i] = nil
 		}
 	}
-	r.pin.Unpin()
+	if r.pinned {
+		r.pin.Unpin()
+		r.pinned = false
+	}
+	r.mem = nil
 }
+
+// maxSpare bounds the closed region records the adapter keeps for reuse:
+// a program that sends large messages one after the other registers and
+// deregisters a region for each, and its records, tables and pins then
+// allocate nothing.
+const maxSpare = 64
 
 // Registered records a region for peers to ask about (transport.Mirror).
 func (a *Adapter) Registered(index int, key transport.Key, mem []byte, perm transport.Perm) {
@@ -543,7 +563,15 @@ func (a *Adapter) Registered(index int, key transport.Key, mem []byte, perm tran
 	if a.closed.Load() {
 		return
 	}
-	a.regs[key] = &targetRegion{mem: mem, perm: perm}
+	var r *targetRegion
+	if n := len(a.spare); n > 0 {
+		r = a.spare[n-1]
+		a.spare = a.spare[:n-1]
+	} else {
+		r = new(targetRegion)
+	}
+	r.mem, r.perm = mem, perm
+	a.regs[key] = r
 }
 
 // Deregistered closes the region's registrations with the provider, after
@@ -554,6 +582,9 @@ func (a *Adapter) Deregistered(index int, key transport.Key) {
 	if r := a.regs[key]; r != nil {
 		r.close()
 		delete(a.regs, key)
+		if len(a.spare) < maxSpare {
+			a.spare = append(a.spare, r)
+		}
 	}
 }
 
@@ -571,14 +602,17 @@ func (a *Adapter) resolve(key transport.Key, ctx int) (base, length, mrkey uint6
 	if a.mrMode&C.FI_MR_ENDPOINT != 0 {
 		slot = ctx
 	}
-	if r.mrs == nil {
+	if !r.pinned {
 		n := 1
 		if a.mrMode&C.FI_MR_ENDPOINT != 0 {
 			n = len(a.eps)
 		}
-		r.mrs = make([]*C.struct_fid_mr, n)
-		r.keys = make([]uint64, n)
+		if len(r.mrs) != n {
+			r.mrs = make([]*C.struct_fid_mr, n)
+			r.keys = make([]uint64, n)
+		}
 		r.pin.Pin(unsafe.Pointer(unsafe.SliceData(r.mem)))
+		r.pinned = true
 	}
 	if r.mrs[slot] == nil {
 		access := uint64(0)
@@ -591,16 +625,14 @@ func (a *Adapter) resolve(key transport.Key, ctx int) (base, length, mrkey uint6
 		if access == 0 {
 			access = C.FI_REMOTE_READ // atomics only: the owner performs them
 		}
-		var mr *C.struct_fid_mr
-		var k C.uint64_t
-		var desc C.uintptr_t
+		out := &a.regOut
 		rc := C.amigo_mr_reg(a.dom, a.eps[ctx].ep, C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(r.mem)))), C.size_t(len(r.mem)),
-			C.uint64_t(access), C.uint64_t(a.nextKey.Add(1)), boolInt(a.mrMode&C.FI_MR_ENDPOINT != 0), &mr, &k, &desc)
+			C.uint64_t(access), C.uint64_t(a.nextKey.Add(1)), boolInt(a.mrMode&C.FI_MR_ENDPOINT != 0), &out.mr, &out.key, &out.desc)
 		if rc != 0 {
 			a.opts.Logf("rank %d: register region %#x: %v", a.rank, uint64(key), fiErr("fi_mr_reg", C.ssize_t(rc)))
 			return 0, 0, 0, 0, stBadKey
 		}
-		r.mrs[slot], r.keys[slot] = mr, uint64(k)
+		r.mrs[slot], r.keys[slot] = out.mr, uint64(out.key)
 	}
 	if a.mrMode&C.FI_MR_VIRT_ADDR != 0 {
 		base = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(r.mem))))

@@ -65,3 +65,35 @@ func TestSmallPacketAllocs(t *testing.T) {
 		})
 	}
 }
+
+// A region registered, made known to the provider for a peer and
+// deregistered, as a large send's buffer is, allocates nothing once the
+// adapter has a closed record to reuse.
+func TestRegionAllocs(t *testing.T) {
+	for _, prov := range providers() {
+		t.Run(prov, func(t *testing.T) {
+			ads, regs := newWorld(t, 2, Options{Provider: prov, Timeout: time.Minute})
+			defer ads[0].Close()
+			defer ads[1].Close()
+			mem := make([]byte, 1<<20)
+			round := func() {
+				key, err := regs[0].Register(mem)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, length, _, _, st := ads[0].resolve(key, 0); st != stOK || length != uint64(len(mem)) {
+					t.Fatalf("resolve: status %d, length %d", st, length)
+				}
+				if err := regs[0].Deregister(key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := 0; i < 10; i++ {
+				round()
+			}
+			if a := testing.AllocsPerRun(100, round); a != 0 {
+				t.Errorf("%v allocations per region", a)
+			}
+		})
+	}
+}

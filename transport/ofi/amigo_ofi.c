@@ -217,13 +217,27 @@ ssize_t amigo_cq_read(uintptr_t cq, uintptr_t e, size_t n) {
 // amigo_cq_read2 reads up to ntx completions of the transmit queue into
 // te (none if ntx is 0) and up to nrx of the receive queue into re (none if
 // nrx is 0) in one call, so that a poll of both queues crosses from Go to C
-// once. It returns both results of fi_cq_read, the transmit queue's in the
-// low 32 bits and the receive queue's in the high 32, each -FI_EAGAIN for a
-// queue not read.
-int64_t amigo_cq_read2(uintptr_t tx, uintptr_t te, size_t ntx, uintptr_t rx, uintptr_t re, size_t nrx) {
-	ssize_t a = ntx ? fi_cq_read((struct fid_cq *)tx, (struct fi_cq_data_entry *)te, ntx) : -FI_EAGAIN;
-	ssize_t b = nrx ? fi_cq_read((struct fid_cq *)rx, (struct fi_cq_data_entry *)re, nrx) : -FI_EAGAIN;
+// once. With spin above 0 and both queues found empty, it reads them again,
+// up to spin more times, until one has something: a port that waits for its
+// peer looks at its queues as often as a loop in C can, instead of once per
+// pass of the AMI's progress loop, which costs several reads. It returns
+// both results of fi_cq_read, the transmit queue's in the low 32 bits and
+// the receive queue's in the high 32, each -FI_EAGAIN for a queue not read.
+int64_t amigo_cq_read2(uintptr_t tx, uintptr_t te, size_t ntx, uintptr_t rx, uintptr_t re, size_t nrx, int spin) {
+	ssize_t a, b;
+	for (;;) {
+		a = ntx ? fi_cq_read((struct fid_cq *)tx, (struct fi_cq_data_entry *)te, ntx) : -FI_EAGAIN;
+		b = nrx ? fi_cq_read((struct fid_cq *)rx, (struct fi_cq_data_entry *)re, nrx) : -FI_EAGAIN;
+		if (a != -FI_EAGAIN || b != -FI_EAGAIN || spin-- <= 0) break;
+	}
 	return (int64_t)(uint64_t)(uint32_t)(int32_t)a | (int64_t)((uint64_t)(uint32_t)(int32_t)b << 32);
+}
+
+// amigo_cq_cost reads cq n times for no entries (which runs the provider's
+// progress and takes nothing), for the port to time a look at its queues.
+void amigo_cq_cost(uintptr_t cq, int n) {
+	struct fi_cq_data_entry e;
+	for (int i = 0; i < n; i++) fi_cq_read((struct fid_cq *)cq, &e, 0);
 }
 
 ssize_t amigo_cq_readerr(struct fid_cq *cq, uintptr_t *ctx, int *err, int *perr) {
@@ -262,13 +276,4 @@ int amigo_trywait(struct fid_fabric *fab, struct fid_cq *a, struct fid_cq *b) {
 const char *amigo_strerror(int e) { return fi_strerror(e < 0 ? -e : e); }
 char *amigo_tostr(uint64_t v, int t) {
 	return fi_tostr(&v, (enum fi_type)t);
-}
-
-// amigo_drive makes the provider progress the endpoint behind two
-// completion queues without taking any completion: a read of no entries
-// runs the queues' progress and leaves what completed for the owner.
-void amigo_drive(struct fid_cq *a, struct fid_cq *b) {
-	struct fi_cq_data_entry e;
-	fi_cq_read(a, &e, 0);
-	fi_cq_read(b, &e, 0);
 }

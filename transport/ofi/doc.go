@@ -57,7 +57,11 @@
 //     (bound to the endpoint where the provider wants it; the Go memory
 //     under it pinned while registered) and answers with its address
 //     (FI_MR_VIRT_ADDR) or none, its length, its permissions and the
-//     provider's key. The initiator keeps the answer in a cache of the
+//     provider's key. A packet of the AMI that announces a buffer for the
+//     peer to GET from (RTS, a SEND above 64 KiB) or PUT into (a STOP of
+//     the put variant) goes out behind that answer, unasked, so that the
+//     peer's access to it does not wait a round trip. The initiator keeps
+//     the answer in a cache of the
 //     link's keys, checks every access against the region's bounds and
 //     permissions before anything reaches the wire, and posts the
 //     operation from the caller's buffer, pinned until its completion
@@ -67,7 +71,13 @@
 //     complete in the FIFO's order.
 //  5. Remote atomics are performed by the owner's Poll on the word's
 //     memory (transport.ApplyAtomic), as on TCP, and answered.
-//  6. A context sleeps on its completion queues (sleep.go).
+//  6. A port that waits for its peer (an acknowledgement, an answer, a
+//     completion) and posted nothing reads its completion queues again
+//     within the same call to C, for up to 0.5 us (as many reads as the
+//     port timed to fit when it opened: dozens over shm, none where a read
+//     is a system call), so that an arriving message is seen within a
+//     read of the queues rather than within a pass of the AMI's progress
+//     loop. A context sleeps on its completion queues (sleep.go).
 //  7. A provider error on an operation toward a peer, a goodbye from a
 //     closing peer, or a link left waiting for its peer longer than
 //     Options.Timeout fails the link with a *transport.PeerError naming

@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/amigo-hpc/amigo/internal/ring"
+	"github.com/amigo-hpc/amigo/internal/wire"
 	"github.com/amigo-hpc/amigo/transport"
 )
 
@@ -48,6 +49,7 @@ type olink struct {
 	rd   *ring.Reader
 
 	stalled  []byte // a packet peeked but not taken by the provider
+	offered  uint64 // packets below had their region offered (offer)
 	posted   uint64 // packets posted
 	doneUpTo uint64 // packets whose send completed, all below
 	sendDone []bool // by packet number mod len: completed out of order
@@ -62,6 +64,7 @@ type olink struct {
 	rreg    []*regEntry      // its registration (FI_MR_LOCAL), from the port's cache
 	keys    [keyCache]remoteRegion
 	asking  transport.Key // key requested from the peer, 0 if none
+	asked   uint64        // keys requested so far
 	refused transport.Key // key the peer said it does not have
 
 	moves    uint64 // answers and completions from the peer
@@ -151,6 +154,12 @@ func (l *olink) settle() int {
 func (l *olink) post(pkt []byte) bool {
 	p := l.p
 	seq := l.posted
+	if len(pkt) > 0 && offers[pkt[0]] && l.offered <= seq {
+		if !l.offer(pkt) {
+			return false
+		}
+		l.offered = seq + 1 // a packet that stalls is not offered again
+	}
 	if hdrSize+len(pkt) <= p.a.injectSize {
 		// An injected packet carries the acknowledgement of what this
 		// context took from the peer (it is copied now; a packet sent in
@@ -187,6 +196,47 @@ func (l *olink) post(pkt []byte) bool {
 		l.sent(seq, fiErr("fi_send", rc))
 	}
 	return true
+}
+
+// offers are the kinds of packet that may name memory of the sender for
+// the peer to reach by RDMA (package wire): a rendezvous announcement
+// (RTS), a streamed one (SEND), a STOP naming the receive buffer.
+var offers = [256]bool{wire.KindRTS: true, wire.KindSEND: true, wire.KindSTOP: true}
+
+// offerAbove is the size of a SEND above which the peer is told of its
+// buffer with the announcement: the AMI's default stop threshold, above
+// which a receiver that names a buffer stops the stream and GETs.
+const offerAbove = 64 << 10
+
+// offer tells the peer where the region pkt names is, ahead of pkt, when
+// the peer is to reach it by RDMA: the answer it would otherwise ask for
+// (kindKeyReq) once it has read the packet, a round trip before its first
+// GET or PUT. Sends to one peer stay in order, and the answer, a control
+// message, is handled as soon as it is read, before the packet is
+// delivered. It reports false if the provider had no room for the answer
+// (the packet waits, and so does the offer).
+func (l *olink) offer(pkt []byte) bool {
+	w, err := wire.Parse(pkt)
+	if err != nil || w.Key == 0 {
+		return true
+	}
+	switch {
+	case w.Kind == wire.KindSEND && w.Size <= offerAbove:
+		return true
+	case w.Kind == wire.KindSTOP && w.Status != wire.StopPut:
+		return true
+	}
+	in := l.p.ins[l.p.index(l.to)]
+	if in != nil && in.gone {
+		return true
+	}
+	base, length, mrkey, perm, st := l.p.a.resolve(transport.Key(w.Key), l.p.ctx)
+	if st != stOK {
+		return true
+	}
+	var b [32]byte
+	putKeyBody(b[:], base, length, mrkey, uint8(perm))
+	return l.p.sendCtrl(l.dest, header{kind: kindKeyRep, status: st, arg: w.Key}, b[:])
 }
 
 // sent records the local completion of packet seq.
@@ -259,6 +309,7 @@ func (l *olink) issueRDMA() int {
 			}
 			if l.asking == 0 {
 				l.asking = op.Key
+				l.asked++
 				p.queueCtrl(l.dest, header{kind: kindKeyReq, arg: uint64(op.Key)}, nil)
 			}
 			return n

@@ -79,5 +79,16 @@ func parseHeader(msg []byte) (header, error) {
 	}, nil
 }
 
+// putKeyBody encodes the body of a kindKeyRep into b (32 bytes): the
+// region's base address (0 without FI_MR_VIRT_ADDR), its length, the
+// provider's key and the owner's permissions.
+func putKeyBody(b []byte, base, length, mrkey uint64, perm uint8) {
+	binary.LittleEndian.PutUint64(b[0:], base)
+	binary.LittleEndian.PutUint64(b[8:], length)
+	binary.LittleEndian.PutUint64(b[16:], mrkey)
+	b[24] = perm
+	clear(b[25:32])
+}
+
 // bodyLen is the length of each control message's body.
 var bodyLen = [...]int{kindAck: 0, kindKeyReq: 0, kindKeyRep: 32, kindAtomReq: 34, kindAtomRep: 8, kindBye: 0, kindAlive: 0}
