@@ -115,6 +115,13 @@ func corruptf(format string, args ...any) error {
 // transport.ErrCorrupt for anything a correct peer never sends. maxPacket is
 // the largest packet payload the receiver takes. It reads nothing outside b.
 func parseFrame(b []byte, initiator bool, maxPacket int) (frame, error) {
+	return parseFrameFor(b, !initiator, initiator, maxPacket)
+}
+
+// parseFrameFor is parseFrame for a connection that carries the peer's
+// link to the receiver (in: packets and requests may come) or the
+// receiver's link to the peer (out: acks and replies may come), or both.
+func parseFrameFor(b []byte, in, out bool, maxPacket int) (frame, error) {
 	var f frame
 	if len(b) < frameBase {
 		return f, errShort
@@ -139,11 +146,11 @@ func parseFrame(b []byte, initiator bool, maxPacket int) (frame, error) {
 	}
 	switch f.typ {
 	case fPacket, fGet, fPut, fAtomic:
-		if initiator {
+		if !in {
 			return f, corruptf("frame type %d sent to the initiator of a link", f.typ)
 		}
 	case fGetRep, fPutRep, fAtomicRep, fAck:
-		if !initiator {
+		if !out {
 			return f, corruptf("reply frame type %d sent to the target of a link", f.typ)
 		}
 	case fPing, fBye:
