@@ -16,12 +16,14 @@ import (
 	"github.com/amigo-hpc/amigo/transport"
 )
 
-// conn is one TCP connection: the path of one link, from a context of the
-// initiator to a context of the target. The initiator writes packets (from
-// the link's descriptor buffer) and GET and PUT requests (from its RDMA FIFO)
-// and reads acks and replies; the target reads packets into a reception
-// ring, serves the requests from its rank's registered regions and writes
-// acks and replies.
+// conn is one TCP connection between a context of this rank and one of a
+// peer: the path of this context's link to the peer (the initiator role,
+// out), of the peer's link to this context (the target role, listedIn), or
+// of both. The initiator writes packets (from the link's descriptor buffer)
+// and GET and PUT requests (from its RDMA FIFO) and reads acks and replies;
+// the target reads packets into a reception ring, serves the requests from
+// its rank's registered regions and writes acks and replies. One read side
+// and one write side serve both roles.
 //
 // # The socket
 //

@@ -30,6 +30,11 @@ import (
 //	target → initiator   verdict (verdictSize bytes)
 //	    status u8, zero [7]
 //
+// A verdict other than verdictOK ends the connection. verdictReverse is no
+// refusal: the target is connecting to the initiator's context itself, and
+// its connection is to carry the initiator's link too (one connection per
+// pair of contexts; see port.admitLocked).
+//
 // With k = HMAC(secret, "amigo tcp key v1"):
 //
 //	job tag          = HMAC(k, "amigo tcp job tag")[:8]

@@ -17,7 +17,7 @@ import (
 
 // port is a local context's attachment to the adapter: the connections of
 // its links to peers (outs, as initiator) and of its peers' links to it
-// (ins, as target).
+// (ins, as target). A connection that carries both is in both lists.
 type port struct {
 	a    *Adapter
 	ctx  int
