@@ -114,26 +114,19 @@ func newPort(a *Adapter, ctx int, bell *transport.Doorbell, s *sleeper) (*port, 
 
 func (p *port) list(which *atomic.Pointer[[]*conn]) []*conn { return *which.Load() }
 
-// all returns the port's connections, each once (a connection that
-// carries links both ways is in both lists).
+// all returns the port's connections, each once: a connection that carries
+// links both ways is in both lists, and is taken from ins. (One that prune
+// took out of ins already has failed and finished. Without p.mu, one that
+// joins ins meanwhile may be missed.)
 func (p *port) all() []*conn {
 	ins, outs := p.list(&p.ins), p.list(&p.outs)
 	cs := append(make([]*conn, 0, len(ins)+len(outs)), ins...)
 	for _, c := range outs {
-		if !c.listedIn.Load() || !contains(ins, c) {
+		if !c.listedIn.Load() {
 			cs = append(cs, c)
 		}
 	}
 	return cs
-}
-
-func contains(cs []*conn, c *conn) bool {
-	for _, x := range cs {
-		if x == c {
-			return true
-		}
-	}
-	return false
 }
 
 // add appends c to a connection list; the caller holds p.mu.
@@ -508,8 +501,8 @@ func (p *port) pollSockets() {
 		}
 		p.lastAsk = now
 	}
-	k, _ := unix.EpollWait(p.epfd, p.events[:], 0)
-	for _, ev := range p.events[:max(k, 0)] {
+	k := epollNow(p.epfd, p.events[:])
+	for _, ev := range p.events[:k] {
 		c := p.a.eng.lookup(ev.Fd)
 		if ev.Fd < 0 || c == nil || c.p != p {
 			continue
