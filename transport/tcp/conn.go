@@ -290,9 +290,9 @@ func (c *conn) watchInLocked() error {
 }
 
 // adoptOut makes an accepted connection carry the port's link to its peer
-// as well (link, msg and q set): it reports false, and changes nothing, if
-// the connection failed or was never attached. The caller is the port's
-// owner goroutine.
+// as well, once the caller set link, msg and q (Port.Link, or handOver for
+// a link whose own connection lost to the peer's): it reports false, and
+// changes nothing, if the connection failed or was never attached.
 func (c *conn) adoptOut() bool {
 	c.armMu.Lock()
 	defer c.armMu.Unlock()

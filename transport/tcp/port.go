@@ -232,7 +232,7 @@ func (c *conn) connect(ctx context.Context, addr string) {
 	c.attachOrClose(tc)
 }
 
-// reusable returns the connection the peer to dialed to this port, if it
+// reusable returns the connection the peer dialed to this port, if it
 // can carry this port's link to the peer too: one connection per pair of
 // contexts, so that each side's TCP acknowledgements travel on its own
 // packets. Two connections, one per direction, cost each side a TCP
