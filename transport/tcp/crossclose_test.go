@@ -4,8 +4,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/amigo-hpc/amigo/transport"
 )
 
 // Both contexts of a pair link to each other at once, so that one
@@ -31,7 +29,7 @@ func TestCrossingLinksCloseFirst(t *testing.T) {
 		ads, _, _ := newWorld(t, 2, Options{})
 		ports := openAll(t, ads)
 		a, b := ports[0], ports[1]
-		rb := addr(1, 0)
+		ra, rb := addr(0, 0), addr(1, 0)
 		ap, bp := a.(*port), b.(*port)
 		bDialed := make(chan struct{})
 		connectHook = func(p *port) {
@@ -48,7 +46,16 @@ func TestCrossingLinksCloseFirst(t *testing.T) {
 				close(bDialed)
 			}
 		}
-		linkBoth(t, a, b)
+		la, err := a.Link(rb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lb, err := b.Link(ra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		(&producer{l: la}).send([]byte("from a"))
+		(&producer{l: lb}).send([]byte("from b"))
 		closed := make(chan error, 1)
 		go func() {
 			<-bDialed
@@ -90,7 +97,16 @@ func crossingClose(t *testing.T, round int) {
 		}
 	}
 	defer func() { connectHook, handOverHook = nil, nil }()
-	linkBoth(t, a, b)
+	la, err := a.Link(rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Link(ra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	(&producer{l: la}).send([]byte("from a"))
+	(&producer{l: lb}).send([]byte("from b"))
 	gate.Done()
 	var ca, cb collector
 	deadline := time.Now().Add(20 * time.Second)
@@ -124,20 +140,4 @@ func crossingClose(t *testing.T, round int) {
 		t.Fatal(err)
 	}
 	ads[0].Close()
-}
-
-// linkBoth links a (rank 0) and b (rank 1) to each other and queues a
-// packet on each link.
-func linkBoth(t *testing.T, a, b transport.Port) {
-	t.Helper()
-	la, err := a.Link(addr(1, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lb, err := b.Link(addr(0, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	(&producer{l: la}).send([]byte("from a"))
-	(&producer{l: lb}).send([]byte("from b"))
 }
