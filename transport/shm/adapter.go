@@ -77,6 +77,12 @@ type Adapter struct {
 		cmaBatches                 atomic.Uint64
 	}
 
+	// lost holds, by local index, why a rank of the host that had closed
+	// before Start could map its segment is unreachable (nil: attached or
+	// this rank). Such a rank finished before this one started: links to
+	// it fail at once, as to a rank that closes later.
+	lost []error
+
 	srv   server
 	stop  chan struct{}
 	wg    sync.WaitGroup
@@ -156,6 +162,7 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 	a.self = &segment{mem: mem, l: l}
 	a.probe = append([]byte(nil), p.token[:]...)
 	a.peers = make([]*peer, len(a.local))
+	a.lost = make([]error, len(a.local))
 	if a.Oversubscribed() {
 		// Consumers here go to sleep all the time, and each arming then
 		// pays for a barrier across processors (package order): fenced
@@ -195,7 +202,11 @@ func (a *Adapter) Start(ctx context.Context) error {
 		if li == a.li {
 			continue
 		}
-		pr, err := a.attach(ctx, li, r)
+		pr, gone, err := a.attach(ctx, li, r)
+		if gone {
+			a.lost[li] = err
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("shm: rank %d: attach rank %d: %w", a.rank, r, err)
 		}
@@ -219,18 +230,29 @@ func (a *Adapter) Start(ctx context.Context) error {
 	return nil
 }
 
-func (a *Adapter) attach(ctx context.Context, li, r int) (*peer, error) {
+// attach maps and checks the segment of rank r, local index li. gone
+// reports that r had closed it first; err then says so.
+func (a *Adapter) attach(ctx context.Context, li, r int) (pr *peer, gone bool, err error) {
 	v, err := a.job.Get(ctx, r, kvsKey)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	pub, err := parsePublished(v)
 	if err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	if attachHook != nil {
+		attachHook(r, pub.pid)
 	}
 	mem, err := mapPeer(pub.pid, pub.fd, pub.size)
+	if errors.Is(err, unix.ENOENT) {
+		// The owner published its segment before the fence and has closed
+		// it since (or exited): Open does not wait for every rank to have
+		// started, and a rank with nothing to do may be gone already.
+		return nil, true, fmt.Errorf("%w: rank %d (pid %d) had closed before this rank attached to it (%v)", transport.ErrClosed, r, pub.pid, err)
+	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	l, err := parseHeader(mem)
 	if err == nil {
@@ -245,15 +267,15 @@ func (a *Adapter) attach(ctx context.Context, li, r int) (*peer, error) {
 	}
 	if err != nil {
 		_ = unix.Munmap(mem)
-		return nil, err
+		return nil, false, err
 	}
 	populate(mem, l)
-	pr := &peer{li: li, rank: r, pub: pub, seg: &segment{mem: mem, l: l}}
+	pr = &peer{li: li, rank: r, pub: pub, seg: &segment{mem: mem, l: l}}
 	pr.maps = make([]atomic.Pointer[[]byte], l.allocs)
 	if a.opts.CMA != "off" {
 		pr.cma = probeCMA(pub.pid, pub.probe, l.token) == nil
 	}
-	return pr, nil
+	return pr, false, nil
 }
 
 // Stats counts the bytes the adapter moved for GET and PUT, by way.
@@ -291,9 +313,11 @@ func (a *Adapter) Stats() Stats {
 func (a *Adapter) Name() string { return "shm" }
 
 // Reaches reports whether rank runs on this host (and is not this rank).
+// A rank that closed before Start could attach to it counts: links to it
+// fail with the reason.
 func (a *Adapter) Reaches(rank int) bool {
 	li, ok := a.localOf[rank]
-	return ok && li != a.li && a.peers[li] != nil
+	return ok && li != a.li && (a.peers[li] != nil || a.lost[li] != nil)
 }
 
 // Local returns the ranks that share this host, this one included.
@@ -489,6 +513,10 @@ func (a *Adapter) unmap() {
 }
 
 // peerErr wraps err as the failure of the context at addr.
+// attachHook, if set, runs in Start before the segment of each rank of the
+// host is mapped, with the rank and its process (tests).
+var attachHook func(rank, pid int)
+
 func peerErr(to transport.Addr, err error) error {
 	return &transport.PeerError{Addr: to, Err: err}
 }

@@ -39,3 +39,7 @@ func HoldRing(a *Adapter, owner, i int) (release func()) {
 	w.Store(0x7777<<2 | holdInit)
 	return func() { w.Store(0) }
 }
+
+// SetAttachHook sets the function Start calls before it maps the segment of
+// each rank of the host.
+func SetAttachHook(f func(rank, pid int)) { attachHook = f }

@@ -105,6 +105,9 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 	}
 	a := p.a
 	li, ok := a.localOf[int(to.Rank)]
+	if ok && li != a.li && a.peers[li] == nil && a.lost[li] != nil {
+		return nil, peerErr(to, a.lost[li])
+	}
 	if !ok || li == a.li || a.peers[li] == nil || to.Context < 0 || int(to.Context) >= a.self.l.nctx {
 		return nil, peerErr(to, transport.ErrUnreachable)
 	}

@@ -169,6 +169,16 @@ func rankMain(mode string) int {
 		cfg.Shm.RDMA = way
 		mode = "crash"
 	}
+	if mode == "closefirst" {
+		// Every rank but the last maps the last rank's segment only once
+		// that rank's process has exited.
+		last := launchSize() - 1
+		shm.SetAttachHook(func(rank, pid int) {
+			if rank == last {
+				waitExited(pid, 30*time.Second)
+			}
+		})
+	}
 	c, err := amigo.Open(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -194,6 +204,8 @@ func rankMain(mode string) int {
 		}
 	case mode == "crash":
 		err = r.crash()
+	case mode == "closefirst":
+		err = r.closeFirst()
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
@@ -405,4 +417,85 @@ func (r *rankProg) allToAllAmong(ranks []int, rounds int) error {
 		}
 	}
 	return k.Err()
+}
+
+// launchSize is the number of ranks of the job this process is a rank of.
+func launchSize() int {
+	n, _ := strconv.Atoi(os.Getenv("PMI_SIZE"))
+	return n
+}
+
+// waitExited waits, at most max, until process pid has exited (it is gone
+// or a zombie: either way its descriptors are closed).
+func waitExited(pid int, max time.Duration) {
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return
+		}
+		// The state follows the command name, which is in parentheses.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'Z' {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// closeFirst: the last rank opens and closes at once; the others map its
+// segment only after its process exited. Their Open succeeds, a message to
+// the gone rank fails with a PeerError that names it and wraps
+// amigo.ErrClosed, and they go on among themselves.
+func (r *rankProg) closeFirst() error {
+	me, last := r.c.Rank(), r.c.Size()-1
+	if me == last {
+		fmt.Printf("rank %d: closing first\n", me)
+		return nil
+	}
+	k := amigo.NewCounter()
+	k.Add(1)
+	failed := r.x.Send(amigo.EndpointOf(last), dataID, nil, []byte("late"), k.Done())
+	if failed == nil {
+		if err := r.x.WaitCounter(r.ctx, k); err != nil {
+			failed = err
+		}
+	}
+	var pe *amigo.PeerError
+	if !errors.As(failed, &pe) || int(pe.Addr.Rank) != last || !errors.Is(failed, amigo.ErrClosed) {
+		return fmt.Errorf("a send to rank %d, which closed first, ended with %v, want a PeerError for it wrapping ErrClosed", last, failed)
+	}
+	fmt.Printf("rank %d: send to rank %d failed: %v\n", me, last, failed)
+	others := make([]int, last)
+	for i := range others {
+		others[i] = i
+	}
+	if err := r.allToAllAmong(others, 10); err != nil {
+		return fmt.Errorf("the others: %w", err)
+	}
+	fmt.Printf("rank %d: the others exchanged\n", me)
+	return nil
+}
+
+// A rank that opens and closes before its local peers have mapped its
+// segment (Open does not wait for every rank to start) leaves them a job
+// in which it has closed: their Open succeeds, and operations toward it
+// fail at once with an error that names it.
+func TestProcessClosedFirst(t *testing.T) {
+	const n = 3
+	outs, _, err, _ := runJob(t, n, "closefirst", false, time.Minute)
+	all := strings.Join(outs, "")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, all)
+	}
+	if !strings.Contains(outs[n-1], fmt.Sprintf("rank %d: closing first", n-1)) {
+		t.Fatalf("rank %d did not close first:\n%s", n-1, all)
+	}
+	for r := 0; r < n-1; r++ {
+		if !strings.Contains(outs[r], fmt.Sprintf("rank %d: send to rank %d failed: ", r, n-1)) ||
+			!strings.Contains(outs[r], "had closed before this rank attached") ||
+			!strings.Contains(outs[r], fmt.Sprintf("rank %d: the others exchanged", r)) {
+			t.Fatalf("rank %d:\n%s", r, all)
+		}
+	}
+	t.Logf("%s", all)
 }
