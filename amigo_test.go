@@ -696,3 +696,41 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("Settings: %v", seen)
 	}
 }
+
+// AMIGO_YIELD=0 (YieldIterations -1) turns yielding off: a waiting
+// goroutine sleeps right after its spin, where by default it yields 200
+// times first.
+func TestConfigNoYield(t *testing.T) {
+	waitSleeps := func(env string) (amigo.Config, uint64) {
+		t.Helper()
+		if env != "" {
+			t.Setenv("AMIGO_YIELD", env)
+		}
+		cl, err := amigo.NewLocal(1, amigo.Config{SpinIterations: 1, SleepMax: 50 * time.Microsecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl[0].Close()
+		c := cl[0].Context(0)
+		before := c.Stats().Sleeps
+		calls := 0
+		if err := c.Wait(context.Background(), func() bool { calls++; return calls > 6 }); err != nil {
+			t.Fatal(err)
+		}
+		return cl[0].Config(), c.Stats().Sleeps - before
+	}
+	cfg, sleeps := waitSleeps("")
+	if cfg.YieldIterations != 200 || sleeps != 0 {
+		t.Fatalf("default: YieldIterations %d, %d sleeps in 6 idle rounds; want 200 and none", cfg.YieldIterations, sleeps)
+	}
+	for _, env := range []string{"0", "-1"} {
+		cfg, sleeps := waitSleeps(env)
+		if cfg.YieldIterations != -1 || sleeps < 4 {
+			t.Fatalf("AMIGO_YIELD=%s: YieldIterations %d, %d sleeps in 6 idle rounds; want -1 and a sleep each round after the first", env, cfg.YieldIterations, sleeps)
+		}
+	}
+	t.Setenv("AMIGO_YIELD", "-2")
+	if _, err := amigo.NewLocal(1, amigo.Config{}); err == nil {
+		t.Fatal("AMIGO_YIELD=-2 accepted")
+	}
+}

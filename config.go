@@ -53,7 +53,9 @@ type Config struct {
 	// goroutine yields after every idle Advance), and at most 20 if set.
 	SpinIterations int
 	// YieldIterations is how many idle Advance calls, each followed by a
-	// yield, it then makes before it sleeps (AMIGO_YIELD, default 200).
+	// yield, it then makes before it sleeps (AMIGO_YIELD, default 200); -1
+	// (AMIGO_YIELD=0 or -1) for none: the goroutine sleeps right after its
+	// spin.
 	YieldIterations int
 	// OversubscribedProcs is the GOMAXPROCS a rank sets when an adapter
 	// between processes reports more ranks on its host than processors
@@ -188,7 +190,21 @@ var settings = []setting{
 	intSetting("AMIGO_INSTRUCTION_SLOTS", "lock-free instruction queue capacity per context", func(c *Config) *int { return &c.InstructionSlots }),
 	intSetting("AMIGO_POLL_BUDGET", "packets taken per adapter per Advance", func(c *Config) *int { return &c.PollBudget }),
 	intSetting("AMIGO_SPIN", "idle Advance calls before yielding (0: the context's choice)", func(c *Config) *int { return &c.SpinIterations }),
-	intSetting("AMIGO_YIELD", "yielding idle Advance calls before sleeping", func(c *Config) *int { return &c.YieldIterations }),
+	{
+		name: "AMIGO_YIELD", doc: "yielding idle Advance calls before sleeping (0 or -1: none)",
+		get: func(c *Config) string { return strconv.Itoa(c.YieldIterations) },
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				n = -1 // the field's zero is the default
+			}
+			c.YieldIterations = n
+			return nil
+		},
+	},
 	intSetting("AMIGO_OVERSUBSCRIBED_PROCS", "GOMAXPROCS of a rank on a host with more ranks than processors (-1: leave it)", func(c *Config) *int { return &c.OversubscribedProcs }),
 	{
 		name: "AMIGO_SLEEP_MAX", doc: "longest single sleep of a waiting goroutine",
@@ -342,8 +358,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("amigo: PollBudget %d: want at least 1", c.PollBudget)
 	case c.OversubscribedProcs < -1:
 		return fmt.Errorf("amigo: OversubscribedProcs %d: want -1 or more", c.OversubscribedProcs)
-	case c.SpinIterations < 0 || c.YieldIterations < 0:
-		return fmt.Errorf("amigo: negative spin or yield iterations")
+	case c.SpinIterations < 0 || c.YieldIterations < -1:
+		return fmt.Errorf("amigo: negative spin or yield iterations (YieldIterations -1: none)")
 	case c.SleepMax < time.Microsecond:
 		return fmt.Errorf("amigo: SleepMax %v: want at least 1µs", c.SleepMax)
 	case c.LoopEngine != "inline" && c.LoopEngine != "async":

@@ -73,6 +73,7 @@ type Context struct {
 
 	// Idle policy, from the adapters (see idle).
 	spin    int  // idle Advance calls before yielding
+	yields  int  // yielding idle Advance calls before sleeping
 	osYield bool // yield the OS thread too: more ranks than processors here
 
 	unexpected  int      // bytes of unexpected eager data held
@@ -153,6 +154,7 @@ func newContext(cl *Client, index int) (*Context, error) {
 		}
 	}
 	c.spin, c.osYield = idlePolicy(cl.cfg.SpinIterations, reports)
+	c.yields = max(cl.cfg.YieldIterations, 0)
 	for _, a := range cl.adapters {
 		p, err := a.Open(index, c.bell)
 		if err != nil {
@@ -685,7 +687,7 @@ func (c *Context) idle(idle int, done <-chan struct{}) int {
 	idle++
 	switch {
 	case idle <= c.spin:
-	case idle <= c.spin+c.cfg.YieldIterations:
+	case idle <= c.spin+c.yields:
 		if !c.osYield {
 			runtime.Gosched()
 			break
@@ -706,7 +708,7 @@ func (c *Context) idle(idle int, done <-chan struct{}) int {
 		c.stats.Sleeps++
 		// Stay in the sleeping phase: the next idle round sleeps again at
 		// once unless work turns up.
-		return c.spin + c.cfg.YieldIterations
+		return c.spin + c.yields
 	}
 	return idle
 }

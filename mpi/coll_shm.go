@@ -361,7 +361,7 @@ func (c *Comm) shared(ctx context.Context, n int) (*shmColl, error) {
 	s := &shmColl{c: c, seg: seg, p: c.size, r: c.rank, slot: slot, stride: stride, tmp: make([]byte, slot), race: raceKey(id)}
 	s.ready = s.arrived
 	cfg := c.e.ac.Client().Config()
-	s.drowsyAt = max((cfg.SpinIterations+cfg.YieldIterations)/4, 1)
+	s.drowsyAt = max((cfg.SpinIterations+max(cfg.YieldIterations, 0))/4, 1)
 	putHdr(&s.wakeHdr, c.coll, int32(c.rank), 0)
 	s.wakeHdr[12] = kindWake
 	c.e.lock()
