@@ -39,3 +39,11 @@ func HoldRing(a *Adapter, owner, i int) (release func()) {
 	w.Store(0x7777<<2 | holdInit)
 	return func() { w.Store(0) }
 }
+
+// CoopOwnerOnly makes initiators of batched cooperative copies wait for
+// the owner to move the back halves, and returns the function that undoes
+// it.
+func CoopOwnerOnly() (restore func()) {
+	coopSteal = false
+	return func() { coopSteal = true }
+}
