@@ -55,7 +55,7 @@ var coopSteal = true
 // coopSplitMin is the smallest descriptor a batched cooperative copy
 // splits (its back part is a page at least); smaller ones go whole with
 // the fronts.
-const coopSplitMin = 4 * pageSize
+const coopSplitMin = 3 * pageSize
 
 // coopShare is the owner's share of each descriptor: the back part,
 // whole pages, of coopBack. The owner's process_vm_writev of a batch of
@@ -70,7 +70,7 @@ const coopShare = 4
 
 // coopBack returns the bytes of a descriptor of n bytes that the owner is
 // offered.
-func coopBack(n int) int { return n / coopShare &^ (pageSize - 1) }
+func coopBack(n int) int { return (n/coopShare + pageSize/2) &^ (pageSize - 1) }
 
 // errBatchEntry is the owner's refusal of an entry of a batch table that
 // names no bytes.
