@@ -59,6 +59,12 @@ var coopSteal = true
 // the fronts.
 const coopSplitMin = 3 * pageSize
 
+// coopSplitBelow bounds the descriptors a batched cooperative copy
+// splits: windows of 128 KiB messages moved 0.82 times as much split as
+// fetched by the initiator alone in one call (medians of 7 interleaved
+// rounds), windows of 64 KiB messages 1.04-1.43 times.
+const coopSplitBelow = 96 << 10
+
 // coopShare is the owner's share of each descriptor: the back part,
 // whole pages, of coopBack. The owner's process_vm_writev of a batch of
 // back halves took 2-3 times as long as the initiator's process_vm_readv
@@ -89,7 +95,7 @@ func (p *port) startCoop(l *link, h uint64, k, total int) bool {
 	}
 	back := 0
 	for i := 0; i < k; i++ {
-		if n := int(p.batch.l[i].Len); n >= coopSplitMin {
+		if n := int(p.batch.l[i].Len); n >= coopSplitMin && n < coopSplitBelow {
 			back += coopBack(n)
 		}
 	}
@@ -101,7 +107,7 @@ func (p *port) startCoop(l *link, h uint64, k, total int) bool {
 	nb := 0
 	for i := 0; i < k; i++ {
 		n := int(p.batch.l[i].Len)
-		if n < coopSplitMin {
+		if n < coopSplitMin || n >= coopSplitBelow {
 			continue
 		}
 		half := coopBack(n)
