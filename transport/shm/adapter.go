@@ -74,7 +74,7 @@ type Adapter struct {
 		segment, cma, pipe, helped atomic.Uint64
 		atomicsDirect, atomics     atomic.Uint64
 		hugeAsked, hugeCollapsed   atomic.Uint64
-		cmaBatches                 atomic.Uint64
+		cmaBatches, coopBatches    atomic.Uint64
 	}
 
 	// lost holds, by local index, why a rank of the host that had closed
@@ -293,6 +293,9 @@ type Stats struct {
 	// CMABatches counts the calls that moved several small descriptors
 	// by cross-memory attach at once (batch.go).
 	CMABatches uint64
+	// CoopBatches counts those batches the owner was offered half of
+	// (coop.go); CMABatches counts them too.
+	CoopBatches uint64
 	// AtomicsDirect counts the remote atomics this rank performed as
 	// initiator on a peer's shared segment; Atomics those it performed as
 	// owner for a peer, on its own memory.
@@ -304,7 +307,7 @@ func (a *Adapter) Stats() Stats {
 	return Stats{
 		Segment: a.stats.segment.Load(), CMA: a.stats.cma.Load(), Pipe: a.stats.pipe.Load(), Helped: a.stats.helped.Load(),
 		HugeAsked: a.stats.hugeAsked.Load(), HugeCollapsed: a.stats.hugeCollapsed.Load(),
-		CMABatches:    a.stats.cmaBatches.Load(),
+		CMABatches: a.stats.cmaBatches.Load(), CoopBatches: a.stats.coopBatches.Load(),
 		AtomicsDirect: a.stats.atomicsDirect.Load(), Atomics: a.stats.atomics.Load(),
 	}
 }

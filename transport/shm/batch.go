@@ -54,16 +54,20 @@ const (
 )
 
 // cmaBatch holds the vectors of one batched call, so that it allocates
-// nothing.
+// nothing: l and r the whole descriptors, or their front halves in a
+// batched cooperative copy, bl and br their back halves.
 type cmaBatch struct {
-	l [batchMax]unix.Iovec
-	r [batchMax]unix.RemoteIovec
+	l  [batchMax]unix.Iovec
+	r  [batchMax]unix.RemoteIovec
+	bl [batchMax]unix.Iovec
+	br [batchMax]unix.RemoteIovec
 }
 
 // runBatch moves the small cross-memory attach descriptors at the head of
 // l's RDMA FIFO in one call, and returns how many it completed: 0 when
 // fewer than two qualify, or when the call failed (they then go the usual
-// way).
+// way). When the batch is split with the owner instead (startCoop), it
+// leaves the transfer in l.x and returns 0.
 func (p *port) runBatch(l *link) int {
 	a := p.a
 	pr := l.pr
@@ -117,14 +121,10 @@ func (p *port) runBatch(l *link) int {
 		p.batch.clear(k)
 		return 0
 	}
-	var got int
-	var err error
-	for {
-		got, err = vmCopy(kind == transport.Put, pr.pub.pid, p.batch.l[:k], p.batch.r[:k])
-		if err != unix.EINTR {
-			break
-		}
+	if p.startCoop(l, h, k, total) {
+		return 0
 	}
+	got, err := vmCopyAll(kind == transport.Put, pr.pub.pid, p.batch.l[:k], p.batch.r[:k])
 	slot.Store(0)
 	p.batch.clear(k)
 	if err != nil || got != total {
@@ -140,9 +140,20 @@ func (p *port) runBatch(l *link) int {
 	return k
 }
 
+// vmCopyAll is vmCopy, made again while interrupted.
+func vmCopyAll(write bool, pid int, l []unix.Iovec, r []unix.RemoteIovec) (int, error) {
+	for {
+		got, err := vmCopy(write, pid, l, r)
+		if err != unix.EINTR {
+			return got, err
+		}
+	}
+}
+
 // clear drops the batch's references to the first k local buffers.
 func (b *cmaBatch) clear(k int) {
 	for i := 0; i < k; i++ {
 		b.l[i].Base = nil
+		b.bl[i].Base = nil
 	}
 }

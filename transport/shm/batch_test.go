@@ -151,3 +151,119 @@ func TestDeregisterWaitsForBatch(t *testing.T) {
 		t.Fatal("deregistration did not return once the claim was released")
 	}
 }
+
+// A window of mid-size GETs or PUTs toward an owner that is advancing is
+// split with it: the initiator moves the front half of each descriptor in
+// one call and the owner the back halves in one of its own, and every byte
+// lands where its descriptor says. Toward an owner that does not advance,
+// the initiator moves both halves.
+func TestBatchedCoop(t *testing.T) {
+	ads, regs := world(t, 2, shm.Options{RDMASlots: 64})
+	defer ads[0].Close()
+	defer ads[1].Close()
+	p0, err := ads[0].Open(0, transport.NewDoorbell())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := ads[1].Open(0, transport.NewDoorbell())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := p0.Link(transport.Addr{Rank: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const k, size = 20, 40 << 10
+	mems := make([][]byte, k)
+	keys := make([]transport.Key, k)
+	for i := range mems {
+		mems[i] = make([]byte, size+i*1000)
+		if keys[i], err = regs[1].Register(mems[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill := func(b []byte, seed int) {
+		for j := range b {
+			b[j] = byte(seed*13 + j*7 + j>>12)
+		}
+	}
+	q := l.RDMA
+	var tail uint64
+	run := func(kind transport.RDMAKind, local [][]byte) {
+		t.Helper()
+		start := tail
+		for i := range local {
+			op := q.Slot(tail)
+			op.Kind, op.Local, op.Key, op.Off = kind, local[i], keys[i], 8
+			tail++
+		}
+		q.Publish(tail)
+		deadline := time.Now().Add(30 * time.Second)
+		for q.TransferCounter().Load() != tail {
+			if time.Now().After(deadline) {
+				t.Fatal("transfers did not complete")
+			}
+			p0.Progress()
+		}
+		for i := range local {
+			if err := q.Status(start + uint64(i)); err != nil {
+				t.Fatalf("%v %d: %v", kind, i, err)
+			}
+			if !bytes.Equal(local[i], mems[i][8:]) {
+				t.Fatalf("%v %d moved the wrong bytes", kind, i)
+			}
+		}
+	}
+	local := make([][]byte, k)
+	for i := range local {
+		local[i] = make([]byte, len(mems[i])-8)
+	}
+
+	// The owner advances, and the initiator leaves it the back halves.
+	stop := make(chan struct{})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				p1.Progress()
+			}
+		}
+	}()
+	restore := shm.CoopOwnerOnly()
+	for round := range 3 {
+		for i := range mems {
+			fill(mems[i], round*k+i)
+		}
+		s0, s1 := ads[0].Stats(), ads[1].Stats()
+		run(transport.Get, local)
+		if ads[0].Stats().CoopBatches == s0.CoopBatches || ads[1].Stats().Helped == s1.Helped {
+			t.Fatalf("round %d: GETs not split with the owner (batches %d, owner moved %d bytes)", round,
+				ads[0].Stats().CoopBatches-s0.CoopBatches, ads[1].Stats().Helped-s1.Helped)
+		}
+		for i := range local {
+			fill(local[i], 1000+round*k+i)
+		}
+		s0, s1 = ads[0].Stats(), ads[1].Stats()
+		run(transport.Put, local)
+		if ads[0].Stats().CoopBatches == s0.CoopBatches || ads[1].Stats().Helped == s1.Helped {
+			t.Fatalf("round %d: PUTs not split with the owner", round)
+		}
+	}
+	restore()
+	close(stop)
+	<-served
+
+	// The owner's contexts do not advance: the initiator moves it all.
+	for i := range mems {
+		fill(mems[i], 77+i)
+	}
+	s0 := ads[0].Stats()
+	run(transport.Get, local)
+	if ads[0].Stats().CoopBatches == s0.CoopBatches {
+		t.Fatal("GETs toward an idle owner were not offered to it")
+	}
+}

@@ -40,6 +40,14 @@ import (
 //     stores wr; the side that consumes loads wr, copies bytes out, then
 //     stores rd; the producer loads rd before it overwrites a chunk. At the
 //     start of a request both sides set their own counter to base.
+//   - Batched cooperative copy (reqBatch, batch.go). The initiator fills
+//     the first piece entries of tab (plain stores) before seq, as the
+//     other request words. The batch has two pieces under claim: 0, the
+//     front halves of its descriptors, which the initiator claimed in the
+//     request, and 1, their back halves, which tab describes. Whoever
+//     claims piece 1 moves every back half in one call; the owner reads tab
+//     only after its claim succeeded, and the initiator rewrites it only
+//     once done has both bits, so the owner reads one batch's entries.
 type channel struct {
 	seq   atomic.Uint64 // request id, stored last
 	mode  atomic.Uint64 // reqPipe or reqHelp, | kind<<8
@@ -73,6 +81,16 @@ type channel struct {
 	_     [56]byte
 	rd    atomic.Uint64
 	_     [56]byte
+
+	tab [batchMax]batchEntry // batched: the back halves of the batch
+}
+
+// batchEntry names the back half of one descriptor of a batched
+// cooperative copy: bytes [off, off+n) of the owner's region key, to or
+// from the initiator's address laddr. The owner checks it as any request
+// (regions.AcquireFor) before it moves a byte.
+type batchEntry struct {
+	key, off, n, laddr uint64
 }
 
 // Request modes.
@@ -80,6 +98,7 @@ const (
 	reqPipe   = 1
 	reqHelp   = 2
 	reqAtomic = 3
+	reqBatch  = 4
 )
 
 // Status codes of a refused request.

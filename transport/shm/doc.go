@@ -80,6 +80,11 @@
 // one vectored system call of up to 1 MiB (batch.go), since a call costs
 // more than copying a few kilobytes. A window of messages that their
 // receiver fetches (amigo's STOP, see stopWorth there) becomes a few calls.
+// A batch of some 256 KiB or more (coopMin) is split with the owner
+// (coop.go): the initiator moves the fronts of its descriptors in one call
+// and the owner a quarter of each, the backs, in one of its own, one
+// request per batch; an owner that does not take its part in time leaves
+// it to the initiator.
 // These calls, like every cross-memory attach, are raw system calls
 // (vmCopy): a rank bound to one core keeps its processor through them.
 //

@@ -43,3 +43,11 @@ func HoldRing(a *Adapter, owner, i int) (release func()) {
 // SetAttachHook sets the function Start calls before it maps the segment of
 // each rank of the host.
 func SetAttachHook(f func(rank, pid int)) { attachHook = f }
+
+// CoopOwnerOnly makes initiators of batched cooperative copies wait for
+// the owner to move the back halves, and returns the function that undoes
+// it.
+func CoopOwnerOnly() (restore func()) {
+	coopSteal = false
+	return func() { coopSteal = true }
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -239,6 +240,53 @@ func TestHostileRequests(t *testing.T) {
 			a0.self.ringHolder(int(c.ring)).Store(0)
 		}
 	}
+	// Batched cooperative copies of PUTs: a table the owner refuses, or an
+	// entry of it, leaves the region untouched; a refused entry gives the
+	// owner's part back (redo).
+	src := bytes.Repeat([]byte{0x55}, 8192)
+	laddr := addrOf(src)
+	for i, c := range []struct {
+		entries uint64
+		tab     []batchEntry
+		taken   bool // the owner claims the part, then gives it back
+	}{
+		{0, nil, false},            // no entries
+		{batchMax + 1, nil, false}, // more than the table holds
+		{1, []batchEntry{{uint64(key), 0, 0, laddr}}, true},                                           // empty entry
+		{1, []batchEntry{{uint64(key), 4096, 8192, laddr}}, true},                                     // out of bounds
+		{1, []batchEntry{{uint64(key), ^uint64(0) - 3, 4096, laddr}}, true},                           // offset overflow
+		{2, []batchEntry{{uint64(key), 0, 4096, laddr}, {uint64(key) ^ 1<<30, 0, 4096, laddr}}, true}, // a forged key after a good entry
+	} {
+		id := uint64(50 + i)
+		for j, e := range c.tab {
+			ch.tab[j] = e
+		}
+		ch.done.Store(0)
+		ch.redo.Store(0)
+		ch.claim.Store(claimWord(id, 1, 2))
+		ch.mode.Store(reqBatch | uint64(transport.Put)<<8)
+		ch.key.Store(0)
+		ch.off.Store(0)
+		ch.n.Store(4096)
+		ch.piece.Store(c.entries)
+		ch.seq.Store(id)
+		a0.self.engineWork().Store(1)
+		for j := 0; j < 5; j++ {
+			a0.srv.serve()
+		}
+		if !bytes.Equal(mem, bytes.Repeat([]byte{0xAA}, 8192)) {
+			t.Fatalf("batch case %d: a refused batch wrote into the region", i)
+		}
+		_, front, back := claimParts(ch.claim.Load())
+		if c.taken && (back != 1 || ch.redo.Load() != 2 || ch.done.Load() != 2) {
+			t.Fatalf("batch case %d: claim %d-%d, redo %#x, done %#x: want the part taken and given back", i, front, back, ch.redo.Load(), ch.done.Load())
+		}
+		if !c.taken && back != 2 {
+			t.Fatalf("batch case %d: a refused batch was claimed", i)
+		}
+	}
+	runtime.KeepAlive(src)
+
 	// Atomic requests: each is refused with a status, and the region is
 	// untouched.
 	roKey, err := a0.regions.RegisterPerm(mem[:64], transport.PermGet)

@@ -38,7 +38,9 @@ import (
 //	                                contexts: a 64-byte link header, then
 //	                                a ring (package ring)
 //	chans[nlocal][nctx]             one per initiating peer context: its
-//	                                request and answer words (512 bytes)
+//	                                request and answer words (512 bytes),
+//	                                then the table of a batched
+//	                                cooperative copy (batchMax × 32 bytes)
 //	pool[chunk rings] (64 each)     who holds each chunk ring (pool.go)
 //	chunk rings[chunk rings]        the rings of the pipelined copy, each
 //	                                chunks × chunk bytes, held by one
@@ -59,7 +61,8 @@ const (
 	// which a build speaking 3 would refuse as corrupt. 5: a record's
 	// word is its packet's first 8 bytes, with the length in bits 48-63
 	// (a build speaking 4 reads records by a word in front of them).
-	segVersion = 5
+	// 6: a channel carries the table of a batched cooperative copy.
+	segVersion = 6
 
 	lineSize   = 64
 	pageSize   = 4096
@@ -71,7 +74,7 @@ const (
 	accessSlotSize  = 64
 	allocEntrySize  = 64
 	linkHeaderSize  = 64
-	chanHeaderSize  = 512
+	chanHeaderSize  = 512 + batchMax*32
 	poolEntrySize   = 64
 
 	tokenSize = 16

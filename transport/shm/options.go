@@ -46,8 +46,9 @@ type Options struct {
 	// the kernel allows) or "off" (default "auto").
 	CMA string
 	// Help lets an owner that is advancing copy part of a large segment or
-	// CMA transfer on its side while the initiator copies the rest, both
-	// cores at once (default true; HelpOff disables it).
+	// CMA transfer, or of a batch of smaller CMA transfers (coop.go), on
+	// its side while the initiator copies the rest, both cores at once
+	// (default true; HelpOff disables it).
 	HelpOff bool
 	// HelpMin is the smallest transfer split with the owner (default
 	// 128 KiB).

@@ -123,9 +123,10 @@ var failLine = regexp.MustCompile(`(?m)^rank (\d+): (\w+) with rank 3 failed: (.
 // surviving ranks go on exchanging among themselves; nothing is left in
 // /dev/shm or held open. Once with the automatic choice of ways (cross-memory
 // attach with the owner's help, here), once with the pipelined copy, which
-// needs the dead rank's engine.
+// needs the dead rank's engine; and once with windows of mid-size
+// transfers, which go in batches split with the owner (coop.go).
 func TestProcessKilled(t *testing.T) {
-	for _, way := range []string{"auto", "copy"} {
+	for _, way := range []string{"auto", "copy", "mid"} {
 		t.Run(way, func(t *testing.T) { testProcessKilled(t, way) })
 	}
 }
@@ -165,7 +166,11 @@ func rankMain(mode string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	defer cancel()
 	cfg := amigo.Config{Transport: "shm"}
+	mid := false
 	if way, ok := strings.CutPrefix(mode, "crash:"); ok {
+		if way == "mid" {
+			way, mid = "auto", true
+		}
 		cfg.Shm.RDMA = way
 		mode = "crash"
 	}
@@ -185,7 +190,7 @@ func rankMain(mode string) int {
 		return 1
 	}
 	defer c.Close()
-	r := &rankProg{c: c, ctx: ctx, x: c.Context(0)}
+	r := &rankProg{c: c, ctx: ctx, x: c.Context(0), mid: mid}
 	r.bar.counts = map[uint32]int{}
 	r.x.SetDispatch(barrierID, func(_ *amigo.Context, m *amigo.Message) {
 		if len(m.Header) == 4 {
@@ -226,6 +231,7 @@ type rankProg struct {
 	c   *amigo.Client
 	ctx context.Context
 	x   *amigo.Context
+	mid bool // crash: windows of mid-size transfers, not one large one
 	bar struct {
 		epoch  uint32
 		counts map[uint32]int
@@ -364,15 +370,26 @@ func (r *rankProg) crash() error {
 			return fmt.Errorf("operations with rank 3 still succeed after 60s")
 		}
 		k := amigo.NewCounter()
-		k.Add(1)
+		n, size := 1, len(local)
+		if r.mid {
+			n, size = 32, 48<<10
+		}
 		var err error
-		switch me {
-		case 0:
-			err = r.x.Send(peer, dataID, nil, make([]byte, big), k.Done())
-		case 1:
-			err = r.x.Get(peer, local, key, 0, k.Done())
-		case 2:
-			err = r.x.Put(peer, local, key, 0, k.Done())
+		for i := 0; i < n && err == nil; i++ {
+			k.Add(1)
+			part := local[i*size : (i+1)*size]
+			switch me {
+			case 0:
+				if r.mid {
+					err = r.x.Send(peer, dataID, nil, part, k.Done())
+				} else {
+					err = r.x.Send(peer, dataID, nil, make([]byte, big), k.Done())
+				}
+			case 1:
+				err = r.x.Get(peer, part, key, uint64(i*size), k.Done())
+			case 2:
+				err = r.x.Put(peer, part, key, uint64(i*size), k.Done())
+			}
 		}
 		if err != nil {
 			failed = err

@@ -72,6 +72,12 @@ type xfer struct {
 
 	timed bool      // the way was chosen by measurement: time it
 	t0    time.Time // start of a timed transfer
+
+	// A batched cooperative copy (coop.go): batch descriptors from the
+	// FIFO's head, front bytes of them moved by this side, backs entries
+	// of back halves (n bytes in all); short when a call failed.
+	batch, front, backs int
+	short               bool
 }
 
 // runRDMA advances the descriptors of the port's links.
@@ -87,6 +93,8 @@ func (p *port) runRDMA() int {
 					done += n
 					continue
 				}
+			}
+			if l.x == nil {
 				op := l.tl.RDMA.Next()
 				if op == nil {
 					break
@@ -113,6 +121,10 @@ func (p *port) runRDMA() int {
 			x := l.x
 			l.x = nil
 			p.active--
+			if x.batch > 0 {
+				done += p.endCoop(l, x)
+				continue
+			}
 			if x.timed && x.err == nil {
 				p.ways[x.pr.li].record(x.mode, x.n, time.Since(x.t0))
 			}
@@ -539,6 +551,8 @@ func (p *port) step(x *xfer) (moved, fin bool) {
 		return p.stepAtomic(x)
 	case x.mode == modePipe:
 		return p.stepPipe(x)
+	case x.batch > 0:
+		return p.stepCoop(x)
 	case x.help:
 		return p.stepHelp(x)
 	default:

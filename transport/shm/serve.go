@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync/atomic"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/amigo-hpc/amigo/transport"
 )
 
@@ -19,6 +21,11 @@ type server struct {
 	st     []serving    // by channel, li*nctx+d; under lock
 	act    []int        // channels with a request in progress; under lock
 	cma    cmaIO
+	// bl, br and bacc hold the vectors and accesses of one batched
+	// cooperative copy (stepBatch); under lock.
+	bl   [batchMax]unix.Iovec
+	br   [batchMax]unix.RemoteIovec
+	bacc [batchMax]transport.Access
 	// servedAtomic says an atomic was served since the engine last looked
 	// (it then lingers, see engine).
 	servedAtomic atomic.Bool
@@ -223,6 +230,9 @@ func (s *server) accept(r *serving, pr *peer) bool {
 			return true
 		}
 		return pr.cma
+	case reqBatch:
+		// piece: the entries of the batch table.
+		return r.piece >= 1 && r.piece <= batchMax && pr.cma
 	}
 	return refuse(stBadRequest, 0)
 }
@@ -276,8 +286,11 @@ func (s *server) step(r *serving) (int, bool) {
 	if pr == nil || pr.gone() || r.ch.seq.Load() != r.id {
 		return 0, true
 	}
-	if r.mode == reqHelp {
+	switch r.mode {
+	case reqHelp:
 		return s.stepHelp(r, pr)
+	case reqBatch:
+		return s.stepBatch(r, pr)
 	}
 	return s.stepPipe(r, pr)
 }
