@@ -25,6 +25,8 @@
 #     bandwidth (osu_bw, windows of 64 messages) is higher than a
 #     ping-pong's; it is printed below the table for reference only, with
 #     no fi_pingpong figure to compare it with.
+# Both run with bench_priority (bench/lib.sh): in a session of their own
+# whose group weighs more than the builds and tests others run meanwhile.
 # amibench also prints allocations per message on the Go side
 # (allocs_per_msg, of the 8-byte ping-pong). The script holds
 # /tmp/amigo-bench.lock while it runs, so that measurements on a shared
@@ -39,6 +41,7 @@ bench_lock "$@"
 ROUNDS=${ROUNDS:-5}
 PROVIDERS=${PROVIDERS:-"tcp;ofi_rxm shm"}
 bench_work
+bench_priority
 need_debs libfabric-dev libfabric-bin
 go build -tags ofi -o "$work/amibench" ./cmd/amibench
 M1=1048576
@@ -47,10 +50,10 @@ M1=1048576
 # this host), its figures kept under NAME as a JSON line.
 pingpong() {
   local name=$1 prov=$2 size=$3 iters=$4 out=""
-  timeout -k 5 120 fi_pingpong -p "$prov" -e rdm -S "$size" -I "$iters" >/dev/null 2>&1 &
+  timeout -k 5 120 ${prio[@]+"${prio[@]}"} fi_pingpong -p "$prov" -e rdm -S "$size" -I "$iters" >/dev/null 2>&1 &
   local srv=$!
   for _ in $(seq 50); do
-    if out=$(timeout -k 5 120 fi_pingpong -p "$prov" -e rdm -S "$size" -I "$iters" 127.0.0.1 2>/dev/null); then
+    if out=$(timeout -k 5 120 ${prio[@]+"${prio[@]}"} fi_pingpong -p "$prov" -e rdm -S "$size" -I "$iters" 127.0.0.1 2>/dev/null); then
       break
     fi
     out=""
