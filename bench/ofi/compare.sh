@@ -25,6 +25,8 @@
 #     bandwidth (osu_bw, windows of 64 messages) is higher than a
 #     ping-pong's; it is printed below the table for reference only, with
 #     no fi_pingpong figure to compare it with.
+# Both run with bench_priority (bench/lib.sh): in a session of their own
+# whose group weighs more than the builds and tests others run meanwhile.
 # amibench also prints allocations per message on the Go side
 # (allocs_per_msg, of the 8-byte ping-pong). The script holds
 # /tmp/amigo-bench.lock while it runs, so that measurements on a shared
@@ -39,18 +41,28 @@ bench_lock "$@"
 ROUNDS=${ROUNDS:-5}
 PROVIDERS=${PROVIDERS:-"tcp;ofi_rxm shm"}
 bench_work
+bench_priority
 need_debs libfabric-dev libfabric-bin
 go build -tags ofi -o "$work/amibench" ./cmd/amibench
 M1=1048576
+# fi_pingpong's server and client are bound to a core each, as amibench
+# binds its two ranks (--bind-to core, the default, on a host of two or
+# more cores): unbound, the two spinning processes shared a core in
+# rounds where other work held the other one.
+bind0=() bind1=()
+cores=($(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0))[:2])'))
+if [ ${#cores[@]} -ge 2 ] && command -v taskset >/dev/null; then
+  bind0=(taskset -c "${cores[0]}") bind1=(taskset -c "${cores[1]}")
+fi
 
 # pingpong NAME PROV SIZE ITERS: one fi_pingpong run (server and client on
 # this host), its figures kept under NAME as a JSON line.
 pingpong() {
   local name=$1 prov=$2 size=$3 iters=$4 out=""
-  timeout -k 5 120 fi_pingpong -p "$prov" -e rdm -S "$size" -I "$iters" >/dev/null 2>&1 &
+  timeout -k 5 120 ${prio[@]+"${prio[@]}"} ${bind0[@]+"${bind0[@]}"} fi_pingpong -p "$prov" -e rdm -S "$size" -I "$iters" >/dev/null 2>&1 &
   local srv=$!
   for _ in $(seq 50); do
-    if out=$(timeout -k 5 120 fi_pingpong -p "$prov" -e rdm -S "$size" -I "$iters" 127.0.0.1 2>/dev/null); then
+    if out=$(timeout -k 5 120 ${prio[@]+"${prio[@]}"} ${bind1[@]+"${bind1[@]}"} fi_pingpong -p "$prov" -e rdm -S "$size" -I "$iters" 127.0.0.1 2>/dev/null); then
       break
     fi
     out=""

@@ -101,10 +101,13 @@ type Adapter struct {
 	// hostCPUs is the number of processors the ranks of this host may run
 	// on together, stored by Start; 0 if unknown.
 	hostCPUs atomic.Int32
-	regions  *transport.Regions
-	rank     int
-	size     int
-	local    int
+	// procsHeld says that Start raised GOMAXPROCS (procs.go) and Close
+	// must release it; under mu.
+	procsHeld bool
+	regions   *transport.Regions
+	rank      int
+	size      int
+	local     int
 
 	info       *C.struct_fi_info
 	fab        *C.struct_fid_fabric
@@ -392,6 +395,9 @@ func (a *Adapter) Start(ctx context.Context) error {
 	a.mu.Lock()
 	a.peers = peers
 	a.addrs = make([][]C.fi_addr_t, a.size)
+	if !a.procsHeld && !a.closed.Load() && !a.Oversubscribed() {
+		a.procsHeld = raiseProcs()
+	}
 	a.mu.Unlock()
 	return nil
 }
@@ -488,6 +494,13 @@ func (a *Adapter) Close() error {
 	}
 	a.mu.Unlock()
 	a.release()
+	a.mu.Lock()
+	held := a.procsHeld
+	a.procsHeld = false
+	a.mu.Unlock()
+	if held {
+		releaseProcs()
+	}
 	if os.Getenv("AMIGO_OFI_STATS") != "" {
 		a.opts.Logf("rank %d: closed", a.rank)
 	}

@@ -77,7 +77,8 @@
 //     port timed to fit when it opened: dozens over shm, none where a read
 //     is a system call), so that an arriving message is seen within a
 //     read of the queues rather than within a pass of the AMI's progress
-//     loop. A context sleeps on its completion queues (sleep.go).
+//     loop. A context sleeps on its completion queues (sleep.go), whose
+//     file descriptors join its epoll set only for the sleep.
 //  7. A provider error on an operation toward a peer, a goodbye from a
 //     closing peer, or a link left waiting for its peer longer than
 //     Options.Timeout fails the link with a *transport.PeerError naming
@@ -94,4 +95,12 @@
 // context; the domain, the address vector and the region table are
 // shared, so the adapter asks for FI_THREAD_SAFE. The adapter's mutex
 // guards its tables and is taken on slow paths only.
+//
+// A call into the provider holds its goroutine's P for as long as it
+// lasts, which may be tens of microseconds (shm copies a large GET inside
+// fi_read). In a process with a single P (a rank bound to one core), the
+// Go runtime takes the P from such a call and keeps its monitor thread
+// waking every 20 us on the rank's core; so Start raises GOMAXPROCS from
+// 1 to 2 on a host that is not oversubscribed, unless the environment set
+// GOMAXPROCS, and the last adapter to close gives the 1 back (procs.go).
 package ofi

@@ -19,9 +19,9 @@ import (
 
 // A context whose doorbell is the adapter's (Doorbell) sleeps on the wait
 // objects of its endpoint's completion queues: a waiter epolls their file
-// descriptors and an eventfd that in-process rings write, after
-// fi_trywait said that nothing is pending, so that a message arriving
-// wakes the sleeping thread itself. A provider without file descriptors
+// descriptors (in its epoll set only while it sleeps, watchQueues) and an
+// eventfd that in-process rings write, after fi_trywait said that nothing
+// is pending, so that a message arriving wakes the sleeping thread itself. A provider without file descriptors
 // (FI_WAIT_NONE) gets sleeps of at most noFDSlice, after which the
 // context polls again.
 //
@@ -81,28 +81,51 @@ func newWaiter(a *Adapter, e *endpoint) (*waiter, error) {
 		return nil, err
 	}
 	w := &waiter{a: a, e: e, epfd: epfd, evfd: evfd, fds: e.txfd >= 0 && e.rxfd >= 0}
-	add := func(fd int, tag int32) error {
-		return unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: tag})
-	}
-	err = add(evfd, -1)
-	if err == nil && w.fds {
-		if err = add(e.txfd, 0); err == nil {
-			err = add(e.rxfd, 1)
-		}
-	}
-	if err != nil {
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, evfd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: -1}); err != nil {
 		w.close()
 		return nil, err
 	}
 	return w, nil
 }
 
+// watchQueues adds the completion queues' file descriptors to the
+// waiter's epoll set (on) or takes them out. They are in it only while
+// Wait sleeps: a provider whose queues' descriptors stand for others
+// (tcp;ofi_rxm's, its connections' sockets, an epoll set inside an epoll
+// set) passes every arriving message up through each set watched, and
+// one more, watched by nobody awake, made the 8-byte ping-pong slower.
+// A descriptor added while it is ready is reported at once (epoll looks
+// at it when it is added), so nothing that arrived before is missed.
+// It tries both descriptors whatever the first answers, and returns the
+// first error.
+func (w *waiter) watchQueues(on bool) error {
+	var first error
+	for tag, fd := range [2]int{w.e.txfd, w.e.rxfd} {
+		var err error
+		if on {
+			err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(tag)})
+		} else {
+			err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // Wait sleeps until a completion queue of the endpoint has something,
 // Wake is called, or timeout elapses. It writes nothing the context's
 // goroutine reads.
 func (w *waiter) Wait(timeout time.Duration) bool {
-	if w.fds && w.p.Load() != nil && w.pending() {
-		return true // completions wait to be read
+	if w.fds && w.p.Load() != nil {
+		poll, watching := w.prepare()
+		if poll {
+			return true // completions wait to be read
+		}
+		if watching {
+			defer w.unwatch()
+		}
 	}
 	slice := timeout
 	if !w.fds && w.p.Load() != nil {
@@ -135,12 +158,35 @@ func (w *waiter) Wait(timeout time.Duration) bool {
 	return true
 }
 
-// pending reports whether the endpoint has completions to read or must
-// be progressed before its file descriptors can be waited on.
-func (w *waiter) pending() bool {
+// prepare readies a sleep on the endpoint's queues: poll says that they
+// have completions to read or must be progressed first (fi_trywait), else
+// watching says that their file descriptors joined the epoll set, for
+// unwatch to take out after the sleep. The adapter's mutex keeps the
+// endpoint open meanwhile.
+func (w *waiter) prepare() (poll, watching bool) {
 	w.a.mu.Lock()
 	defer w.a.mu.Unlock()
-	return w.e.ep != nil && C.amigo_trywait(w.a.fab, w.e.txcq, w.e.rxcq) != 0
+	if w.e.ep == nil {
+		return false, false
+	}
+	if C.amigo_trywait(w.a.fab, w.e.txcq, w.e.rxcq) != 0 {
+		return true, false
+	}
+	if err := w.watchQueues(true); err != nil {
+		_ = w.watchQueues(false)
+		return true, false
+	}
+	return false, true
+}
+
+// unwatch takes the queues' file descriptors out of the epoll set (those
+// of an endpoint closed meanwhile left it when they were closed).
+func (w *waiter) unwatch() {
+	w.a.mu.Lock()
+	defer w.a.mu.Unlock()
+	if w.e.ep != nil {
+		_ = w.watchQueues(false)
+	}
 }
 
 // Wake makes the current or next Wait return.
