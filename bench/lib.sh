@@ -127,5 +127,8 @@ ucx_run() {
     echo "{\"run\":\"$name\",\"failed\":true}" >>"$work/results"
     return 0
   fi
-  echo "$line" | awk -v run="$name" -v size="$size" '{printf "{\"run\":\"%s\",\"size\":%d,\"latency_us\":%s,\"mb_per_s\":%.3f,\"messages_per_s\":%s}\n", run, size, $3, $6*1.048576, $8}' >>"$work/results"
+  # A figure UCX could not compute (a latency of "inf" in a bandwidth
+  # test) is left out, so that the line stays JSON.
+  echo "$line" | awk -v run="$name" -v size="$size" 'function num(k, v) { return v ~ /^[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$/ ? sprintf(",\"%s\":%s", k, v) : "" }
+    {printf "{\"run\":\"%s\",\"size\":%d%s,\"mb_per_s\":%.3f%s}\n", run, size, num("latency_us", $3), $6*1.048576, num("messages_per_s", $8)}' >>"$work/results"
 }

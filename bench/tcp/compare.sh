@@ -37,6 +37,9 @@ need_debs ucx-utils
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 go build -o "$work/plain" ./bench/tcp/plain
 go build -o "$work/amibench" ./cmd/amibench
+# Every run (the baseline, amigo and UCX alike) takes the processors before
+# other sessions' builds and tests (bench_priority).
+bench_priority
 
 M1=1048576
 M4=4194304
@@ -56,7 +59,14 @@ done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$work/results" "$UCX_NET_DEVICES" <<'PY'
 import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = []
+for l in open(sys.argv[1]):
+    if not l.strip():
+        continue
+    try:
+        rows.append(json.loads(l))
+    except ValueError:
+        print(f"skipped a line that is not JSON: {l.strip()}", file=sys.stderr)
 def vals(run, key, size):
     return [r[key] for r in rows if r.get("run") == run and key in r and r.get("size") == size]
 def med(run, key, size):
