@@ -81,6 +81,8 @@ type conn struct {
 	dialed bool           // this side connected (for its link); else it accepted
 	peer   transport.Addr // the context at the other end
 	remote string         // its network address, for messages
+	// handing: handOver waits for the peer's connection to take the link.
+	handing atomic.Bool
 
 	// The connection's roles (see frame.go: one connection per pair).
 	// out: it carries a link of this side's, written by the write side

@@ -19,7 +19,7 @@ func TestLinkUpAfterGoodbye(t *testing.T) {
 	exchange(t, b, a, to, from, 1) // b's link to a is up
 
 	release := make(chan struct{})
-	connectHook = func() { <-release }
+	connectHook = func(*port) { <-release }
 	defer func() { connectHook = nil }()
 	l, err := a.Link(to)
 	if err != nil {

@@ -198,14 +198,15 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 	return l, nil
 }
 
-// connectHook, when set (by tests only), runs before a link dials.
-var connectHook func()
+// connectHook, when set (by tests only), runs before a link of the port
+// dials.
+var connectHook func(*port)
 
 // connect dials the target, runs the handshake and attaches the socket.
 func (c *conn) connect(ctx context.Context, addr string) {
 	defer c.wg.Done()
 	if connectHook != nil {
-		connectHook()
+		connectHook(c.p)
 	}
 	a := c.a
 	var d net.Dialer
@@ -264,8 +265,14 @@ func (p *port) reusable(to transport.Addr) *conn {
 // beginning. c then ends without failing the link.
 func (c *conn) handOver() {
 	p := c.p
+	c.handing.Store(true)
+	defer c.handing.Store(false)
+	if handOverHook != nil {
+		handOverHook(p)
+	}
 	deadline := time.Now().Add(c.a.opts.Timeout)
 	wait := 20 * time.Microsecond
+	var closedAt time.Time
 	for {
 		if c.failure.Load() != nil {
 			return
@@ -306,7 +313,12 @@ func (c *conn) handOver() {
 			}
 			return
 		}
-		if time.Now().After(deadline) || p.closed.Load() {
+		// A closing port waits too, for closeFlush (Close waits for the
+		// hand-over): the link may hold packets queued before the close.
+		if p.closed.Load() && closedAt.IsZero() {
+			closedAt = time.Now()
+		}
+		if time.Now().After(deadline) || !closedAt.IsZero() && time.Since(closedAt) > closeFlush {
 			c.failPeer(fmt.Errorf("%w: the peer's connection to this context did not come", transport.ErrUnreachable))
 			return
 		}
@@ -314,6 +326,9 @@ func (c *conn) handOver() {
 		wait = min(2*wait, time.Millisecond)
 	}
 }
+
+// handOverHook, when set (by tests only), runs as a hand-over starts.
+var handOverHook func(*port)
 
 // errHandedOver ends a connection whose link another connection took.
 var errHandedOver = errors.New("tcp: link handed over")
@@ -336,11 +351,14 @@ func (c *conn) attachOrClose(nc *net.TCPConn) {
 // alike); otherwise both connections stay, one per direction.
 func (p *port) admitLocked(h hello) uint8 {
 	from := h.from
-	if p.closed.Load() {
-		return verdictClosed
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed.Load() && !p.handingTo(from) {
+		// A closing port takes only the connection a link of its own
+		// is being handed over to (handOver), so that what the link
+		// queued before the close still leaves.
+		return verdictClosed
+	}
 	// A peer that said goodbye on one connection (a failure of
 	// transport.ErrClosed) may still be bringing up its own link to this
 	// port, with packets queued on it before it began to close: it says
@@ -362,6 +380,17 @@ func (p *port) admitLocked(h hello) uint8 {
 		}
 	}
 	return verdictOK
+}
+
+// handingTo reports whether a link of this port to peer waits in handOver
+// for the peer's connection. The caller holds p.mu.
+func (p *port) handingTo(peer transport.Addr) bool {
+	for _, c := range p.list(&p.outs) {
+		if c.peer == peer && c.handing.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // lower orders context addresses, by rank and then context.
@@ -712,16 +741,25 @@ func (p *port) Close() error {
 	if !p.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	// A connection still in its handshake, or handing its link over to
+	// the peer's connection (both bounded by Options.Timeout), settles
+	// first: its peer may count it up already, and would take a silent
+	// close for a loss; and a link handed over goes out on the peer's
+	// connection, which must say goodbye after it.
 	p.mu.Lock()
 	conns := p.all()
+	p.mu.Unlock()
+	for _, c := range conns {
+		for !c.ready.Load() && c.failure.Load() == nil {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	p.mu.Lock()
+	conns = p.all()
 	p.mu.Unlock()
 	// Say goodbye after what is queued (acks of what the context took
 	// among it), waiting a little for a writer that holds a socket.
 	for _, c := range conns {
-		// A connection still in its handshake (which Options.Timeout
-		// bounds) gets the same goodbye once it is up: its peer may
-		// count it up already, and would take a silent close for a
-		// loss.
 		for !c.ready.Load() && c.failure.Load() == nil {
 			time.Sleep(50 * time.Microsecond)
 		}
