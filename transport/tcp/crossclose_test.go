@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/amigo-hpc/amigo/transport"
 )
 
 // Both contexts of a pair link to each other at once, so that one
@@ -29,7 +31,7 @@ func TestCrossingLinksCloseFirst(t *testing.T) {
 		ads, _, _ := newWorld(t, 2, Options{})
 		ports := openAll(t, ads)
 		a, b := ports[0], ports[1]
-		ra, rb := addr(0, 0), addr(1, 0)
+		rb := addr(1, 0)
 		ap, bp := a.(*port), b.(*port)
 		bDialed := make(chan struct{})
 		connectHook = func(p *port) {
@@ -46,16 +48,7 @@ func TestCrossingLinksCloseFirst(t *testing.T) {
 				close(bDialed)
 			}
 		}
-		la, err := a.Link(rb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lb, err := b.Link(ra)
-		if err != nil {
-			t.Fatal(err)
-		}
-		(&producer{l: la}).send([]byte("from a"))
-		(&producer{l: lb}).send([]byte("from b"))
+		linkBoth(t, a, b)
 		closed := make(chan error, 1)
 		go func() {
 			<-bDialed
@@ -97,16 +90,7 @@ func crossingClose(t *testing.T, round int) {
 		}
 	}
 	defer func() { connectHook, handOverHook = nil, nil }()
-	la, err := a.Link(rb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lb, err := b.Link(ra)
-	if err != nil {
-		t.Fatal(err)
-	}
-	(&producer{l: la}).send([]byte("from a"))
-	(&producer{l: lb}).send([]byte("from b"))
+	linkBoth(t, a, b)
 	gate.Done()
 	var ca, cb collector
 	deadline := time.Now().Add(20 * time.Second)
@@ -140,4 +124,20 @@ func crossingClose(t *testing.T, round int) {
 		t.Fatal(err)
 	}
 	ads[0].Close()
+}
+
+// linkBoth links a (rank 0) and b (rank 1) to each other and queues a
+// packet on each link.
+func linkBoth(t *testing.T, a, b transport.Port) {
+	t.Helper()
+	la, err := a.Link(addr(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Link(addr(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	(&producer{l: la}).send([]byte("from a"))
+	(&producer{l: lb}).send([]byte("from b"))
 }
