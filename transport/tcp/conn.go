@@ -734,6 +734,13 @@ func (c *conn) buildBatch() bool {
 			pos++
 		}
 		c.issued.Store(pos)
+		if c.q.At(pos) != nil {
+			// Requests wait for answers (or for room in the batch):
+			// the packets wait behind them, as a packet may have been
+			// injected after them (a PutNotify's notification after
+			// its Put). The answers kick the write side (answered).
+			msgTail = c.msg.Position()
+		}
 		peeked := c.peeked.Load()
 		first := true
 		for w.room(frameBase+copyMax) && c.msg.Position() < msgTail {
