@@ -141,3 +141,57 @@ func linkBoth(t *testing.T, a, b transport.Port) {
 	(&producer{l: la}).send([]byte("from a"))
 	(&producer{l: lb}).send([]byte("from b"))
 }
+
+// As TestCrossingLinksClose, but the higher side's port closes just as
+// its hand-over ended the link's own connection, before the winning
+// connection took the link: Close waits for the hand-over, and its
+// goodbye leaves after the link's packet. (The goodbye went out first,
+// and the packet was lost behind it.) The hand-over waits there until the
+// goodbye is written, or for a second.
+func TestCrossingLinksCloseMidHandOver(t *testing.T) {
+	for round := 0; round < 3; round++ {
+		ads, _, _ := newWorld(t, 2, Options{})
+		ports := openAll(t, ads)
+		a, b := ports[0], ports[1]
+		rb := addr(1, 0)
+		bp := b.(*port)
+		var gate sync.WaitGroup
+		gate.Add(1)
+		closed := make(chan error, 1)
+		connectHook = func(*port) { gate.Wait() }
+		handedHook = func(p *port, r *conn) {
+			if p != bp {
+				return
+			}
+			go func() { closed <- bp.Close() }()
+			for deadline := time.Now().Add(time.Second); !r.byeSent.Load() && time.Now().Before(deadline); {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		linkBoth(t, a, b)
+		gate.Done()
+		var ca collector
+		deadline := time.Now().Add(10 * time.Second)
+		for ca.count(rb) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: a never got b's packet", round)
+			}
+			a.Progress()
+			a.Poll(&ca, 64)
+		}
+		if got := string(ca.pkts[rb][0]); got != "from b" {
+			t.Fatalf("round %d: a got %q", round, got)
+		}
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: b's close did not return", round)
+		}
+		connectHook, handedHook = nil, nil
+		ads[0].Close()
+		ads[1].Close()
+	}
+}

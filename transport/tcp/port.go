@@ -283,6 +283,9 @@ func (c *conn) handOver() {
 				r.link, r.msg, r.q = nil, nil, nil
 				return
 			}
+			if handedHook != nil {
+				handedHook(p, r)
+			}
 			if !r.adoptOut() {
 				// It failed meanwhile: the link goes with it.
 				r.link, r.msg, r.q = nil, nil, nil
@@ -327,8 +330,13 @@ func (c *conn) handOver() {
 	}
 }
 
-// handOverHook, when set (by tests only), runs as a hand-over starts.
-var handOverHook func(*port)
+// handOverHook, when set (by tests only), runs as a hand-over starts;
+// handedHook once the link's own connection ended, before r takes the
+// link.
+var (
+	handOverHook func(*port)
+	handedHook   func(p *port, r *conn)
+)
 
 // errHandedOver ends a connection whose link another connection took.
 var errHandedOver = errors.New("tcp: link handed over")
@@ -732,6 +740,15 @@ func (p *port) keepalive(elapsed time.Duration) {
 	}
 }
 
+// settling reports whether a connection is still in its handshake, or
+// handing its link over to the peer's connection: the hand-over ends the
+// connection (errHandedOver) before the other connection carries the
+// link, and a goodbye said on that one in between would go out ahead of
+// the link's packets.
+func (c *conn) settling() bool {
+	return !c.ready.Load() && c.failure.Load() == nil || c.handing.Load()
+}
+
 // closeFlush bounds how long Close waits for the last writes of a port.
 const closeFlush = 100 * time.Millisecond
 
@@ -750,7 +767,7 @@ func (p *port) Close() error {
 	conns := p.all()
 	p.mu.Unlock()
 	for _, c := range conns {
-		for !c.ready.Load() && c.failure.Load() == nil {
+		for c.settling() {
 			time.Sleep(50 * time.Microsecond)
 		}
 	}
