@@ -471,6 +471,30 @@ type writeState struct {
 	scratch [scratchSize]byte
 	sn      int
 	reps    int // replies in the batch
+
+	// Packets and requests leave in the order the AMI injected them
+	// (Link.Ordered), also while requests wait for the target's reply
+	// queue (buildBatch): a packet leaves once every request injected
+	// before it has. Every packet below freeTo was injected before every
+	// request not yet written; snapM and snapR (if snap) are the link's
+	// descriptor buffer and RDMA FIFO tails, loaded in that order, so
+	// that every packet below snapM was injected before the requests
+	// from snapR on: they may leave once the requests below snapR have.
+	freeTo       uint64
+	snapM, snapR uint64
+	snap         bool
+}
+
+// heldTail returns how far packets may leave while the requests from pos
+// wait, given the tails m and r just loaded (m first).
+func (w *writeState) heldTail(m, r, pos uint64) uint64 {
+	if w.snap && pos >= w.snapR {
+		w.freeTo, w.snap = w.snapM, false
+	}
+	if !w.snap {
+		w.snapM, w.snapR, w.snap = m, r, true
+	}
+	return w.freeTo
 }
 
 // hasOutgoing reports whether the initiator side has something to write or
@@ -706,6 +730,7 @@ func (c *conn) buildBatch() bool {
 		// even when another goroutine builds this batch while the AMI
 		// injects (Link.Ordered).
 		msgTail := c.link.Msg.Tail()
+		rdmaTail := c.q.Tail()
 		pos := c.issued.Load()
 		// At most replySlots requests unanswered: the target then
 		// always has room to queue a reply, so its reading of this
@@ -734,12 +759,10 @@ func (c *conn) buildBatch() bool {
 			pos++
 		}
 		c.issued.Store(pos)
-		if c.q.At(pos) != nil {
-			// Requests wait for answers (or for room in the batch):
-			// the packets wait behind them, as a packet may have been
-			// injected after them (a PutNotify's notification after
-			// its Put). The answers kick the write side (answered).
-			msgTail = c.msg.Position()
+		if pos < rdmaTail {
+			msgTail = w.heldTail(msgTail, rdmaTail, pos)
+		} else {
+			w.freeTo, w.snap = msgTail, false
 		}
 		peeked := c.peeked.Load()
 		first := true

@@ -71,9 +71,10 @@
 //     target's answer; an initiator has at most as many requests
 //     unanswered as the target queues replies for, so a side that reads
 //     the peer's requests never waits for reply room while the peer waits
-//     for it to read its answers on the same connection. Packets wait
-//     behind requests held back so: a packet injected after a PUT (a
-//     PutNotify's notification) is read after the PUT's data landed.
+//     for it to read its answers on the same connection. A packet
+//     injected after requests held back so waits behind them: a packet
+//     injected after a PUT (a PutNotify's notification) is read after
+//     the PUT's data landed.
 //  8. A connection that breaks, carries anything no correct peer sends, or
 //     stays silent longer than Options.Timeout (idle connections carry a
 //     ping every Timeout/4; TCP keepalive probes too) fails: every
