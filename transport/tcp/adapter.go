@@ -379,6 +379,9 @@ func (a *Adapter) serve(nc *net.TCPConn) {
 		return
 	}
 	_ = nc.SetDeadline(time.Time{})
+	if acceptedHook != nil {
+		acceptedHook(a)
+	}
 	a.stats.accepted.Add(1)
 	processStats.accepted.Add(1)
 	a.mu.Lock()
@@ -394,6 +397,10 @@ func (a *Adapter) serve(nc *net.TCPConn) {
 	}
 	a.mu.Unlock()
 }
+
+// acceptedHook, when set (by tests only), runs once a connection was
+// admitted, before its port takes it.
+var acceptedHook func(*Adapter)
 
 // admit decides, once an initiator proved itself, whether its link is
 // taken.

@@ -3,6 +3,7 @@ package tcp
 import (
 	"bytes"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,5 +158,42 @@ func TestPairGetsBothWays(t *testing.T) {
 	}
 	if got := connected(ads); got[0] != 1 || got[1] != 1 {
 		t.Fatal(fmt.Sprintf("connections attached per rank: %v, want one each", got))
+	}
+}
+
+// The lower side admits the higher one's connection and, before its port
+// takes the connection, makes a link of its own to it: the connection the
+// higher side was told to use stays (the pair then has two, one per
+// direction), rather than close under it without notice.
+func TestLinkWhileAdmitting(t *testing.T) {
+	admitted, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	acceptedHook = func(*Adapter) {
+		once.Do(func() {
+			close(admitted)
+			<-resume
+		})
+	}
+	defer func() { acceptedHook = nil }()
+	ads, _, log := newWorld(t, 2, Options{RingSlots: 64})
+	ports := openAll(t, ads)
+	a0, a1 := addr(0, 0), addr(1, 0)
+	mustLink(t, ports[1], a0)
+	select {
+	case <-admitted:
+	case <-time.After(20 * time.Second):
+		t.Fatal("rank 0 admitted no connection in 20s")
+	}
+	mustLink(t, ports[0], a1)
+	close(resume)
+	exchange(t, ports[1], ports[0], a1, a0, 100)
+	exchange(t, ports[0], ports[1], a0, a1, 100)
+	for i, a := range ads {
+		if s := a.Stats(); s.Refused != 0 || s.Failed != 0 {
+			t.Fatalf("rank %d: %d refused and %d failed connections", i, s.Refused, s.Failed)
+		}
+	}
+	if log.has("failed") || log.has("refused") {
+		t.Fatal("a connection failed or was refused")
 	}
 }

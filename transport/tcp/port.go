@@ -409,7 +409,10 @@ func lower(a, b transport.Addr) bool {
 // adoptLocked makes an authenticated connection one of the port's links
 // in. The caller holds a.mu.
 func (p *port) adoptLocked(pc pendingConn) {
-	if p.admitLocked(pc.h) != verdictOK {
+	// The initiator was told verdictOK and counts the connection up: if
+	// this port has made a link of its own to it since, both connections
+	// stay (one per direction), as when the higher side wins the race.
+	if v := p.admitLocked(pc.h); v != verdictOK && v != verdictReverse {
 		pc.nc.Close()
 		return
 	}
