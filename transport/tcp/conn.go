@@ -377,7 +377,13 @@ func (c *conn) rearm() {
 // fail records err as the reason the connection ended, once, and finishes
 // the connection in the background. It may be called from anywhere.
 func (c *conn) fail(err error) {
-	if !c.failure.CompareAndSwap(nil, &err) {
+	// The reason is published in a cell of its own, written before the
+	// CompareAndSwap and never after: the address of the parameter would
+	// also be the variable the go statement below passes on, which the
+	// goroutine it starts writes while readers of failure read it.
+	cell := new(error)
+	*cell = err
+	if !c.failure.CompareAndSwap(nil, cell) {
 		return
 	}
 	if c.cancel != nil {
