@@ -115,14 +115,9 @@ measure() {
 measure
 python3 - "$work/results" <<'PY'
 import json, statistics, sys
-rows = []
-for l in open(sys.argv[1]):
-    if not l.strip():
-        continue
-    try:
-        rows.append(json.loads(l))
-    except ValueError:
-        print(f"skipped a line that is not JSON: {l.strip()}", file=sys.stderr)
+sys.path.insert(0, "bench")
+from results import load
+rows = load(sys.argv[1])
 def vals(run, key, size=None):
     return [r[key] for r in rows if r.get("run") == run and key in r and (size is None or r.get("size") == size)]
 def med(run, key, size=None):

@@ -41,14 +41,9 @@ done
 echo "measured in $(( $(date +%s) - start )) s"
 python3 - "$work/results" <<'PY'
 import json, statistics, sys
-rows = []
-for l in open(sys.argv[1]):
-    if not l.strip():
-        continue
-    try:
-        rows.append(json.loads(l))
-    except ValueError:
-        print(f"skipped a line that is not JSON: {l.strip()}", file=sys.stderr)
+sys.path.insert(0, "bench")
+from results import load
+rows = load(sys.argv[1])
 def med(run, key, bench=None):
     v = [r[key] for r in rows if r.get("run") == run and key in r and (bench is None or r.get("benchmark") == bench)]
     return (statistics.median(v), len(v)) if v else (None, 0)

@@ -55,14 +55,9 @@ done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$work/results" "$RANKS" <<'PY'
 import json, statistics, sys
-rows = []
-for l in open(sys.argv[1]):
-    if not l.strip():
-        continue
-    try:
-        rows.append(json.loads(l))
-    except ValueError:
-        print(f"skipped a line that is not JSON: {l.strip()}", file=sys.stderr)
+sys.path.insert(0, "bench")
+from results import load
+rows = load(sys.argv[1])
 ranks = [int(x) for x in sys.argv[2].split()]
 sizes = sorted({r["size"] for r in rows if "size" in r})
 def med(run, size):

@@ -47,14 +47,9 @@ done
 echo "measured in $(( $(date +%s) - start )) s"
 python3 - "$work/results" "$SIZES" <<'PY'
 import json, statistics, sys
-rows = []
-for l in open(sys.argv[1]):
-    if not l.strip():
-        continue
-    try:
-        rows.append(json.loads(l))
-    except ValueError:
-        print(f"skipped a line that is not JSON: {l.strip()}", file=sys.stderr)
+sys.path.insert(0, "bench")
+from results import load
+rows = load(sys.argv[1])
 sizes = [int(s) for s in sys.argv[2].split()]
 def med(run, size):
     v = [r["latency_us"] for r in rows if r.get("run") == run and r.get("size") == size and "latency_us" in r]

@@ -94,14 +94,9 @@ done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$work/results" "$PROVIDERS" "$M1" <<'PY'
 import json, statistics, sys
-rows = []
-for l in open(sys.argv[1]):
-    if not l.strip():
-        continue
-    try:
-        rows.append(json.loads(l))
-    except ValueError:
-        print(f"skipped a line that is not JSON: {l.strip()}", file=sys.stderr)
+sys.path.insert(0, "bench")
+from results import load
+rows = load(sys.argv[1])
 size = int(sys.argv[3])
 # amibench's ping-pong at 1 MiB gives its bandwidth as fi_pingpong counts
 # it: the size over half a round trip.

@@ -59,14 +59,9 @@ done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$work/results" "$UCX_NET_DEVICES" <<'PY'
 import json, statistics, sys
-rows = []
-for l in open(sys.argv[1]):
-    if not l.strip():
-        continue
-    try:
-        rows.append(json.loads(l))
-    except ValueError:
-        print(f"skipped a line that is not JSON: {l.strip()}", file=sys.stderr)
+sys.path.insert(0, "bench")
+from results import load
+rows = load(sys.argv[1])
 def vals(run, key, size):
     return [r[key] for r in rows if r.get("run") == run and key in r and r.get("size") == size]
 def med(run, key, size):

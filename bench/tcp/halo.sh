@@ -30,14 +30,9 @@ done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$work/results" "$N" "$CPUS" <<'PY'
 import json, statistics, sys
-rows = []
-for l in open(sys.argv[1]):
-    if not l.strip():
-        continue
-    try:
-        rows.append(json.loads(l))
-    except ValueError:
-        print(f"skipped a line that is not JSON: {l.strip()}", file=sys.stderr)
+sys.path.insert(0, "bench")
+from results import load
+rows = load(sys.argv[1])
 print(f"\n{sys.argv[2]} ranks on {sys.argv[3]} processors, medians of {sum(1 for r in rows if r.get('run') == 'tcp')} rounds\n")
 print("| transport | us an iteration | sleeps a rank | sleep timeouts a rank | per round (us) |")
 print("|---|---|---|---|---|")
