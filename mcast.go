@@ -137,13 +137,18 @@ type mcState struct {
 	notified  bool // the first MCDATA to the next target went out
 	handled   bool // the received callback ran
 	named     bool
-	// fwdErr is why the next target could not take a deposit: the
-	// origin was told (MCFAIL), and the target keeps its buffer
-	// registered, so that the origin's deposits still land, until the
-	// origin calls the multicast off (MCABORT) or dies. Were it to
-	// withdraw at once, the origin's next deposit would fail on it and
-	// the origin would blame it instead of the target that failed.
+	// fwdErr is why the multicast cannot go on at this target: the next
+	// target could not take a deposit or the request, or the target next
+	// to it in the chain (either side) failed. The origin was told
+	// (MCFAIL), and the target keeps its buffer registered, so that the
+	// origin's deposits still land, until the origin calls the multicast
+	// off (MCABORT) or dies. Were it to withdraw at once, the origin's
+	// next deposit would fail on it and the origin would blame it
+	// instead of the target that failed.
 	fwdErr error
+	// watching: the target counts among the operations of the targets
+	// next to it in the chain (mcWatchNeighbours).
+	watching bool
 }
 
 // entries encodes the chain with the keys known.
@@ -416,8 +421,12 @@ func (c *Context) mcNotify(o *op, off, n uint64) {
 	c.sendMC(c.mcNext(o), wire.KindMCDATA, 0, nil, &m)
 }
 
-// mcAbort calls the multicast off: every target but the one at pos (which
-// failed) is told, and sent completes with the error.
+// mcAbort calls the multicast off for the failure of the target at pos:
+// every target is told, and sent completes with the error. The one at pos
+// is told too: the origin may still reach a target that another target
+// failed (the path between those two broke), and it would wait for its
+// data for ever. (The call-off to a peer this context has failed is
+// dropped.)
 func (c *Context) mcAbort(o *op, pos int, cause error) {
 	st := o.mc
 	var failed Endpoint
@@ -426,10 +435,7 @@ func (c *Context) mcAbort(o *op, pos int, cause error) {
 	}
 	err := fmt.Errorf("%w: target %v: %w", ErrMulticast, failed, asPeerErr(failed, cause))
 	self := c.Endpoint()
-	for i, idx := range st.idx {
-		if i == pos {
-			continue
-		}
+	for _, idx := range st.idx {
 		c.sendMC(idx, wire.KindMCABORT, 0, nil, &wire.MC{
 			Op: o.id(), Pos: uint32(max(pos, 0)), Status: wire.StatusRemoteIO,
 			OriginRank: uint32(self.Rank), OriginCtx: uint32(self.Context),
@@ -452,7 +458,7 @@ func (c *Context) mcAbort(o *op, pos int, cause error) {
 // that the origin called off before the request reached the targets after
 // the one that failed: the call-off overtook the request on its way (it
 // travels on other links) and they prepared their buffers after it, so
-// every target of the chain but the failed one is told again.
+// every target of the chain is told again (see mcAbort).
 func (c *Context) mcGoneGO(m *wire.MC) {
 	for _, g := range c.mcGone {
 		if g.op != m.Op {
@@ -463,7 +469,7 @@ func (c *Context) mcGoneGO(m *wire.MC) {
 			r, cx, _ := m.Entry(i)
 			ep := Endpoint{Rank: int(r), Context: int(cx)}
 			idx, err := c.peerIndex(ep)
-			if err != nil || uint32(i) == g.pos || ep == self {
+			if err != nil || ep == self {
 				continue
 			}
 			c.sendMC(idx, wire.KindMCABORT, 0, nil, &wire.MC{
@@ -547,11 +553,18 @@ func (c *Context) onMCRTS(src int32, pk *wire.Packet) {
 	o.size = m.Size
 	c.mcTargets = append(c.mcTargets, o)
 	c.stats.MulticastsReceived++
+	c.mcWatchNeighbours(o, +1)
 	if st.way == uint32(MulticastForward) && st.pos+1 < n {
-		// Forward the request unprocessed before the handler runs.
-		fwd := *m
-		fwd.Pos++
-		c.sendMC(st.idx[st.pos+1], wire.KindMCRTS, st.disp, st.hdr, &fwd)
+		// Forward the request unprocessed before the handler runs,
+		// unless the next target has failed here: the origin, which
+		// may still reach it, would wait for its check-in for ever.
+		if err := c.peerFault(st.idx[st.pos+1]); err != nil {
+			c.mcForwardFailed(o, err)
+		} else {
+			fwd := *m
+			fwd.Pos++
+			c.sendMC(st.idx[st.pos+1], wire.KindMCRTS, st.disp, st.hdr, &fwd)
+		}
 	}
 	var h *handlerEntry
 	if pk.Dispatch < MaxDispatch {
@@ -613,12 +626,7 @@ func (c *Context) mcPrepare(o *op, buf []byte, done func(error)) {
 		m := wire.MC{Op: st.originOp, Size: o.size, Way: st.way, OriginRank: uint32(origin.Rank), OriginCtx: uint32(origin.Context), Entries: st.entries()}
 		if st.pos+1 < n {
 			m.Pos = uint32(st.pos + 1)
-			next := c.peer(st.idx[st.pos+1])
-			err := next.failed
-			if err == nil {
-				err = next.link.Err()
-			}
-			if err != nil {
+			if err := c.peerFault(st.idx[st.pos+1]); err != nil {
 				// The request cannot go on: tell the origin, which may
 				// have called the multicast off before this target had
 				// its request (see mcGoneGO), and wait for its call-off.
@@ -672,6 +680,11 @@ func (c *Context) onMCTarget(src int32, pk *wire.Packet) {
 			return
 		}
 		failed := st.targets[m.Pos]
+		if int(m.Pos) == st.pos {
+			// The target before this one could not pass the multicast
+			// on to it: this target names the one it was to come from.
+			failed = c.endpointAt(c.mcPrev(o))
+		}
 		c.mcFinish(o, fmt.Errorf("%w: target %v: %w", ErrMulticast, failed, peerErr(failed, errTargetFailed)))
 	case wire.KindMCDATA:
 		if st.fwdErr != nil {
@@ -739,6 +752,7 @@ func (c *Context) mcFinish(o *op, err error) {
 }
 
 func (c *Context) mcRelease(o *op) {
+	c.mcWatchNeighbours(o, -1)
 	if o.rkey != 0 {
 		_ = c.client.regions.Deregister(o.rkey)
 		o.rkey = 0
@@ -785,23 +799,85 @@ func (c *Context) mcChildDone(o *op, off, n uint64, err error) {
 // multicast on to the next target, for err, and has o wait for the origin
 // to call the multicast off (see fwdErr).
 func (c *Context) mcForwardFailed(o *op, err error) {
+	c.mcTargetFailed(o, o.mc.pos+1, err)
+}
+
+// mcTargetFailed tells the origin that the target at pos failed here, for
+// err, and has o wait for the origin to call the multicast off (see
+// fwdErr).
+func (c *Context) mcTargetFailed(o *op, pos int, err error) {
 	st := o.mc
 	origin := c.endpointAt(st.originIdx)
 	c.sendMC(st.originIdx, wire.KindMCFAIL, 0, nil, &wire.MC{
-		Op: st.originOp, Pos: uint32(st.pos + 1), Status: wire.StatusRemoteIO,
+		Op: st.originOp, Pos: uint32(pos), Status: wire.StatusRemoteIO,
 		OriginRank: uint32(origin.Rank), OriginCtx: uint32(origin.Context),
 	})
-	next := st.targets[st.pos+1]
-	st.fwdErr = fmt.Errorf("%w: target %v: %w", ErrMulticast, next, asPeerErr(next, err))
+	failed := st.targets[pos]
+	st.fwdErr = fmt.Errorf("%w: target %v: %w", ErrMulticast, failed, asPeerErr(failed, err))
 }
 
-// failMcastPeer fails the multicasts of which the peer p is a target.
+// mcPrev is the peer a target's data comes from: the target before it in
+// the chain, or the origin.
+func (c *Context) mcPrev(o *op) int32 {
+	if o.mc.pos == 0 {
+		return o.mc.originIdx
+	}
+	return o.mc.idx[o.mc.pos-1]
+}
+
+// mcWatchNeighbours makes a target notice (d = +1), or stop noticing
+// (d = -1), the failure of the targets before and after it in the chain,
+// which it may have nothing in flight with while it waits (see
+// failMcastPeer). The origin's failure fails the target's op itself.
+func (c *Context) mcWatchNeighbours(o *op, d int) {
+	st := o.mc
+	if st.watching == (d > 0) {
+		return
+	}
+	st.watching = d > 0
+	if st.pos > 0 {
+		p := c.peer(st.idx[st.pos-1])
+		p.ops += d
+		c.activate(p)
+	}
+	if st.pos+1 < len(st.idx) {
+		p := c.peer(st.idx[st.pos+1])
+		p.ops += d
+		c.activate(p)
+	}
+}
+
+// peerFault returns why the peer at idx cannot be reached, or nil.
+func (c *Context) peerFault(idx int32) error {
+	p := c.peer(idx)
+	if p.failed != nil {
+		return p.failed
+	}
+	return p.link.Err()
+}
+
+// failMcastPeer fails the multicasts of which the peer p is a target, and
+// tells the origin of every multicast under way here whose chain breaks
+// at p: the target after this one, which then cannot be passed the
+// multicast, or the one before it, which then cannot pass it on here.
+// The origin may still reach p (only the path between p and this context
+// broke), and without word from here it would wait for p for ever.
 func (c *Context) failMcastPeer(p *peer, err error) {
 	for _, o := range c.ops.ops {
 		if o.live && o.kind == opMcOrigin {
 			if pos := c.posOf(o.mc, p.idx); pos >= 0 {
 				c.mcAbort(o, pos, err)
 			}
+		}
+	}
+	for _, o := range c.mcTargets {
+		st := o.mc
+		switch {
+		case st.fwdErr != nil || st.originIdx == p.idx:
+		case st.pos+1 < len(st.idx) && st.idx[st.pos+1] == p.idx:
+			c.mcForwardFailed(o, err)
+		case st.pos > 0 && st.idx[st.pos-1] == p.idx && (o.size == 0 || st.received < o.size):
+			c.mcTargetFailed(o, st.pos-1, err)
 		}
 	}
 }
