@@ -8,7 +8,10 @@
 #   ROUNDS=7 bash bench/all.sh
 #
 # 1. bench/compare_pt2pt.sh: shared memory, two ranks: 8 B latency and
-#    message rate, 4 KiB-4 MiB bandwidth, next to MPICH, Open MPI and UCX.
+#    message rate, 4 KiB-4 MiB bandwidth, next to MPICH, Open MPI and UCX,
+#    and 1 and 4 MiB of amibench as built at BASE_REV (default fa72c74, the
+#    large-message path before the small and mid-size work) in the same
+#    rounds, which those sizes must stay within 10% of.
 # 2. bench/compare_coll.sh: 64 B allreduce and barrier on 2, 4, 8 and 16
 #    ranks of this host, next to Open MPI (and MPICH on 2 ranks: it
 #    busy-polls, and oversubscribed takes milliseconds a collective).
@@ -22,7 +25,7 @@ cd "$(dirname "$0")/.."
 bench_lock "$@"
 export ROUNDS=${ROUNDS:-5}
 echo "== shared memory, two ranks (bench/compare_pt2pt.sh)"
-bash bench/compare_pt2pt.sh
+BASE_REV=${BASE_REV:-fa72c74} bash bench/compare_pt2pt.sh
 echo
 echo "== collectives, 2 to 16 ranks (bench/compare_coll.sh)"
 RANKS="2 4 8 16" BENCHES="allreduce barrier" SIZES=64 ITERS=${ITERS:-10000} MPICH_MAX=2 bash bench/compare_coll.sh

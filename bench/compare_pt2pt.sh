@@ -7,6 +7,8 @@
 #   bash bench/compare_pt2pt.sh                    # ROUNDS=5 rounds, medians
 #   ROUNDS=7 bash bench/compare_pt2pt.sh
 #   BASE=/tmp/amibench-old bash bench/compare_pt2pt.sh   # an older amibench too
+#   BASE_REV=fa72c74 bash bench/compare_pt2pt.sh  # amibench built at a commit,
+#                                                 # its 1 and 4 MiB bandwidth only
 #
 # Each round runs, one after the other: amigo (amibench), bench/osu/osu.c
 # under MPICH and under Open MPI, and UCX's ucx_perftest over shared memory
@@ -55,6 +57,7 @@ bench_lock "$@"
 ROUNDS=${ROUNDS:-5}
 RATE_ITERS=${RATE_ITERS:-15625}
 BASE=${BASE:-}
+BASE_REV=${BASE_REV:-}
 PORT=${PORT:-13411}
 bench_work
 need_debs ucx-utils
@@ -71,6 +74,16 @@ cflags="-O2 -Wall -Wno-stringop-overflow"
 mpicc.mpich $cflags -o "$work/osu-mpich" bench/osu/osu.c
 mpicc.openmpi $cflags -o "$work/osu-ompi" bench/osu/osu.c
 go build -o "$work/amibench" ./cmd/amibench
+# BASE_REV: the same amibench as it was at that commit, for the rows that must
+# not regress (1 and 4 MiB); only those are measured with it.
+base_runs=all
+if [ -z "$BASE" ] && [ -n "$BASE_REV" ]; then
+  mkdir "$work/base-src"
+  git archive "$BASE_REV" | tar -x -C "$work/base-src"
+  (cd "$work/base-src" && go build -o "$work/amibench-base" ./cmd/amibench)
+  BASE=$work/amibench-base base_runs=big
+  echo "base: amibench at $(git rev-parse --short "$BASE_REV"), 1 and 4 MiB"
+fi
 bench_priority
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -78,6 +91,10 @@ SIZES="4096 8192 16384 32768 65536 131072 262144"
 
 amigo_round() {
   local tag=$1 bin=$2
+  if [ "${3:-all}" = big ]; then
+    rec "$tag-big" "$bin" --json -b bw --min-size 1048576 --max-size 4194304
+    return
+  fi
   rec "$tag-lat" "$bin" --json -b latency --min-size 8 --max-size 8
   rec "$tag-mr" "$bin" --json -b mbw_mr --min-size 8 --max-size 8 --iterations "$RATE_ITERS"
   rec "$tag-bw8" "$bin" --json -b bw --min-size 8 --max-size 8 --iterations "$RATE_ITERS"
@@ -114,7 +131,7 @@ for r in $(seq "$ROUNDS"); do
   echo "round $r of $ROUNDS" >&2
   rec floor "$work/amibench" --json -b floor
   amigo_round amigo "$work/amibench"
-  if [ -n "$BASE" ]; then amigo_round base "$BASE"; fi
+  if [ -n "$BASE" ]; then amigo_round base "$BASE" "$base_runs"; fi
   mpi_round mpich
   mpi_round ompi
   ucx_round
