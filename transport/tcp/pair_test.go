@@ -197,3 +197,34 @@ func TestLinkWhileAdmitting(t *testing.T) {
 		t.Fatal("a connection failed or was refused")
 	}
 }
+
+// The higher side's link takes the connection the lower side dialed, and
+// the lower side's context only polls (Poll, no Progress) while the
+// packets of that link come: Poll reads them. The watcher's hand-over of
+// the sockets to the engine, which a pause of the polls brings, is kept
+// out of the picture (Handoff longer than the exchange may take), and so
+// is the keepalive: without Poll's look at the connections it dialed, the
+// packets stayed in the socket until the peer counted the lower side
+// silent and the connection failed (TestBadPackets's exchange after a
+// rogue connection, now and then).
+func TestPollReadsReusedDialedConnection(t *testing.T) {
+	for _, n := range []int{2, 3} { // 3: oversubscribed, Poll asks epoll
+		ads, _, log := newWorld(t, n, Options{Timeout: 2 * time.Minute, Handoff: 30 * time.Second})
+		ports := openAll(t, ads)
+		a0, a1 := addr(0, 0), addr(1, 0)
+		exchange(t, ports[0], ports[1], a0, a1, 100)
+		exchange(t, ports[1], ports[0], a1, a0, 100)
+		exchange(t, ports[0], ports[1], a0, a1, 100)
+		if got := connected(ads); got[0] != 1 || got[1] != 1 {
+			t.Fatalf("%d ranks: connections attached per rank: %v, want one each", n, got)
+		}
+		for i, a := range ads {
+			if s := a.Stats(); s.Handoffs != 0 || s.Failed != 0 {
+				t.Fatalf("%d ranks: rank %d: %d hand-overs to the engine, %d failed connections", n, i, s.Handoffs, s.Failed)
+			}
+		}
+		if log.has("failed") {
+			t.Fatalf("%d ranks: a connection failed", n)
+		}
+	}
+}

@@ -40,8 +40,9 @@ type port struct {
 	links  map[transport.Addr]*transport.Link // owner goroutine only
 	rr     int
 	calls  uint64
-	extra  int  // work done in Poll beyond the packets it returned, reported by Progress
-	ackDue bool // Poll delivered packets: Progress acknowledges them
+	pollN  uint64 // Poll calls (see readUnlisted)
+	extra  int    // work done in Poll beyond the packets it returned, reported by Progress
+	ackDue bool   // Poll delivered packets: Progress acknowledges them
 
 	// epfd is an epoll instance watching, level-triggered, the sockets of
 	// the port's links in: with more than directPoll of them, Poll asks it
@@ -190,10 +191,12 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 		cancel()
 		return nil, err
 	}
+	// Counted before the connection is listed: failPair may fail it as
+	// soon as it is, and finish waits for connect.
+	c.wg.Add(1)
 	add(&p.outs, c)
 	p.mu.Unlock()
 	p.links[to] = l
-	c.wg.Add(1)
 	go c.connect(ctx, addr)
 	return l, nil
 }
@@ -483,6 +486,10 @@ func (p *port) setAttended(v bool) {
 // then, while the context attends, those it reads from the sockets itself.
 func (p *port) Poll(r transport.Receiver, budget int) int {
 	attended := p.touch()
+	got := 0
+	if p.pollN++; attended && p.pollN&(unlistedEvery-1) == 0 {
+		got = p.readUnlisted(r, budget)
+	}
 	ins := p.list(&p.ins)
 	if p.ackDue {
 		// Acknowledge what the previous Poll delivered. This Poll's
@@ -496,10 +503,13 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 		}
 	}
 	n := len(ins)
-	if n == 0 || budget <= 0 {
-		return 0
+	if n == 0 || budget <= got {
+		if got > 0 {
+			p.ackDue = true
+		}
+		return got
 	}
-	got, dead := 0, false
+	dead := false
 	if p.rr >= n {
 		p.rr = 0
 	}
@@ -535,6 +545,41 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	}
 	if dead {
 		p.prune()
+	}
+	return got
+}
+
+// unlistedEvery: Poll reads the connections of its links out that are not
+// among its links in once every unlistedEvery calls (a power of two).
+const unlistedEvery = 64
+
+// readUnlisted reads the connections this port dialed for its links out
+// that carry no link of the peer's yet, and delivers the packets of those
+// that now do. It runs on the context's goroutine, from Poll.
+//
+// # Why
+//
+// The peer takes such a connection for its own link to this context when
+// it makes that link (port.reusable), and this side learns of it only by
+// reading the peer's first packet, after which the connection is among
+// the links in that Poll reads. Until then, while the context polls,
+// Progress reads the connection only when answers are due, and the engine
+// not at all: a context that only polled (waiting for a message, say)
+// left the peer's packets unread in the socket, until a pause of its
+// polls handed the socket to the engine, or until the peer, hearing
+// nothing, was counted silent and the connection failed. Reading each
+// such connection every unlistedEvery polls bounds the wait at little
+// cost: a connection leaves the set at the peer's first packet.
+func (p *port) readUnlisted(r transport.Receiver, budget int) int {
+	got := 0
+	for _, c := range p.list(&p.outs) {
+		if c.listedIn.Load() || !c.ready.Load() || c.failure.Load() != nil {
+			continue
+		}
+		p.extra += c.pollInline()
+		if c.listedIn.Load() && got < budget {
+			got += c.deliver(r, budget-got)
+		}
 	}
 	return got
 }
