@@ -18,10 +18,14 @@
 //     connection its peer made to its context if there is one
 //     (port.reusable), and when both sides connect at once the lower
 //     address's connection wins (verdictReverse) and the other side's link
-//     moves to it. Each side's TCP acknowledgements then ride on its own
-//     packets: with a connection per direction, every other packet a side
-//     received cost it a TCP acknowledgement segment, sent from its read
-//     before it could answer (a ping-pong 1.5 times as slow).
+//     moves to it. The side that dialed learns that the connection carries
+//     the peer's link too from the peer's first packet on it, which its
+//     Poll looks for every few calls (port.readUnlisted), so that a
+//     context that only polls hears the peer. Each side's TCP
+//     acknowledgements then ride on its own packets: with a connection per
+//     direction, every other packet a side received cost it a TCP
+//     acknowledgement segment, sent from its read before it could answer
+//     (a ping-pong 1.5 times as slow).
 //  3. Before anything else, the two ends prove to each other that they hold
 //     the job's secret (handshake.go): a challenge-response with HMAC-SHA256
 //     under a key derived from the secret, nonces from both sides, a label
