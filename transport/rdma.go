@@ -120,6 +120,10 @@ func (q *RDMAQueue) Status(i uint64) error {
 	return op.err
 }
 
+// Tail returns the producer's tail: the descriptors below it are
+// published.
+func (q *RDMAQueue) Tail() uint64 { return q.tail.Load() }
+
 // Pending reports whether descriptors wait for the engine.
 func (q *RDMAQueue) Pending() bool { return q.head.Load() != q.tail.Load() }
 

@@ -366,6 +366,12 @@ func (a *Adapter) serve(nc *net.TCPConn) {
 	h, err := respond(nc, &a.keys, a.rank, &a.seen, remote, a.admit)
 	if err != nil {
 		done()
+		if err == errReverse {
+			// Not a refusal: the initiator takes this side's
+			// connection instead.
+			nc.Close()
+			return
+		}
 		nc.Close()
 		if !a.closed.Load() {
 			a.refuse(remote, err)
@@ -373,6 +379,9 @@ func (a *Adapter) serve(nc *net.TCPConn) {
 		return
 	}
 	_ = nc.SetDeadline(time.Time{})
+	if acceptedHook != nil {
+		acceptedHook(a)
+	}
 	a.stats.accepted.Add(1)
 	processStats.accepted.Add(1)
 	a.mu.Lock()
@@ -389,6 +398,10 @@ func (a *Adapter) serve(nc *net.TCPConn) {
 	a.mu.Unlock()
 }
 
+// acceptedHook, when set (by tests only), runs once a connection was
+// admitted, before its port takes it.
+var acceptedHook func(*Adapter)
+
 // admit decides, once an initiator proved itself, whether its link is
 // taken.
 func (a *Adapter) admit(h hello) uint8 {
@@ -402,7 +415,7 @@ func (a *Adapter) admit(h hello) uint8 {
 	}
 	ctx := int(h.to.Context)
 	if ctx < len(a.ports) && a.ports[ctx] != nil {
-		return a.ports[ctx].admitLocked(h.from)
+		return a.ports[ctx].admitLocked(h)
 	}
 	for _, pc := range a.pending {
 		if pc.h.from == h.from && pc.h.to == h.to {

@@ -16,12 +16,14 @@ import (
 	"github.com/amigo-hpc/amigo/transport"
 )
 
-// conn is one TCP connection: the path of one link, from a context of the
-// initiator to a context of the target. The initiator writes packets (from
-// the link's descriptor buffer) and GET and PUT requests (from its RDMA FIFO)
-// and reads acks and replies; the target reads packets into a reception
-// ring, serves the requests from its rank's registered regions and writes
-// acks and replies.
+// conn is one TCP connection between a context of this rank and one of a
+// peer: the path of this context's link to the peer (the initiator role,
+// out), of the peer's link to this context (the target role, listedIn), or
+// of both. The initiator writes packets (from the link's descriptor buffer)
+// and GET and PUT requests (from its RDMA FIFO) and reads acks and replies;
+// the target reads packets into a reception ring, serves the requests from
+// its rank's registered regions and writes acks and replies. One read side
+// and one write side serve both roles.
 //
 // # The socket
 //
@@ -74,20 +76,34 @@ import (
 // the AMI see the error and give buffers back to the program: nothing
 // touches them afterwards.
 type conn struct {
-	a         *Adapter
-	p         *port
-	initiator bool
-	peer      transport.Addr // the context at the other end
-	remote    string         // its network address, for messages
+	a      *Adapter
+	p      *port
+	dialed bool           // this side connected (for its link); else it accepted
+	peer   transport.Addr // the context at the other end
+	remote string         // its network address, for messages
+	// handing: handOver waits for the peer's connection to take the link.
+	handing atomic.Bool
+
+	// The connection's roles (see frame.go: one connection per pair).
+	// out: it carries a link of this side's, written by the write side
+	// and answered to the read side (a dialed connection from the start;
+	// an accepted one once the port's link to the peer adopted it: link,
+	// msg and q are set before out is stored). listedIn: it is among the
+	// port's links in, and Poll reads and delivers its packets (an
+	// accepted connection from the start; a dialed one once the peer's
+	// first packet came on it).
+	out      atomic.Bool
+	listedIn atomic.Bool
 
 	fd     int         // the socket, once ready
 	ready  atomic.Bool // authenticated and attached
 	cancel context.CancelFunc
 
 	// Engine registration, guarded by armMu.
-	armMu  sync.Mutex
-	slot   int  // index in the engine's table, -1 if none
-	closed bool // fd closed
+	armMu   sync.Mutex
+	slot    int  // index in the engine's table, -1 if none
+	closed  bool // fd closed
+	inEpoll bool // fd is in the port's epoll set
 
 	failure  atomic.Pointer[error]
 	finished chan struct{} // closed at the end of finish
@@ -109,6 +125,7 @@ type conn struct {
 	rxTail    uint64
 	rxRead    *ring.Reader
 	maxPacket int
+	peerSlots int           // accepted: the descriptor buffer slots the peer announced
 	rxDone    atomic.Uint64 // packets delivered, stored by Poll
 	// ackSent counts the packets acknowledged. The write sides of this
 	// connection (ack frames) and of its reverse (acks piggybacked on
@@ -175,15 +192,15 @@ type reply struct {
 	acc  transport.Access
 }
 
-func newConn(a *Adapter, p *port, initiator bool, peer transport.Addr) *conn {
+func newConn(a *Adapter, p *port, dialed bool, peer transport.Addr) *conn {
 	c := &conn{
-		a:         a,
-		p:         p,
-		initiator: initiator,
-		peer:      peer,
-		fd:        -1,
-		slot:      -1,
-		finished:  make(chan struct{}),
+		a:        a,
+		p:        p,
+		dialed:   dialed,
+		peer:     peer,
+		fd:       -1,
+		slot:     -1,
+		finished: make(chan struct{}),
 	}
 	c.rd.buf = make([]byte, rbufSize)
 	return c
@@ -233,9 +250,8 @@ func (c *conn) attach(nc *net.TCPConn) error {
 	}
 	c.fd = fd
 	err = c.a.eng.add(c)
-	if err == nil && (!c.initiator || c.p.sleeper != nil) {
-		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(c.slot)}
-		err = unix.EpollCtl(c.p.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
+	if err == nil && (!c.dialed || c.p.sleeper != nil) {
+		err = c.watchInLocked()
 	}
 	c.armMu.Unlock()
 	if err != nil {
@@ -255,10 +271,57 @@ func (c *conn) attach(nc *net.TCPConn) error {
 	// kick writes at most the ack of what the context read since the
 	// socket joined its epoll set), and ringing for that would wake a
 	// context for nothing.
-	if c.kick() > 0 && c.initiator {
+	if c.kick() > 0 && c.dialed {
 		c.p.bell.Ring()
 	}
 	return nil
+}
+
+// watchInLocked adds the socket to the port's epoll set, once. The caller
+// holds armMu.
+func (c *conn) watchInLocked() error {
+	if c.inEpoll || c.closed || c.slot < 0 {
+		return nil
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(c.slot)}
+	if err := unix.EpollCtl(c.p.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
+		return err
+	}
+	c.inEpoll = true
+	return nil
+}
+
+// adoptOut makes an accepted connection carry the port's link to its peer
+// as well, once the caller set link, msg and q (Port.Link, or handOver for
+// a link whose own connection lost to the peer's): it reports false, and
+// changes nothing, if the connection failed or was never attached.
+func (c *conn) adoptOut() bool {
+	c.armMu.Lock()
+	defer c.armMu.Unlock()
+	if c.closed || c.slot < 0 || c.failure.Load() != nil {
+		return false
+	}
+	c.out.Store(true)
+	return true
+}
+
+// listIn makes a dialed connection one of the port's links in: the peer
+// sent its first packet on it (the read side calls it, once).
+func (c *conn) listIn() {
+	p := c.p
+	p.mu.Lock()
+	if !c.listedIn.Load() {
+		add(&p.ins, c)
+		c.listedIn.Store(true)
+	}
+	p.mu.Unlock()
+	c.armMu.Lock()
+	if err := c.watchInLocked(); err != nil {
+		c.armMu.Unlock()
+		c.failPeer(fmt.Errorf("%w: epoll: %v", ErrConnLost, err))
+		return
+	}
+	c.armMu.Unlock()
 }
 
 func setSockopts(nc *net.TCPConn, o Options) error {
@@ -345,8 +408,9 @@ func (c *conn) finish(err error) {
 	// Both sides are ours for good.
 	c.armMu.Lock()
 	if c.fd >= 0 {
-		if !c.initiator || c.p.sleeper != nil {
+		if c.inEpoll {
 			_ = unix.EpollCtl(c.p.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+			c.inEpoll = false
 		}
 		c.a.eng.remove(c)
 		if errors.Is(err, transport.ErrClosed) {
@@ -369,7 +433,7 @@ func (c *conn) finish(err error) {
 	for i := range c.wr.iov {
 		c.wr.iov[i] = unix.Iovec{}
 	}
-	if c.initiator {
+	if c.out.Load() {
 		if errors.Is(err, errBye) && !c.p.closed.Load() && !c.a.closed.Load() {
 			c.awaitReverse()
 		}
@@ -387,7 +451,7 @@ func (c *conn) finish(err error) {
 	processStats.failed.Add(1)
 	if !c.p.closed.Load() && !c.a.closed.Load() && !errors.Is(err, transport.ErrClosed) {
 		side := "from"
-		if c.initiator {
+		if c.dialed {
 			side = "to"
 		}
 		c.a.opts.Logf("rank %d context %d: connection %s %v (%s) failed: %v", c.a.rank, c.p.ctx, side, c.peer, c.remote, err)
@@ -413,6 +477,30 @@ type writeState struct {
 	scratch [scratchSize]byte
 	sn      int
 	reps    int // replies in the batch
+
+	// Packets and requests leave in the order the AMI injected them
+	// (Link.Ordered), also while requests wait for the target's reply
+	// queue (buildBatch): a packet leaves once every request injected
+	// before it has. Every packet below freeTo was injected before every
+	// request not yet written; snapM and snapR (if snap) are the link's
+	// descriptor buffer and RDMA FIFO tails, loaded in that order, so
+	// that every packet below snapM was injected before the requests
+	// from snapR on: they may leave once the requests below snapR have.
+	freeTo       uint64
+	snapM, snapR uint64
+	snap         bool
+}
+
+// heldTail returns how far packets may leave while the requests from pos
+// wait, given the tails m and r just loaded (m first).
+func (w *writeState) heldTail(m, r, pos uint64) uint64 {
+	if w.snap && pos >= w.snapR {
+		w.freeTo, w.snap = w.snapM, false
+	}
+	if !w.snap {
+		w.snapM, w.snapR, w.snap = m, r, true
+	}
+	return w.freeTo
 }
 
 // hasOutgoing reports whether the initiator side has something to write or
@@ -432,8 +520,21 @@ func (c *conn) maybeReadable() bool {
 		return true
 	}
 	c.pfd[0] = unix.PollFd{Fd: int32(c.fd), Events: unix.POLLIN}
-	k, err := unix.Poll(c.pfd[:], 0)
-	return k != 0 || err != nil
+	k, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&c.pfd[0])), 1, uintptr(unsafe.Pointer(&zeroTimeout)), 0, 0, 0)
+	return k != 0 || e != 0
+}
+
+// zeroTimeout is the timeout of a look that must not wait.
+var zeroTimeout unix.Timespec
+
+// epollNow is epoll_wait(2) with a zero timeout, as a raw system call (see
+// readFD): it never blocks. It returns the number of events, 0 on an error.
+func epollNow(epfd int, events []unix.EpollEvent) int {
+	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+	if e != 0 {
+		return 0
+	}
+	return int(n)
 }
 
 // readAnswers is pollInline for the initiator's Progress, remembering
@@ -547,14 +648,13 @@ func (c *conn) completeBatch() int {
 		}
 		w.n, w.cur, w.sn = 0, 0, 0
 	}
-	if c.initiator {
+	if c.out.Load() {
 		// Give back the descriptors the target acknowledged.
 		if n := c.acked.Load() - c.released.Load(); n > 0 {
 			done := c.msg.ReleaseFirst(int(n))
 			c.released.Add(uint64(done))
 			work += done
 		}
-		return work
 	}
 	if w.reps > 0 {
 		h := c.repHead.Load()
@@ -628,7 +728,7 @@ func (c *conn) buildBatch() bool {
 		putBase(w.scratchTail(), fPing, 0)
 		w.addScratchLen(frameBase)
 	}
-	if c.initiator {
+	if c.out.Load() {
 		// Packets published before this load were published after every
 		// RDMA descriptor the AMI published before them (it publishes in
 		// program order). Taking descriptors after the load, and packets
@@ -636,8 +736,13 @@ func (c *conn) buildBatch() bool {
 		// even when another goroutine builds this batch while the AMI
 		// injects (Link.Ordered).
 		msgTail := c.link.Msg.Tail()
+		rdmaTail := c.q.Tail()
 		pos := c.issued.Load()
-		for w.room(frameAtomic) {
+		// At most replySlots requests unanswered: the target then
+		// always has room to queue a reply, so its reading of this
+		// connection, which carries this side's answers too when it
+		// carries the peer's link as well, never waits for this side.
+		for w.room(frameAtomic) && pos-c.q.HeadCounter().Load() < replySlots {
 			op := c.q.At(pos)
 			if op == nil {
 				break
@@ -660,6 +765,11 @@ func (c *conn) buildBatch() bool {
 			pos++
 		}
 		c.issued.Store(pos)
+		if pos < rdmaTail {
+			msgTail = w.heldTail(msgTail, rdmaTail, pos)
+		} else {
+			w.freeTo, w.snap = msgTail, false
+		}
 		peeked := c.peeked.Load()
 		first := true
 		for w.room(frameBase+copyMax) && c.msg.Position() < msgTail {
@@ -697,21 +807,22 @@ func (c *conn) buildBatch() bool {
 		}
 		c.peeked.Store(peeked)
 		c.wpos.Store(c.msg.Position())
-	} else {
-		if w.room(frameBase) {
-			if d := c.claimAcks(1 << 31); d > 0 {
-				putBase(w.scratchTail(), fAck, uint32(d))
-				w.addScratchLen(frameBase)
-				c.a.stats.ackFrames.Add(1)
-			}
+	}
+	// The peer's links on this connection: acks (those the packets above
+	// did not carry) and replies.
+	if w.room(frameBase) {
+		if d := c.claimAcks(1 << 31); d > 0 {
+			putBase(w.scratchTail(), fAck, uint32(d))
+			w.addScratchLen(frameBase)
+			c.a.stats.ackFrames.Add(1)
 		}
-		h, t := c.repHead.Load(), c.repTail.Load()
-		for i := h; i != t && w.room(frameRep); i++ {
-			r := &c.replies[i%replySlots]
-			w.addScratch(r.hdr[:])
-			w.addData(r.data)
-			w.reps++
-		}
+	}
+	h, t := c.repHead.Load(), c.repTail.Load()
+	for i := h; i != t && w.room(frameRep); i++ {
+		r := &c.replies[i%replySlots]
+		w.addScratch(r.hdr[:])
+		w.addData(r.data)
+		w.reps++
 	}
 	if w.n == 0 && c.bye.Load() {
 		c.bye.Store(false)
@@ -950,7 +1061,7 @@ func (c *conn) step() (int, need, error) {
 		rd.st = stFrame
 		return 1, needNothing, nil
 	}
-	f, err := parseFrame(rd.buf[rd.r:rd.w], c.initiator, c.maxPacket)
+	f, err := parseFrameFor(rd.buf[rd.r:rd.w], c.rx != nil, c.out.Load(), c.maxPacket)
 	if err == errShort {
 		return 0, needBytes, nil
 	}
@@ -964,6 +1075,14 @@ func (c *conn) step() (int, need, error) {
 // unless there is no room to act.
 func (c *conn) handle(f frame) (int, need, error) {
 	rd := &c.rd
+	if f.typ <= fPut || f.typ == fAtomic {
+		if !c.listedIn.Load() {
+			// The peer's link to this context came on this
+			// connection, which this side dialed: from now on the
+			// context's Poll reads it and delivers its packets.
+			c.listIn()
+		}
+	}
 	switch f.typ {
 	case fPacket:
 		n := int(f.u32)
@@ -1063,15 +1182,18 @@ func (c *conn) handle(f frame) (int, need, error) {
 		rd.r += f.headerLength
 		if f.u32 != statusOK {
 			c.q.Done(&transport.PeerError{Addr: c.peer, Err: statusError(f.u32, f.aux, op)})
+			c.answered()
 			return 1, needNothing, nil
 		}
 		if f.typ == fPutRep {
 			c.q.Done(nil)
+			c.answered()
 			return 1, needNothing, nil
 		}
 		if f.typ == fAtomicRep {
 			op.SetResult(f.aux)
 			c.q.Done(nil)
+			c.answered()
 			return 1, needNothing, nil
 		}
 		if f.aux != uint64(len(op.Local)) {
@@ -1100,6 +1222,14 @@ func (c *conn) handle(f frame) (int, need, error) {
 		return 0, needBytes, errBye
 	}
 	return 0, needBytes, corruptf("unexpected frame type %d", f.typ)
+}
+
+// answered has the write side issue more requests, if some wait for the
+// room an answer just made (see buildBatch).
+func (c *conn) answered() {
+	if c.q.At(c.issued.Load()) != nil {
+		c.wantKick = true
+	}
 }
 
 // addAcks counts n more of the initiator's packets acknowledged, by an ack
@@ -1177,7 +1307,7 @@ var errBye = fmt.Errorf("%w (it said goodbye)", transport.ErrClosed)
 func (c *conn) awaitReverse() {
 	var t *time.Timer
 	for _, r := range c.p.list(&c.p.ins) {
-		if r.peer != c.peer {
+		if r.peer != c.peer || r == c {
 			continue
 		}
 		if t == nil {
@@ -1194,6 +1324,9 @@ func (c *conn) awaitReverse() {
 
 // reverseAny is reverse for a target's read side, failed or not.
 func (c *conn) reverseAny() *conn {
+	if c.out.Load() {
+		return c
+	}
 	if r := c.reverse(); r != nil {
 		return r
 	}
@@ -1208,10 +1341,18 @@ func (c *conn) reverseAny() *conn {
 	return nil
 }
 
-// reverse returns the pair's other connection: for an initiator, the
-// peer's connection to this context; for a target, this context's
-// connection to the peer. It is nil if there is none, or it failed.
+// reverse returns the pair's other connection: for a connection that
+// carries a link of this side's, the one that carries the peer's link to
+// this context; for one that carries the peer's, the one that carries this
+// context's link to the peer. A connection that carries both is its own
+// reverse. It is nil if there is none, or it failed.
 func (c *conn) reverse() *conn {
+	if c.out.Load() && c.listedIn.Load() {
+		if c.failure.Load() != nil {
+			return nil
+		}
+		return c
+	}
 	if r := c.rev.Load(); r != nil {
 		if r.failure.Load() != nil {
 			return nil
@@ -1219,7 +1360,7 @@ func (c *conn) reverse() *conn {
 		return r
 	}
 	which := &c.p.outs
-	if c.initiator {
+	if c.out.Load() {
 		which = &c.p.ins
 	}
 	for _, r := range c.p.list(which) {
@@ -1245,6 +1386,7 @@ func (c *conn) dataDone() int {
 		rd.acc = transport.Access{}
 	case dstGet:
 		c.q.Done(nil)
+		c.answered()
 	}
 	return 1
 }

@@ -38,14 +38,16 @@ import (
 // holds: a target's reception ring, twice that size, never overflows, and
 // GET and PUT requests never wait behind packets.
 //
-// A pair of contexts that both send has two connections, one per direction.
-// A target that sends a packet on its own link to the initiator carries the
-// ack of that initiator's packets in the packet's header instead of an ack
-// frame on the other connection: a ping-pong then costs one write and one
-// read per message, not two. The initiator's read side of the reverse
-// connection counts it as it counts an ack frame.
+// A pair of contexts that both send has one connection, which carries both
+// links (see port.reusable): each side is the initiator of its own link and
+// the target of the peer's, and sends and accepts the frames of both roles.
+// (If both sides connected at once and the lower address's connection did
+// not win, the pair keeps two connections, one per direction.) A target
+// that sends a packet on its own link to the initiator carries the ack of
+// that initiator's packets in the packet's header instead of an ack frame:
+// a ping-pong then costs one write and one read per message, not two. The
+// side that reads the packet counts it as it counts an ack frame.
 //
-// A connection belongs to one link (initiator context → target context).
 // The target answers get and put requests in the order it received them, so
 // a reply needs no identifier: it answers the oldest request not yet answered.
 // aux of a successful get-rep is the byte count, which must equal the request's;
@@ -115,6 +117,13 @@ func corruptf(format string, args ...any) error {
 // transport.ErrCorrupt for anything a correct peer never sends. maxPacket is
 // the largest packet payload the receiver takes. It reads nothing outside b.
 func parseFrame(b []byte, initiator bool, maxPacket int) (frame, error) {
+	return parseFrameFor(b, !initiator, initiator, maxPacket)
+}
+
+// parseFrameFor is parseFrame for a connection that carries the peer's
+// link to the receiver (in: packets and requests may come) or the
+// receiver's link to the peer (out: acks and replies may come), or both.
+func parseFrameFor(b []byte, in, out bool, maxPacket int) (frame, error) {
 	var f frame
 	if len(b) < frameBase {
 		return f, errShort
@@ -139,11 +148,11 @@ func parseFrame(b []byte, initiator bool, maxPacket int) (frame, error) {
 	}
 	switch f.typ {
 	case fPacket, fGet, fPut, fAtomic:
-		if initiator {
+		if !in {
 			return f, corruptf("frame type %d sent to the initiator of a link", f.typ)
 		}
 	case fGetRep, fPutRep, fAtomicRep, fAck:
-		if !initiator {
+		if !out {
 			return f, corruptf("reply frame type %d sent to the target of a link", f.typ)
 		}
 	case fPing, fBye:

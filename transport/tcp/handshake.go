@@ -30,6 +30,11 @@ import (
 //	target → initiator   verdict (verdictSize bytes)
 //	    status u8, zero [7]
 //
+// A verdict other than verdictOK ends the connection. verdictReverse is no
+// refusal: the target is connecting to the initiator's context itself, and
+// its connection is to carry the initiator's link too (one connection per
+// pair of contexts; see port.admitLocked).
+//
 // With k = HMAC(secret, "amigo tcp key v1"):
 //
 //	job tag          = HMAC(k, "amigo tcp job tag")[:8]
@@ -59,8 +64,15 @@ const (
 	verdictNoContext uint8 = 1 // no such context at the target
 	verdictDuplicate uint8 = 2 // the link already has a connection
 	verdictClosed    uint8 = 3 // the target is closing
-	verdictMax             = verdictClosed
+	// verdictReverse: the target is connecting to the initiator itself
+	// and its connection wins (one connection per pair of contexts): the
+	// initiator's link is to take that connection once it arrives.
+	verdictReverse uint8 = 4
+	verdictMax           = verdictReverse
 )
+
+// errReverse is what initiate and respond return for verdictReverse.
+var errReverse = errors.New("tcp: the target's own connection carries the link")
 
 // Reasons a handshake fails. A HandshakeError wraps one of them.
 var (
@@ -237,6 +249,8 @@ func verdictText(v uint8) string {
 		return "the link is already connected"
 	case verdictClosed:
 		return "the target is closing"
+	case verdictReverse:
+		return "the target's own connection carries the link"
 	}
 	return fmt.Sprintf("verdict %d", v)
 }
@@ -279,6 +293,9 @@ func initiate(rw io.ReadWriter, k *keys, h hello, remote string) error {
 	verdict, err := parseVerdict(v[:])
 	if err != nil {
 		return fail(err, "")
+	}
+	if verdict == verdictReverse {
+		return errReverse
 	}
 	if verdict != verdictOK {
 		return fail(ErrRefused, verdictText(verdict))
@@ -343,6 +360,9 @@ func respond(rw io.ReadWriter, k *keys, rank int, seen *nonceCache, remote strin
 	v[0] = verdict
 	if _, err := rw.Write(v[:]); err != nil {
 		return fail(err, "sending verdict")
+	}
+	if verdict == verdictReverse {
+		return hello{}, errReverse
 	}
 	if verdict != verdictOK {
 		return fail(ErrRefused, verdictText(verdict))

@@ -226,6 +226,10 @@ func TestBadTarget(t *testing.T) {
 	putRep(rep, fPutRep, statusOK, 0)
 	bye := make([]byte, frameBase)
 	putBase(bye, fBye, 0)
+	// A target may send packets back on the connection (its own link to
+	// the initiator), but none larger than the initiator takes.
+	big := make([]byte, frameBase)
+	putPacket(big, 1<<30, 0)
 	for _, tc := range []struct {
 		name string
 		send []byte
@@ -234,7 +238,7 @@ func TestBadTarget(t *testing.T) {
 	}{
 		{"ack of nothing", ack, transport.ErrCorrupt, "ack of 5 packets, 0 unacknowledged"},
 		{"reply to nothing", rep, transport.ErrCorrupt, "a reply to no request"},
-		{"packet to an initiator", pkt([]byte("x")), transport.ErrCorrupt, "frame type 1 sent to the initiator"},
+		{"oversized packet back", big, transport.ErrCorrupt, "oversized packet"},
 		{"goodbye", bye, transport.ErrClosed, "said goodbye"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
