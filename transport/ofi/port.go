@@ -794,19 +794,29 @@ func (p *port) leave() {
 
 // progress is Progress, on the port taken.
 //
-// It posts the packets the AMI wrote first, before it looks at the
-// completion queues: a reply leaves without waiting for a read of the
-// queues. Then it reads both queues in one call to C (each call costs
-// more than reading an empty queue): the transmit queue only while an
+// It posts the packets the AMI wrote and the RDMA descriptors it
+// published first, before it looks at the completion queues: a reply
+// leaves without waiting for a read of the queues, and a GET or PUT the
+// provider performed inside its call completes in this pass. Then it
+// reads both queues in one call to C (each call costs more than reading
+// an empty queue): the transmit queue only while an
 // operation that completes there is outstanding (an injected message has
 // no completion; a read of either queue makes the provider progress the
 // endpoint), the receive queue while pending has room: acknowledgements
 // and answers are handled at once, packets wait for Poll. Last, the links
-// give back what was acknowledged and complete their RDMA descriptors.
+// give back what was acknowledged, post the RDMA descriptors the answers
+// just read let through, and complete their RDMA descriptors.
 func (p *port) progress() int {
 	n := 0
 	for _, l := range p.outList {
 		n += l.postPackets()
+		// RDMA goes to the provider before the queues are read: a
+		// provider that performs a GET or PUT inside the call (shm copies
+		// by cross-memory attach in fi_read and fi_write) has its
+		// completion in the queue for this very read, not the next pass's.
+		if !l.failed {
+			n += l.issueRDMA()
+		}
 	}
 	room := len(p.pending) - int(p.pendTail-p.pendHead)
 	ntx, nrx := 0, min(room, len(p.entries))
