@@ -161,14 +161,7 @@ func TestBatchedCoop(t *testing.T) {
 	ads, regs := world(t, 2, shm.Options{RDMASlots: 64})
 	defer ads[0].Close()
 	defer ads[1].Close()
-	p0, err := ads[0].Open(0, transport.NewDoorbell())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p1, err := ads[1].Open(0, transport.NewDoorbell())
-	if err != nil {
-		t.Fatal(err)
-	}
+	p0, p1 := ports(t, ads)
 	l, err := p0.Link(transport.Addr{Rank: 1})
 	if err != nil {
 		t.Fatal(err)

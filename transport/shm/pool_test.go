@@ -119,14 +119,7 @@ func TestChunkRingPoolFull(t *testing.T) {
 	for _, a := range ads {
 		defer a.Close()
 	}
-	p0, err := ads[0].Open(0, transport.NewDoorbell())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p1, err := ads[1].Open(0, transport.NewDoorbell())
-	if err != nil {
-		t.Fatal(err)
-	}
+	p0, p1 := ports(t, ads)
 	const size = 512 << 10 // measureMin: the way is chosen by measurement
 	src := make([]byte, size)
 	for i := range src {

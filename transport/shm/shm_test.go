@@ -15,6 +15,19 @@ import (
 	"github.com/amigo-hpc/amigo/transport/transporttest"
 )
 
+// ports opens context 0 of ranks 0 and 1 of ads.
+func ports(t testing.TB, ads []*shm.Adapter) (p0, p1 transport.Port) {
+	t.Helper()
+	var err error
+	if p0, err = ads[0].Open(0, transport.NewDoorbell()); err != nil {
+		t.Fatal(err)
+	}
+	if p1, err = ads[1].Open(0, transport.NewDoorbell()); err != nil {
+		t.Fatal(err)
+	}
+	return p0, p1
+}
+
 // world starts n adapters in this process, each as if it were a process of
 // its own: each maps the others' segments through /proc, exactly as ranks
 // in different processes do.
@@ -169,14 +182,7 @@ func TestEngineServesIdleOwner(t *testing.T) {
 func moveMiB(t *testing.T, ads []*shm.Adapter, regs []*transport.Regions, alloc, advance bool, enough func() bool) {
 	t.Helper()
 	const n = 4 << 20
-	p0, err := ads[0].Open(0, transport.NewDoorbell())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p1, err := ads[1].Open(0, transport.NewDoorbell())
-	if err != nil {
-		t.Fatal(err)
-	}
+	p0, p1 := ports(t, ads)
 	l, err := p0.Link(transport.Addr{Rank: 1})
 	if err != nil {
 		t.Fatal(err)
