@@ -75,6 +75,7 @@ type Adapter struct {
 		atomicsDirect, atomics     atomic.Uint64
 		hugeAsked, hugeCollapsed   atomic.Uint64
 		cmaBatches, coopBatches    atomic.Uint64
+		barriers                   atomic.Uint64
 	}
 
 	// lost holds, by local index, why a rank of the host that had closed
@@ -300,6 +301,10 @@ type Stats struct {
 	// initiator on a peer's shared segment; Atomics those it performed as
 	// owner for a peer, on its own memory.
 	AtomicsDirect, Atomics uint64
+	// Barriers counts the processor-wide memory barriers (membarrier)
+	// this rank issued to withdraw a registration that a peer had
+	// claimed in place (see mirrorEntry): one per such deregistration.
+	Barriers uint64
 }
 
 // Stats returns the adapter's counters.
@@ -309,6 +314,7 @@ func (a *Adapter) Stats() Stats {
 		HugeAsked: a.stats.hugeAsked.Load(), HugeCollapsed: a.stats.hugeCollapsed.Load(),
 		CMABatches: a.stats.cmaBatches.Load(), CoopBatches: a.stats.coopBatches.Load(),
 		AtomicsDirect: a.stats.atomicsDirect.Load(), Atomics: a.stats.atomics.Load(),
+		Barriers: a.stats.barriers.Load(),
 	}
 }
 

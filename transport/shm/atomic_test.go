@@ -164,3 +164,93 @@ func TestAtomicInPlaceFollowsRegistrations(t *testing.T) {
 		t.Fatalf("word at 40 is %d after a refused add, want 7", w)
 	}
 }
+
+// The owner withdraws a registration in a shared allocation with a
+// processor-wide barrier only when a peer claimed it in place (an atomic
+// or a copy on its mapping, whose claim is a release store): a region
+// only sent from, or fetched the usual way, is withdrawn without one. A
+// stale claim, of a key withdrawn before, on the table entry a new key
+// reuses does not make the new key's withdrawal pay for it.
+func TestBarrierOnlyAfterClaimInPlace(t *testing.T) {
+	ads, regs := world(t, 2, shm.Options{})
+	defer ads[0].Close()
+	defer ads[1].Close()
+	p0, err := ads[0].Open(0, transport.NewDoorbell())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ads[1].Open(0, transport.NewDoorbell()); err != nil {
+		t.Fatal(err)
+	}
+	l, err := p0.Link(transport.Addr{Rank: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, err := ads[1].Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	barriers := func() uint64 { return ads[1].Stats().Barriers }
+	reg := func() transport.Key {
+		k, err := regs[1].Register(shared)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	dereg := func(k transport.Key) {
+		if err := regs[1].Deregister(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 10; i++ {
+		dereg(reg())
+	}
+	if b := barriers(); b != 0 {
+		t.Fatalf("%d barriers for registrations no peer used", b)
+	}
+	// A GET through the RDMA FIFO claims with a sequentially consistent
+	// store: no barrier.
+	k := reg()
+	local := make([]byte, 1024)
+	q := l.RDMA
+	op := q.Slot(0)
+	op.Kind, op.Local, op.Key, op.Off = transport.Get, local, k, 0
+	q.Publish(1)
+	deadline := time.Now().Add(30 * time.Second)
+	for q.TransferCounter().Load() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("GET did not complete")
+		}
+		p0.Progress()
+	}
+	if err := q.Status(0); err != nil {
+		t.Fatal(err)
+	}
+	dereg(k)
+	if b := barriers(); b != 0 {
+		t.Fatalf("%d barriers after a GET through the FIFO", b)
+	}
+	// An atomic in place: its withdrawal waits behind a barrier.
+	k = reg()
+	if _, ok, err := l.Atomic(transport.AtomicArgs{Key: k, Off: 8, Op: transport.AtomicAdd, Width: 8, Operand: 1}); !ok || err != nil {
+		t.Fatalf("atomic in place: ok %v err %v", ok, err)
+	}
+	dereg(k)
+	if b := barriers(); b != 1 {
+		t.Fatalf("%d barriers after an atomic in place, want 1", b)
+	}
+	// The next key reuses the entry; the link still keeps the old key's
+	// region, and its claim fails without marking the entry.
+	k2 := reg()
+	if _, ok, _ := l.Atomic(transport.AtomicArgs{Key: k, Off: 8, Op: transport.AtomicAdd, Width: 8, Operand: 1}); ok {
+		t.Fatal("a withdrawn key was served in place")
+	}
+	dereg(k2)
+	if b := barriers(); b != 1 {
+		t.Fatalf("%d barriers after a stale claim, want 1", b)
+	}
+	if w := atomic.LoadUint64((*uint64)(unsafe.Pointer(&shared[8]))); w != 1 {
+		t.Fatalf("word %d, want 1", w)
+	}
+}

@@ -62,7 +62,9 @@ const (
 	// word is its packet's first 8 bytes, with the length in bits 48-63
 	// (a build speaking 4 reads records by a word in front of them).
 	// 6: a channel carries the table of a batched cooperative copy.
-	segVersion = 6
+	// 7: a mirror entry's word inPlace says which key was claimed in
+	// place (the owner's barrier at deregistration depends on it).
+	segVersion = 7
 
 	lineSize   = 64
 	pageSize   = 4096

@@ -355,7 +355,7 @@ func (p *port) claimInPlace(l *link, key transport.Key, off, n uint64, perm tran
 	} else {
 		// The claim of lookupAtomic, on the entry kept.
 		order.Store64(slot, uint64(key))
-		if c.entry.state.Load() != uint64(key) {
+		if !claimedInPlace(c.entry, key) {
 			order.Store64(slot, 0)
 			*c = atomRegion{}
 			return nil
