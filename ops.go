@@ -156,6 +156,9 @@ func (t *opTable) alloc(kind opKind, p *peer) *op {
 	if kind.issued() {
 		p.issued++
 	}
+	if kind == opSendRV {
+		p.sendRV++
+	}
 	t.live++
 	t.c.activate(p)
 	return o
@@ -165,6 +168,9 @@ func (t *opTable) release(o *op) {
 	o.peer.ops--
 	if o.kind.issued() {
 		o.peer.issued--
+	}
+	if o.kind == opSendRV {
+		o.peer.sendRV--
 	}
 	t.live--
 	gen, idx := o.gen, o.idx
