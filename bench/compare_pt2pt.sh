@@ -100,6 +100,7 @@ amigo_round() {
   rec "$tag-bw8" "$bin" --json -b bw --min-size 8 --max-size 8 --iterations "$RATE_ITERS"
   rec "$tag-bw" "$bin" --json -b bw --min-size 4096 --max-size 262144
   rec "$tag-ambw" "$bin" --json -b am_bw --min-size 4096 --max-size 262144
+  rec "$tag-shbw" "$bin" --json -b bw --buffers shared --min-size 4096 --max-size 262144
   rec "$tag-big" "$bin" --json -b bw --min-size 1048576 --max-size 4194304
 }
 
@@ -223,11 +224,19 @@ for s in sizes:
         ok = False
     row(f"am_bw {s >> 10} KiB (MB/s)", a, b, None, None, None, ua, None, ua, target, ok)
     prev = a
+# bw with buffers from AllocMemory (MPI_Alloc_mem's), for reference.
+for s in sizes:
+    a = med("amigo-shbw", "mb_per_s", s)
+    if a is None:
+        continue
+    up = med("ucx-put-bw", "mb_per_s", s)
+    row(f"bw, shared buffers {s >> 10} KiB (MB/s)", a, None, None, None, None, None, up, up, "reference (UCX put)", None)
 allocs = [r["allocs_per_msg"] for r in rows if r.get("run", "").startswith("amigo-") and "allocs_per_msg" in r]
 print()
 print(f"allocations per message in amigo's timed loops: at most {fmt(max(allocs)) if allocs else '-'}")
 print("UCX put: ucp_put_bw, one-sided, for reference (no matching, no receive buffer); bandwidth rows: amigo bw against the best of MPICH, Open MPI and UCX tag;")
 print("am_bw rows: amigo am_bw against UCX AM (neither copies eager data out of the transport).")
+print("shared buffers rows: amigo bw with send and receive buffers from AllocMemory (amibench --buffers shared), against UCX put.")
 print()
 print("each round (in order):")
 for label, run, key, size in [
