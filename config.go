@@ -91,11 +91,7 @@ type Config struct {
 	// than this many bytes still to come, or defers one, stops the stream
 	// and fetches the rest by RDMA (AMIGO_STOP_ABOVE). Zero, the default,
 	// lets each adapter choose what it measured (256 KiB over shared
-	// memory, where streaming pays longer) and is 64 KiB elsewhere; over
-	// shared memory it also sends a message of more than 8 KiB by RTS
-	// while other sends to the same peer are in progress (a window of
-	// messages, fetched together). A value set here applies to every
-	// message alike.
+	// memory, where streaming pays longer) and is 64 KiB elsewhere.
 	StopAbove int
 	// UnexpectedBudget bounds the eager data a context holds for messages
 	// whose handler named no buffer yet, in bytes; beyond it the receiver
