@@ -332,9 +332,6 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 		}
 		return true
 	}
-	if p.windowRTS(len(data)) {
-		return false // queued: inject sends it by RTS
-	}
 	b := p.reserve(size)
 	if b == nil {
 		return false

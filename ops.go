@@ -156,9 +156,6 @@ func (t *opTable) alloc(kind opKind, p *peer) *op {
 	if kind.issued() {
 		p.issued++
 	}
-	if kind == opSendRV {
-		p.sendRV++
-	}
 	t.live++
 	t.c.activate(p)
 	return o
@@ -168,9 +165,6 @@ func (t *opTable) release(o *op) {
 	o.peer.ops--
 	if o.kind.issued() {
 		o.peer.issued--
-	}
-	if o.kind == opSendRV {
-		o.peer.sendRV--
 	}
 	t.live--
 	gen, idx := o.gen, o.idx

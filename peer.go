@@ -44,12 +44,6 @@ type peer struct {
 	// sendStreams counts the messages this context is streaming to the
 	// peer; recvStreams (len(streams)) those the peer streams to it.
 	sendStreams int
-	// sendRV counts this context's RTS sends to the peer not yet
-	// acknowledged.
-	sendRV int
-	// rtsBusy says that a Send above stopBusy goes by RTS while others to
-	// the peer are in progress (windowRTS).
-	rtsBusy bool
 
 	q instRing // instructions waiting for FIFO space, in order
 	// ctl holds control packets (STOP, CTS, FIN, ACK) waiting for FIFO
@@ -120,7 +114,6 @@ func (c *Context) connect(idx int32) *peer {
 	p.msg = fifo.New(link.Msg.Slots(), link.Msg.HeadCounter(), link.Msg.TransferCounter(), nil)
 	p.rdma = fifo.New(link.RDMA.Slots(), link.RDMA.HeadCounter(), link.RDMA.TransferCounter(), link.RDMA.Status)
 	p.chunk = c.cfg.RDMAChunk
-	p.rtsBusy = c.cfg.Protocol == "stop" && c.cfg.EagerInflight == 0 && c.cfg.StopAbove == 0 && link.StopBusyAbove > 0
 	p.stopAbove = uint64(c.cfg.StopAbove)
 	if p.stopAbove == 0 {
 		p.stopAbove = uint64(cmp.Or(link.StopAbove, defaultStopAbove))
@@ -260,11 +253,10 @@ func (c *Context) inject(p *peer, in *inst) bool {
 		c.stats.SentInline++
 		return true
 	case instSend:
-		window := in.vec == nil && p.windowRTS(len(in.data))
-		if len(in.hdr)+len(in.data) <= c.cfg.InlineMax && !window {
+		if len(in.hdr)+len(in.data) <= c.cfg.InlineMax {
 			return c.injectAM(p, in)
 		}
-		if c.cfg.Protocol == "rendezvous" || window {
+		if c.cfg.Protocol == "rendezvous" {
 			return c.injectRTS(p, in)
 		}
 		return c.injectSend(p, in)
@@ -330,34 +322,6 @@ func (c *Context) injectAM(p *peer, in *inst) bool {
 	p.commit(fifo.Func(in.done))
 	c.stats.SentInline++
 	return true
-}
-
-// windowRTS reports whether a Send of n data bytes to p goes by RTS, the
-// receiver fetching all of it, however it would go alone (inline, or
-// announced and streamed): n is above the link's threshold for a busy
-// link (transport.Link.StopBusyAbove, which only an adapter that moves a
-// window's GETs together sets), and other Sends to p are in progress: an
-// RTS or a stream not yet acknowledged, or a descriptor the peer has not
-// taken yet. That is the data-flow condition of a window of messages
-// (osu_bw's, a halo exchange's), whose GETs the adapter gathers into one
-// cross-memory attach call and shares with this rank's core (package shm,
-// batch.go and coop.go); a lone message keeps the inline or streamed way,
-// whose latency is lower. Announced and stopped at once (stopWorth), such
-// a message cost a STOP from the receiver besides the RTS's ACK, and
-// waited for it.
-//
-// # Measured
-//
-// amibench -b bw, two ranks on a 2-core machine, medians of 5 and 8
-// interleaved rounds against the same tree without it: with buffers from
-// AllocMemory (fetched by one copy through the mapping of the sender's
-// segment) 16 KiB moved 1.65 times as much (24.9 GB/s, where inline it is
-// copied twice), 32 and 64 KiB 1.11-1.13 times; with Go buffers (fetched
-// by cross-memory attach) 0.99-1.11 times from 8 to 256 KiB, within the
-// spread of such runs. Single messages (osu_latency) never find another
-// in progress and go as before.
-func (p *peer) windowRTS(n int) bool {
-	return p.rtsBusy && uint64(n) > p.stopBusy && uint64(n) <= p.stopAbove && (p.sendRV+p.sendStreams > 0 || p.msg.Outstanding() > 0)
 }
 
 // injectRTS announces a send by rendezvous: the send buffer is registered

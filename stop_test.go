@@ -434,9 +434,7 @@ func TestStopBudgetManySmall(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v, func(t *testing.T) {
 			const msgs, size, budget = 20, 60 << 10, 256 << 10
-			// StopAbove set: a window of messages streams, as over
-			// every link but shared memory (see windowRTS).
-			cl := openOver(t, 2, amigo.Config{StopVariant: v, UnexpectedBudget: budget, StopAbove: 256 << 10}, rigTransport)
+			cl := openOver(t, 2, amigo.Config{StopVariant: v, UnexpectedBudget: budget}, rigTransport)
 			c0, c1 := cl[0].Context(0), cl[1].Context(0)
 			var defd []amigo.Deferred
 			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
@@ -565,10 +563,12 @@ func TestStopCrossedStreams(t *testing.T) {
 	}
 }
 
-// Over shared memory, a window of mid-size messages is fetched, not
-// streamed: each message sent while another of the window is in progress
-// goes by RTS (windowRTS), and the receiver fetches all of it. A lone
-// message of the same size streams whole.
+// Over shared memory, a window of mid-size messages to a receiver that
+// names its buffers at once is fetched, not streamed: each message that
+// arrives while another of the window is in progress is stopped at its
+// announcement, and its sender, which held its stream back until the
+// receiver took the announcement, streamed none of it. A lone message of
+// the same size streams whole.
 func TestStopWindowFetched(t *testing.T) {
 	const n, size = 32, 32 << 10
 	cl := openOver(t, 2, amigo.Config{}, "shm")
@@ -620,11 +620,13 @@ func TestStopWindowFetched(t *testing.T) {
 		}
 	}
 	w0, w1 := c0.Stats(), c1.Stats()
-	rts := w1.ReceivedRendezvous - s1.ReceivedRendezvous
+	stops := w1.Stops - s1.Stops
 	streamed := w0.EagerBytesSent - s0.EagerBytesSent
-	// The first message of the window finds nothing else in progress.
-	if rts != n-1 || w0.SentRendezvous != n-1 || streamed != size || w1.Stops != 0 {
-		t.Fatalf("window of %d: %d by RTS, %d bytes streamed, %d STOPs", n, rts, streamed, w1.Stops)
+	fetched := w1.FetchedBytes - s1.FetchedBytes
+	// The first message of the window, and the second if the first was
+	// over when its announcement came, find nothing else in progress.
+	if stops < n-2 || streamed > 2*size || fetched < (n-2)*size {
+		t.Fatalf("window of %d: %d STOPs, %d bytes streamed, %d fetched", n, stops, streamed, fetched)
 	}
 }
 
