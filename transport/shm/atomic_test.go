@@ -175,13 +175,7 @@ func TestBarrierOnlyAfterClaimInPlace(t *testing.T) {
 	ads, regs := world(t, 2, shm.Options{})
 	defer ads[0].Close()
 	defer ads[1].Close()
-	p0, err := ads[0].Open(0, transport.NewDoorbell())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ads[1].Open(0, transport.NewDoorbell()); err != nil {
-		t.Fatal(err)
-	}
+	p0, _ := ports(t, ads)
 	l, err := p0.Link(transport.Addr{Rank: 1})
 	if err != nil {
 		t.Fatal(err)
