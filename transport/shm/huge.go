@@ -28,7 +28,11 @@ import (
 // ("never" included). It is made once per block; it may populate the rest
 // of that block (up to 2 MiB per block, never more than hugeTableSize
 // blocks). The initiator asks only for a block its buffer covers at least
-// hugeMinOverlap of. The owner asks for every block under a region it
+// hugeMinOverlap of, unless the owner writes into it: for a transfer the
+// owner helps with (asked before the owner is), and for the parts of a
+// batched cooperative copy the owner moves (coop.go), every block the
+// buffer covers a page of (the owner's process_vm_writev pins those
+// pages as a peer's reads pin the owner's). The owner asks for every block under a region it
 // registers (hugeRegionOverlap): the pages a peer pins are the owner's, and
 // a window of mid-size messages, each registered by its sender and fetched
 // by its receiver, pins them once per message (see hugeRegionOverlap). Where

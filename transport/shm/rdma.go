@@ -240,16 +240,23 @@ func (p *port) start(l *link, op *transport.RDMAOp) (x *xfer, wait bool, err err
 			}
 		}
 	}
+	help := x.mode != modePipe && !a.opts.HelpOff && x.n >= uint64(a.opts.HelpMin) && x.n >= 2*helpPiece(x.mode, x.n) && !busy
+	if x.mode == modeCMA {
+		// Before the owner is asked: it writes into this buffer by
+		// cross-memory attach, pinning its pages (see startCoop).
+		least := hugeMinOverlap
+		if help {
+			least = pageSize
+		}
+		a.prepareHuge(x.op.Local, least)
+	}
 	if x.mode == modePipe {
 		if busy {
 			return nil, true, nil
 		}
 		p.startPipe(x)
-	} else if !a.opts.HelpOff && x.n >= uint64(a.opts.HelpMin) && x.n >= 2*helpPiece(x.mode, x.n) && !busy {
+	} else if help {
 		p.startHelp(x)
-	}
-	if x.mode == modeCMA {
-		a.prepareHuge(x.op.Local, hugeMinOverlap)
 	}
 	if x.timed {
 		x.t0 = time.Now()
