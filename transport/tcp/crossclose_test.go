@@ -55,13 +55,8 @@ func TestCrossingLinksCloseFirst(t *testing.T) {
 			closed <- b.Close()
 		}()
 		var ca collector
-		deadline := time.Now().Add(20 * time.Second)
-		for ca.count(rb) == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: a never got b's packet", round)
-			}
-			a.Progress()
-			a.Poll(&ca, 64)
+		if !pollFrom(a, &ca, rb, time.Now().Add(20*time.Second)) {
+			t.Fatalf("round %d: a never got b's packet", round)
 		}
 		if err := <-closed; err != nil {
 			t.Fatal(err)
@@ -110,12 +105,8 @@ func crossingClose(t *testing.T, round int) {
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- ads[1].Close() }()
-	for ca.count(rb) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("round %d: a never got b's packet (b's close: %v)", round, <-closed)
-		}
-		a.Progress()
-		a.Poll(&ca, 64)
+	if !pollFrom(a, &ca, rb, deadline) {
+		t.Fatalf("round %d: a never got b's packet (b's close: %v)", round, <-closed)
 	}
 	if got := string(ca.pkts[rb][0]); got != "from b" {
 		t.Fatalf("round %d: a got %q", round, got)
@@ -171,13 +162,8 @@ func TestCrossingLinksCloseMidHandOver(t *testing.T) {
 		linkBoth(t, a, b)
 		gate.Done()
 		var ca collector
-		deadline := time.Now().Add(10 * time.Second)
-		for ca.count(rb) == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: a never got b's packet", round)
-			}
-			a.Progress()
-			a.Poll(&ca, 64)
+		if !pollFrom(a, &ca, rb, time.Now().Add(10*time.Second)) {
+			t.Fatalf("round %d: a never got b's packet", round)
 		}
 		if got := string(ca.pkts[rb][0]); got != "from b" {
 			t.Fatalf("round %d: a got %q", round, got)

@@ -165,6 +165,19 @@ func (c *collector) count(from transport.Addr) int {
 	return len(c.pkts[from])
 }
 
+// pollFrom advances p, delivering to c, until c holds a packet from from;
+// it reports false if deadline passes first.
+func pollFrom(p transport.Port, c *collector, from transport.Addr, deadline time.Time) bool {
+	for c.count(from) == 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		p.Progress()
+		p.Poll(c, 64)
+	}
+	return true
+}
+
 func addr(rank, ctx int) transport.Addr {
 	return transport.Addr{Rank: int32(rank), Context: int32(ctx)}
 }
