@@ -440,24 +440,25 @@ func (c *Reader) Take() ([]byte, error) {
 // full, or the next slot holds a descriptor and no record came before it)
 // it leaves it too: the slot is consumed and moff is zero.
 func (c *Reader) record() ([]byte, error) {
-	s := c.r.Small(c.head)
-	for c.moff <= SlotSize-RecordHeaderSize {
-		w := (*atomic.Uint64)(unsafe.Pointer(&s[c.moff])).Load()
+	// s is the slot: off is checked against SlotSize, so its bytes are
+	// reached without a bounds check each.
+	s := unsafe.Pointer(c.r.Small(c.head))
+	if off := c.moff; off <= SlotSize-RecordHeaderSize {
+		w := (*atomic.Uint64)(unsafe.Add(s, off)).Load()
 		if w == 0 {
 			if c.r.word(c.head+1).Load() == 0 {
 				return nil, nil // the producer may still append
 			}
-			if w = (*atomic.Uint64)(unsafe.Pointer(&s[c.moff])).Load(); w == 0 {
-				break
+			w = (*atomic.Uint64)(unsafe.Add(s, off)).Load()
+		}
+		if w != 0 {
+			n := w >> RecordLenShift
+			if n > SlotSize-RecordHeaderSize-off {
+				return nil, ErrCorrupt
 			}
+			c.moff = off + RecordHeaderSize + (n+7)&^7
+			return unsafe.Slice((*byte)(unsafe.Add(s, off)), RecordHeaderSize+n), nil
 		}
-		n := w >> RecordLenShift
-		if n > SlotSize-RecordHeaderSize-c.moff {
-			return nil, ErrCorrupt
-		}
-		at := c.moff
-		c.moff = at + RecordHeaderSize + (n+7)&^7
-		return s[at : at+RecordHeaderSize+n : at+RecordHeaderSize+n], nil
 	}
 	c.moff = 0
 	c.head++

@@ -761,3 +761,47 @@ func TestRecordsOfEight(t *testing.T) {
 		t.Fatalf("transfer counter %d, want 1 (the first slot)", r.TransferCounter().Load())
 	}
 }
+
+// BenchmarkTakeRecords is the consumer's side of a window of 8-byte
+// messages: slots of three records each, taken one by one and given back
+// as the shm adapter does (Take, Count, Flush). One op is one record.
+func BenchmarkTakeRecords(b *testing.B) {
+	const slots = 64
+	r, err := NewHeap(2 * slots)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rd := r.NewReader()
+	var tail uint64
+	fill := func() {
+		for k := 0; k < slots; k++ {
+			s := r.Small(tail)
+			binary.LittleEndian.PutUint64(RecordBody(s, HeaderSize, 16), 1)
+			off := OpenRecords(s, recordWord(8))
+			for off+16 <= SlotSize {
+				binary.LittleEndian.PutUint64(RecordBody(s, off, 16), 1)
+				SealRecord(s, off, recordWord(8))
+				off += 16
+			}
+			tail++
+		}
+		r.Publish(tail)
+	}
+	b.ReportAllocs()
+	n := 0
+	for i := 0; i < b.N; i++ {
+		if n == 0 {
+			rd.Flush()
+			fill()
+			n = 3 * slots
+		}
+		rec, err := rd.Take()
+		if err != nil || len(rec) != 16 {
+			b.Fatalf("record %d: %d bytes, %v", i, len(rec), err)
+		}
+		n--
+		if n%3 == 0 {
+			rd.Count()
+		}
+	}
+}
