@@ -407,6 +407,35 @@ func (c *Context) injectOwnedDone(idx int32, d Dispatch, header, data []byte, do
 	return true
 }
 
+// sendRecord is the holder's Send of a message that follows another to the
+// same peer with no Advance between them (the second and later of a
+// window, MPI_Isend's of small messages) and fits a record: it checks the
+// arguments and writes the record in one call, as injectOwnedDone and
+// writeAM would through four, or reports false, and Send takes the
+// general path, which checks again and fails with the error.
+//
+// # Why
+//
+// A window of 8-byte sends is bound by the instructions each side spends
+// a message; the calls of the general path, each passing the message's
+// slices on, were some 40 of the sender's 370 (callgrind).
+func (c *Context) sendRecord(ep Endpoint, d Dispatch, header, data []byte, done func(error)) bool {
+	size := wire.AMSize(len(header), len(data), false)
+	if size > ring.MaxRecord || size-wire.BaseSize > c.cfg.InlineMax || d >= MaxDispatch ||
+		uint(ep.Rank) >= uint(c.client.size) || uint(ep.Context) >= uint(c.nctx) {
+		return false
+	}
+	p := c.owned(int32(ep.Rank*c.nctx + ep.Context))
+	if p == nil || !p.records || p.epoch != c.epoch || done != nil && p.msg.Pending() != 0 || !p.writeRecord(d, header, data, size) {
+		return false
+	}
+	c.stats.SentInline++
+	if done != nil {
+		c.later = append(c.later, laterDone{fn: done})
+	}
+	return true
+}
+
 // Advance makes progress on the context once and returns the number of
 // events it handled: instructions injected, completions, packets received.
 // Every callback of the context runs inside Advance, on the calling goroutine.

@@ -129,6 +129,9 @@ func (h *Held) Send(ep Endpoint, d Dispatch, header, data []byte, done func(erro
 	if traceOn {
 		return c.tracedSend(ep, d, header, data, done, nil)
 	}
+	if c.sendRecord(ep, d, header, data, done) {
+		return nil
+	}
 	idx, err := c.sendTo(ep, d, header)
 	if err != nil {
 		return err
