@@ -2,6 +2,7 @@ package amigo
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -274,6 +275,34 @@ func (c *Context) injectDirect(idx int32, d Dispatch, header, data []byte) bool 
 	return ok
 }
 
+// sendSlot is Send's path for a message that fits one slot of the
+// descriptor buffer (an 8-byte ping-pong's, a small request's): it checks
+// the arguments and injects the message from the posting goroutine, as
+// sendTo and injectDirect or injectDirectDone would in two calls more, or
+// reports false, and Send takes the general path, which checks again and
+// fails with the error or queues the message.
+func (c *Context) sendSlot(ep Endpoint, d Dispatch, header, data []byte, done func(error)) bool {
+	size := wire.AMSize(len(header), len(data), false)
+	if size > ring.SlotSize-ring.HeaderSize || size-wire.BaseSize > c.cfg.InlineMax || d >= MaxDispatch ||
+		uint(ep.Rank) >= uint(c.client.size) || uint(ep.Context) >= uint(c.nctx) {
+		return false
+	}
+	p := c.direct(int32(ep.Rank*c.nctx + ep.Context))
+	if p == nil {
+		return false
+	}
+	// With a done callback, as injectDirectDone.
+	ok := (done == nil || p.link.Shared && p.msg.Pending() == 0) && p.writeAM(c.epoch, d, header, data)
+	if ok {
+		order.Store64(&c.sentDirect, c.sentDirect.Load()+1)
+		if done != nil {
+			c.later = append(c.later, laterDone{fn: done})
+		}
+	}
+	c.leave()
+	return ok
+}
+
 // injectDirectDone is injectDirect for a message with a done callback, on a
 // link whose consumer reads the descriptor buffer in place: the message is
 // delivered once published, so its done callback is due at once; it runs in
@@ -323,8 +352,11 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 		if !ok {
 			return false
 		}
+		// The packet's base header carries its length, as a record's
+		// does (wire.PutAMRecord): one word, written whole.
 		s := p.ring.Small(pos)
-		wire.PutAM(s[ring.HeaderSize:ring.HeaderSize+size], uint16(d), header, data, false, 0)
+		w := wire.PutAMRecord(s[ring.HeaderSize+wire.BaseSize:ring.HeaderSize+size], uint16(d), header, data)
+		binary.LittleEndian.PutUint64(s[ring.HeaderSize:], w)
 		ring.SealSmall(s, size)
 		p.ring.Publish(pos + 1)
 		if p.bell != nil {

@@ -47,6 +47,9 @@ func (c *Context) SendWith(p *SendParams) error {
 }
 
 func (c *Context) send(ep Endpoint, d Dispatch, header, data []byte, done, rdone func(error)) error {
+	if rdone == nil && c.sendSlot(ep, d, header, data, done) {
+		return nil
+	}
 	idx, err := c.sendTo(ep, d, header)
 	if err != nil {
 		return err

@@ -230,7 +230,13 @@ func amRecord(d uint16, header, data []byte) []byte {
 // same AM without it; a length that is not the packet's, or one on an AM
 // that asks for an acknowledgement, is malformed.
 func TestAMRecord(t *testing.T) {
-	for _, c := range []struct{ hdr, data string }{{"", "12345678"}, {"hdr", "data"}, {"", ""}, {"h", ""}} {
+	cases := []struct{ hdr, data string }{{"", "12345678"}, {"hdr", "data"}, {"", ""}, {"h", ""}, {"h", "12345678"}}
+	// Data of 7 to 17 bytes with no header: the copy by two overlapping
+	// words (8 to 16), and either side of it.
+	for n := 7; n <= 17; n++ {
+		cases = append(cases, struct{ hdr, data string }{"", "abcdefghijklmnopq"[:n]})
+	}
+	for _, c := range cases {
 		b := amRecord(513, []byte(c.hdr), []byte(c.data))
 		plain := make([]byte, AMSize(len(c.hdr), len(c.data), false))
 		PutAM(plain, 513, []byte(c.hdr), []byte(c.data), false, 0)
