@@ -275,6 +275,46 @@ func benchLockstep(b *testing.B, over string) {
 	}
 }
 
+// BenchmarkLockstepWindow is osu_mbw_mr's window of 64 8-byte messages
+// between two in-process ranks over shared memory that one goroutine
+// advances in turn: the sender holds its context and sends the window with
+// a done callback each (MPI_Isend's), the receiver's handler copies each
+// message out and counts it, then the sender waits for the callbacks. One
+// op is one message; with no second core it counts amigo's instructions a
+// message on both sides (bench/SMALL_PATH.md), not the cores' overlap.
+func BenchmarkLockstepWindow(b *testing.B) {
+	const window = 64
+	cl := openOver(b, 2, amigo.Config{}, "shm")
+	c0, c1 := cl[0].Context(0), cl[1].Context(0)
+	buf := make([]byte, 8)
+	got := 0
+	c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+		copy(buf, m.Data)
+		got++
+	})
+	e1 := amigo.EndpointOf(1)
+	k := amigo.NewCounter()
+	kd := k.Done()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for sent := 0; sent < b.N; sent += window {
+		h := c0.Hold()
+		for j := 0; j < window; j++ {
+			k.Add(1)
+			if err := h.Send(e1, 1, nil, sizes8, kd); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := h.WaitCounter(ctx, k); err != nil {
+			b.Fatal(err)
+		}
+		h.Release()
+		for got < sent+window {
+			c1.Advance()
+		}
+	}
+}
+
 // BenchmarkAdvanceIdle is one Advance of a context with nothing to do: the
 // cost of a turn of a waiting rank's loop, which bounds how soon it sees a
 // message.
