@@ -287,16 +287,38 @@ func (c *Context) endpointAt(idx int32) Endpoint {
 }
 
 // receive decodes and delivers one packet.
+//
+// An inline active message that asks for no acknowledgement, with nothing
+// held before it (Context.earlyN), is deliver's common case: it is decoded
+// in one step (wire.ParseAM) and its handler runs here, without deliver's
+// branches for the other kinds and without a call more (a window of small
+// messages runs this once a message).
 func (c *Context) receive(from transport.Addr, pkt []byte) {
-	idx := int32(int(from.Rank)*c.nctx + int(from.Context))
-	if from.Rank < 0 || int(from.Rank) >= c.client.size || from.Context < 0 || int(from.Context) >= c.nctx {
+	if uint32(from.Rank) >= uint32(c.client.size) || uint32(from.Context) >= uint32(c.nctx) {
 		c.stats.Malformed++
 		c.asyncError(fmt.Errorf("amigo: packet from %v, outside the job", from))
 		return
 	}
+	idx := int32(int(from.Rank)*c.nctx + int(from.Context))
 	if d, hdr, data, ok := wire.ParseAM(pkt); ok && d < MaxDispatch && c.earlyN == 0 {
 		if h := c.dispatch[d].Load(); h != nil {
-			c.deliverAM(from, idx, d, h, hdr, data)
+			m := &c.msg
+			m.Source = Endpoint{Rank: int(from.Rank), Context: int(from.Context)}
+			m.Dispatch = Dispatch(d)
+			m.Header, m.Data = hdr, data
+			m.src = idx
+			m.claimed = false
+			m.op, m.key = 0, 0
+			m.stream, m.mc = nil, nil
+			m.inline = true
+			m.size = uint64(len(data))
+			c.stats.ReceivedInline++
+			if traceOn {
+				c.tracedHandler(h.fn, m)
+			} else {
+				h.fn(c, m)
+			}
+			m.Header, m.Data = nil, nil
 			return
 		}
 	}
@@ -389,28 +411,4 @@ func (c *Context) deliver(src int32, pk *wire.Packet, h *handlerEntry, stream *o
 	case !rts && ack:
 		c.sendACK(src, pk.Op, wire.StatusOK)
 	}
-}
-
-// deliverAM runs handler h of an inline active message that asks for no
-// acknowledgement, with nothing held before it (Context.earlyN): deliver's
-// common case, decoded in one step (wire.ParseAM) and without its branches
-// for the other kinds.
-func (c *Context) deliverAM(from transport.Addr, src int32, d uint16, h *handlerEntry, header, data []byte) {
-	m := &c.msg
-	m.Source = Endpoint{Rank: int(from.Rank), Context: int(from.Context)}
-	m.Dispatch = Dispatch(d)
-	m.Header, m.Data = header, data
-	m.src = src
-	m.claimed = false
-	m.op, m.key = 0, 0
-	m.stream, m.mc = nil, nil
-	m.inline = true
-	m.size = uint64(len(data))
-	c.stats.ReceivedInline++
-	if traceOn {
-		c.tracedHandler(h.fn, m)
-	} else {
-		h.fn(c, m)
-	}
-	m.Header, m.Data = nil, nil
 }
