@@ -89,6 +89,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/amigo-hpc/amigo/internal/order"
@@ -326,7 +327,13 @@ type Reader struct {
 	rel  uint64 // position up to which slots are released (<= head)
 	owed uint64 // descriptors taken and not yet counted (Take, Count)
 	moff uint64 // in a slot of records at head: offset of the next record
-	_    [64]byte
+	// Catching up with a producer that appends records (see Take): took,
+	// a record was handed out since the reader last found the next one not
+	// yet written; streak, how many times in a row it found so after
+	// handing records out; caught, Take waits before it looks again.
+	took, caught bool
+	streak       int
+	_            [64]byte
 }
 
 // NewReader returns a reader that starts at the ring's published head.
@@ -388,6 +395,24 @@ func (r *Ring) small(pos, w uint64) []byte {
 	return s[HeaderSize : HeaderSize+w>>32 : HeaderSize+w>>32]
 }
 
+// recordWait is how long Take waits before it looks again at a slot of
+// records whose producer it keeps catching up with.
+//
+// # Why
+//
+// A consumer that reads each record as soon as it is written takes the
+// slot's cache line from the producer, which is writing the next record
+// into it, once a record: the producer then waits for the line to come
+// back before it can append. Two cores exchanging a window of 8-byte
+// messages were bound by that exchange of the line, so much that making
+// either side's instructions fewer made the window slower (see
+// bench/SMALL_PATH.md). Waiting a little after catching up lets the
+// producer fill the line first. The wait is taken only when the consumer
+// caught up twice in a row after handing records out (a stream), never
+// for the records of a lone burst, and never instead of a look: a
+// consumer about to sleep still looks first.
+const recordWait = 200 * time.Nanosecond
+
 // Take returns the payload of the next descriptor, or of the next record
 // (see the package comment), or nil when there is none yet, and consumes
 // it at once, as Next and Consume do, except that it counts descriptors
@@ -399,6 +424,10 @@ func (r *Ring) small(pos, w uint64) []byte {
 func (c *Reader) Take() ([]byte, error) {
 	for {
 		if c.moff != 0 {
+			if c.caught {
+				c.caught = false
+				pause(recordPause)
+			}
 			b, err := c.record()
 			if b != nil || err != nil || c.moff != 0 {
 				return b, err
@@ -447,7 +476,14 @@ func (c *Reader) record() ([]byte, error) {
 		w := (*atomic.Uint64)(unsafe.Add(s, off)).Load()
 		if w == 0 {
 			if c.r.word(c.head+1).Load() == 0 {
-				return nil, nil // the producer may still append
+				// The producer may still append.
+				if c.took {
+					c.streak++
+				} else {
+					c.streak = 0
+				}
+				c.caught, c.took = c.streak >= 2, false
+				return nil, nil
 			}
 			w = (*atomic.Uint64)(unsafe.Add(s, off)).Load()
 		}
@@ -457,6 +493,7 @@ func (c *Reader) record() ([]byte, error) {
 				return nil, ErrCorrupt
 			}
 			c.moff = off + RecordHeaderSize + (n+7)&^7
+			c.took = true
 			return unsafe.Slice((*byte)(unsafe.Add(s, off)), RecordHeaderSize+n), nil
 		}
 	}

@@ -805,3 +805,62 @@ func BenchmarkTakeRecords(b *testing.B) {
 		}
 	}
 }
+
+// A reader that catches up with a producer appending records twice in a
+// row, having handed records out each time, waits before its next look
+// (a stream); one that catches up once (a lone burst) or finds nothing new
+// does not. The records all come out, in order, whether it waits or not.
+func TestRecordCatchUp(t *testing.T) {
+	r, err := NewHeap(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := r.NewReader()
+	s := r.Small(0)
+	next := uint64(1)
+	body := func(off int) []byte { return RecordBody(s, off, 16) }
+	binary.LittleEndian.PutUint64(body(HeaderSize), next)
+	off := OpenRecords(s, recordWord(8))
+	r.Publish(1)
+	appendRecord := func() {
+		next++
+		binary.LittleEndian.PutUint64(body(off), next)
+		SealRecord(s, off, recordWord(8))
+		off += RecordSize(16)
+	}
+	want := uint64(1)
+	take := func(n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			b, err := rd.Take()
+			if err != nil || len(b) != 16 || binary.LittleEndian.Uint64(b[8:]) != want {
+				t.Fatalf("record %d: %x, %v", want, b, err)
+			}
+			want++
+		}
+		if b, err := rd.Take(); b != nil || err != nil {
+			t.Fatalf("after record %d: %x, %v", want-1, b, err)
+		}
+	}
+	take(1) // a burst of one: caught up once
+	if rd.caught {
+		t.Fatal("waits after catching up once")
+	}
+	appendRecord()
+	take(1) // again, after a record: a stream
+	if !rd.caught {
+		t.Fatal("does not wait after catching up twice in a row")
+	}
+	take(0) // nothing new: the wait is taken, and not again
+	if rd.caught || rd.streak != 0 {
+		t.Fatalf("after a look that found nothing: caught %v, streak %d", rd.caught, rd.streak)
+	}
+	appendRecord()
+	take(1)
+	if rd.caught {
+		t.Fatal("waits after a burst that followed an idle look")
+	}
+	if recordPause < 0 || recordPause > 64 {
+		t.Fatalf("recordPause %d", recordPause)
+	}
+}
