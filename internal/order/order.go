@@ -108,22 +108,3 @@ func BarrierPeers() {
 		syscall.Syscall(sysMembarrier, membarrierCmdGlobalExpedited, 0, 0)
 	}
 }
-
-// Store64 stores v at p: a release store when Relaxed, else a fenced atomic
-// store. Loads of *p must be atomic loads.
-func Store64(p *atomic.Uint64, v uint64) {
-	if relaxed.Load() {
-		storeRel64(p, v)
-		return
-	}
-	p.Store(v)
-}
-
-// Store32 is Store64 for 32-bit words.
-func Store32(p *atomic.Int32, v int32) {
-	if relaxed.Load() {
-		storeRel32(p, v)
-		return
-	}
-	p.Store(v)
-}

@@ -246,7 +246,7 @@ func (r *Ring) Small(pos uint64) *[SlotSize]byte {
 // SealSmall stores the header of the descriptor of one slot s (from
 // Small) carrying payload bytes, as Seal does.
 func SealSmall(s *[SlotSize]byte, payload int) {
-	order.Store64((*atomic.Uint64)(unsafe.Pointer(s)), header(1, 0, payload))
+	order.Store64((*atomic.Uint64)(unsafe.Pointer(s)), 1|uint64(uint32(payload))<<32) // header(1, 0, payload)
 }
 
 // RecordSize returns the bytes a record of rec bytes (its word included)
