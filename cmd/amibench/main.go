@@ -97,9 +97,15 @@ type Options struct {
 	CSV        bool
 	// Plot is the file (.svg or .png) rank 0 draws latency and bandwidth
 	// against size in at the end.
-	Plot      string
+	Plot string
+	// Transport is the adapter between the ranks; run as a rank, the one
+	// the client uses once open (the flag's, if it was given, else
+	// AMIGO_TRANSPORT's or the automatic choice), which every header and
+	// row reports.
 	Transport string
-	Buffers   string
+	// TransportSet: --transport was given.
+	TransportSet bool
+	Buffers      string
 	// AtomicTarget is the memory of the word of the atomic benchmarks.
 	AtomicTarget string
 	Timeout      time.Duration
@@ -147,6 +153,7 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	fs.Visit(func(f *flag.Flag) { o.TransportSet = o.TransportSet || f.Name == "transport" })
 	for _, b := range strings.Split(*bench, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			o.Benchmarks = append(o.Benchmarks, b)
@@ -258,6 +265,22 @@ func runLauncher(args []string, o *Options, stdout, stderr io.Writer) error {
 	return job.Wait(ctx)
 }
 
+// transportOf names the adapter c uses between processes: the one its
+// configuration forces, else "auto:" and those it opened (the in-process
+// one left out).
+func transportOf(c *amigo.Client) string {
+	if t := c.Config().Transport; t != "auto" {
+		return t
+	}
+	var names []string
+	for _, n := range c.Adapters() {
+		if n != "loop" {
+			names = append(names, n)
+		}
+	}
+	return "auto:" + strings.Join(names, "+")
+}
+
 type lockedWriter struct {
 	mu sync.Mutex
 	w  io.Writer
@@ -280,11 +303,23 @@ func serialize(w io.Writer) io.Writer {
 func runRank(o *Options, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 	defer cancel()
-	c, err := amigo.Open(ctx, amigo.Config{})
+	// Under a launcher (mpiexec, srun, amirun) --transport reaches the
+	// rank as a flag only: it picks the adapter, unless AMIGO_TRANSPORT
+	// names another, which is an error rather than a run over an adapter
+	// the output would not name.
+	var cfg amigo.Config
+	if o.TransportSet {
+		if env := os.Getenv("AMIGO_TRANSPORT"); env != "" && env != o.Transport {
+			return fmt.Errorf("--transport %s, but AMIGO_TRANSPORT=%s: give one, or the same", o.Transport, env)
+		}
+		cfg.Transport = o.Transport
+	}
+	c, err := amigo.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	o.Transport = transportOf(c)
 	if o.CPUProfile != "" {
 		f, err := os.Create(fmt.Sprintf("%s.%d", o.CPUProfile, c.Rank()))
 		if err != nil {

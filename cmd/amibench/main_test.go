@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/amigo-hpc/amigo/internal/launch"
 )
@@ -113,5 +116,65 @@ func TestIdle(t *testing.T) {
 		if pct, _ := rs[0]["cpu_percent"].(float64); pct > 5 {
 			t.Fatalf("%s: idle ranks used %.1f%% of a core", tr, pct)
 		}
+	}
+}
+
+// Under a launcher that is not amibench's own (amirun, mpiexec: the ranks
+// get no AMIGO_TRANSPORT from it), --transport picks the adapter and the
+// rows name it; a flag that AMIGO_TRANSPORT contradicts is an error, not
+// a run over the other adapter.
+func TestTransportUnderLauncher(t *testing.T) {
+	t.Setenv("AMIGO_TRANSPORT", "")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(env []string, flags ...string) (string, string, error) {
+		var out, errb bytes.Buffer
+		argv := append([]string{self, "-b", "latency", "--min-size", "8", "--max-size", "8", "--iterations", "3", "--warmup", "1", "--json"}, flags...)
+		j, err := launch.Start(launch.Options{
+			N:    2,
+			Argv: argv,
+			Env:  env,
+			Output: func(r int) (io.Writer, io.Writer) {
+				if r == 0 {
+					return &out, &errb
+				}
+				return nil, nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		err = j.Wait(ctx)
+		return out.String(), errb.String(), err
+	}
+	transport := func(env []string, flags ...string) string {
+		t.Helper()
+		out, errs, err := start(env, flags...)
+		if err != nil {
+			t.Fatalf("%v %v: %v\n%s", env, flags, err, errs)
+		}
+		var row map[string]any
+		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &row); err != nil {
+			t.Fatalf("row %q: %v", out, err)
+		}
+		s, _ := row["transport"].(string)
+		return s
+	}
+	if got := transport(nil, "--transport", "tcp"); got != "tcp" {
+		t.Errorf("--transport tcp: rows say %q", got)
+	}
+	if got := transport([]string{"AMIGO_TRANSPORT=tcp"}); got != "tcp" {
+		t.Errorf("AMIGO_TRANSPORT=tcp: rows say %q", got)
+	}
+	// Neither: the automatic choice, not the flag's default.
+	if got := transport(nil); !strings.HasPrefix(got, "auto:") || !strings.Contains(got, "shm") {
+		t.Errorf("no transport given: rows say %q, want auto: and the adapters", got)
+	}
+	if _, errs, err := start([]string{"AMIGO_TRANSPORT=shm"}, "--transport", "tcp"); err == nil || !strings.Contains(errs, "AMIGO_TRANSPORT=shm") {
+		t.Fatalf("--transport tcp with AMIGO_TRANSPORT=shm: %v\n%s", err, errs)
 	}
 }
