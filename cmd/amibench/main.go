@@ -8,8 +8,10 @@
 //
 // Run bare, amibench starts its ranks itself (-n, default 2) as processes of
 // this host, serving them PMI, with AMIGO_TRANSPORT set from --transport;
-// under a launcher (mpiexec, srun, amirun) every process is one rank; with
-// --transport loop the ranks are goroutines of this process.
+// under a launcher (mpiexec, srun, amirun) every process is one rank, and
+// --transport, if given, picks its adapter (AMIGO_TRANSPORT, if set, must
+// agree); with --transport loop the ranks are goroutines of this process.
+// Headers and rows name the adapter the ranks use.
 //
 //	go run ./cmd/amibench                       latency and bandwidth, 2 ranks
 //	amibench -b latency,bw,bibw --json          over shared memory
