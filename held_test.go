@@ -2,6 +2,7 @@ package amigo_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/amigo-hpc/amigo"
@@ -204,84 +205,105 @@ func TestHeldSend(t *testing.T) {
 	}
 }
 
-// A burst of the holder's Sends whose header and data sizes cross the
-// largest record (and the inline limit, set below it) arrives whole and in
+// A burst of Sends whose header and data sizes cross the largest record,
+// a slot (and the inline limit, set below both) arrives whole and in
 // order, each with its own header and data, inline exactly when it fits
-// the limit, and every done callback runs.
+// the limit, and every done callback runs: from the holder (records by
+// Context.sendRecord) and by Context.Send (one slot by Context.sendSlot).
 func TestHeldSendRecordSizes(t *testing.T) {
 	for _, over := range []string{"loop", "shm"} {
-		t.Run(over, func(t *testing.T) {
-			const inlineMax = 40
-			cl := openOver(t, 2, amigo.Config{InlineMax: inlineMax}, over)
-			c0, c1 := cl[0].Context(0), cl[1].Context(0)
-			type msg struct {
-				hdr, data string
-				inline    bool
+		for _, held := range []bool{true, false} {
+			// An inline limit below a record's room, and one above a
+			// slot's.
+			for _, inlineMax := range []int{40, 100} {
+				testSendSizes(t, over, held, inlineMax)
 			}
-			var got []msg
-			var bufs [][]byte // the data of each, received into it
-			landed := 0
-			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
-				got = append(got, msg{hdr: string(m.Header), inline: m.Inline()})
-				if m.Inline() {
-					bufs = append(bufs, append([]byte(nil), m.Data...))
-					landed++
-					return
-				}
-				data := make([]byte, m.Size())
-				bufs = append(bufs, data)
-				if err := m.Receive(data, func(err error) {
-					if err != nil {
-						t.Error(err)
-					}
-					landed++
-				}); err != nil {
+		}
+	}
+}
+
+func testSendSizes(t *testing.T, over string, held bool, inlineMax int) {
+	name := fmt.Sprintf("%s/context/%d", over, inlineMax)
+	if held {
+		name = fmt.Sprintf("%s/held/%d", over, inlineMax)
+	}
+	t.Run(name, func(t *testing.T) {
+		cl := openOver(t, 2, amigo.Config{InlineMax: inlineMax}, over)
+		c0, c1 := cl[0].Context(0), cl[1].Context(0)
+		type msg struct {
+			hdr, data string
+			inline    bool
+		}
+		var got []msg
+		var bufs [][]byte // the data of each, received into it
+		landed := 0
+		c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+			got = append(got, msg{hdr: string(m.Header), inline: m.Inline()})
+			if m.Inline() {
+				bufs = append(bufs, append([]byte(nil), m.Data...))
+				landed++
+				return
+			}
+			data := make([]byte, m.Size())
+			bufs = append(bufs, data)
+			if err := m.Receive(data, func(err error) {
+				if err != nil {
 					t.Error(err)
 				}
-			})
-			// A first message connects the pair, so that the burst below
-			// is written at once and not queued behind the connection.
-			warm := false
-			c1.SetDispatch(2, func(c *amigo.Context, m *amigo.Message) { warm = true })
-			if err := c0.SendImmediate(amigo.EndpointOf(1), 2, nil, nil); err != nil {
-				t.Fatal(err)
-			}
-			if err := c0.Wait(context.Background(), func() bool { c1.Advance(); return warm }); err != nil {
-				t.Fatal(err)
-			}
-			var sent []msg
-			k := amigo.NewCounter()
-			h := c0.Hold()
-			for i := 0; i < 64; i++ {
-				hl, dl := i%9, (i*7)%61
-				hdr, data := make([]byte, hl), make([]byte, dl)
-				for j := range hdr {
-					hdr[j] = byte('a' + i%26)
-				}
-				for j := range data {
-					data[j] = byte(i + j)
-				}
-				k.Add(1)
-				if err := h.Send(amigo.EndpointOf(1), 1, hdr, data, k.Done()); err != nil {
-					t.Fatalf("send %d (%d+%d bytes): %v", i, hl, dl, err)
-				}
-				sent = append(sent, msg{string(hdr), string(data), hl+dl <= inlineMax})
-			}
-			if err := h.Wait(context.Background(), func() bool {
-				c1.Advance()
-				return landed == len(sent) && k.Pending() == 0
+				landed++
 			}); err != nil {
-				t.Fatal(err)
-			}
-			h.Release()
-			for i := range sent {
-				got[i].data = string(bufs[i])
-				if got[i] != sent[i] {
-					t.Fatalf("message %d arrived as %+v, sent %+v", i, got[i], sent[i])
-				}
+				t.Error(err)
 			}
 		})
-	}
+		// A first message connects the pair, so that the burst below
+		// is written at once and not queued behind the connection.
+		warm := false
+		c1.SetDispatch(2, func(c *amigo.Context, m *amigo.Message) { warm = true })
+		if err := c0.SendImmediate(amigo.EndpointOf(1), 2, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := c0.Wait(context.Background(), func() bool { c1.Advance(); return warm }); err != nil {
+			t.Fatal(err)
+		}
+		var sent []msg
+		k := amigo.NewCounter()
+		send, wait := c0.Send, c0.Wait
+		var h *amigo.Held
+		if held {
+			h = c0.Hold()
+			send, wait = h.Send, h.Wait
+		}
+		for i := 0; i < 64; i++ {
+			hl, dl := i%9, (i*7)%61
+			hdr, data := make([]byte, hl), make([]byte, dl)
+			for j := range hdr {
+				hdr[j] = byte('a' + i%26)
+			}
+			for j := range data {
+				data[j] = byte(i + j)
+			}
+			k.Add(1)
+			if err := send(amigo.EndpointOf(1), 1, hdr, data, k.Done()); err != nil {
+				t.Fatalf("send %d (%d+%d bytes): %v", i, hl, dl, err)
+			}
+			sent = append(sent, msg{string(hdr), string(data), hl+dl <= inlineMax})
+		}
+		if err := wait(context.Background(), func() bool {
+			c1.Advance()
+			return landed == len(sent) && k.Pending() == 0
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if h != nil {
+			h.Release()
+		}
+		for i := range sent {
+			got[i].data = string(bufs[i])
+			if got[i] != sent[i] {
+				t.Fatalf("message %d arrived as %+v, sent %+v", i, got[i], sent[i])
+			}
+		}
+	})
 }
 
 // TryHold takes a free context and declines one another goroutine holds,
