@@ -439,12 +439,13 @@ func (c *Context) injectOwnedDone(idx int32, d Dispatch, header, data []byte, do
 	return true
 }
 
-// sendRecord is the holder's Send of a message that follows another to the
-// same peer with no Advance between them (the second and later of a
-// window, MPI_Isend's of small messages) and fits a record: it checks the
-// arguments and writes the record in one call, as injectOwnedDone and
-// writeAM would through four, or reports false, and Send takes the
-// general path, which checks again and fails with the error.
+// sendSmall is the holder's Send of a message that fits a slot: it checks
+// the arguments and writes the message in one call, as a record when it
+// follows another to the same peer with no Advance between them (the
+// second and later of a window, MPI_Isend's of small messages), else in a
+// slot of its own, where injectOwnedDone and writeAM would take four; or it
+// reports false, and Send takes the general path, which checks again and
+// fails with the error or queues the message.
 //
 // # Why
 //
@@ -452,14 +453,22 @@ func (c *Context) injectOwnedDone(idx int32, d Dispatch, header, data []byte, do
 // sends is bound by the instructions each side spends a message
 // (bench/SMALL_PATH.md); the calls of the general path, each passing the
 // message's slices on, were some 40 of the sender's 370 (callgrind).
-func (c *Context) sendRecord(ep Endpoint, d Dispatch, header, data []byte, done func(error)) bool {
+func (c *Context) sendSmall(ep Endpoint, d Dispatch, header, data []byte, done func(error)) bool {
 	size := wire.AMSize(len(header), len(data), false)
-	if size > ring.MaxRecord || size-wire.BaseSize > c.cfg.InlineMax || d >= MaxDispatch ||
+	if size > ring.SlotSize-ring.HeaderSize || size-wire.BaseSize > c.cfg.InlineMax || d >= MaxDispatch ||
 		uint(ep.Rank) >= uint(c.client.size) || uint(ep.Context) >= uint(c.nctx) {
 		return false
 	}
 	p := c.owned(int32(ep.Rank*c.nctx + ep.Context))
-	if p == nil || !p.records || p.epoch != c.epoch || done != nil && p.msg.Pending() != 0 || !p.writeRecord(d, header, data, size) {
+	// With a done callback, as injectOwnedDone.
+	if p == nil || done != nil && (!p.link.Shared || p.msg.Pending() != 0) {
+		return false
+	}
+	if p.records && p.epoch == c.epoch {
+		if !p.writeRecord(d, header, data, size) {
+			return false
+		}
+	} else if !p.writeAM(c.epoch, d, header, data) {
 		return false
 	}
 	c.stats.SentInline++

@@ -129,7 +129,7 @@ func (h *Held) Send(ep Endpoint, d Dispatch, header, data []byte, done func(erro
 	if traceOn {
 		return c.tracedSend(ep, d, header, data, done, nil)
 	}
-	if c.sendRecord(ep, d, header, data, done) {
+	if c.sendSmall(ep, d, header, data, done) {
 		return nil
 	}
 	idx, err := c.sendTo(ep, d, header)

@@ -209,7 +209,7 @@ func TestHeldSend(t *testing.T) {
 // a slot (and the inline limit, set below both) arrives whole and in
 // order, each with its own header and data, inline exactly when it fits
 // the limit, and every done callback runs: from the holder (records by
-// Context.sendRecord) and by Context.Send (one slot by Context.sendSlot).
+// Context.sendSmall) and by Context.Send (one slot by Context.sendSlot).
 func TestHeldSendRecordSizes(t *testing.T) {
 	for _, over := range []string{"loop", "shm"} {
 		for _, held := range []bool{true, false} {
