@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,7 +131,8 @@ func TestTransportUnderLauncher(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := func(env []string, flags ...string) (string, string, error) {
-		var out, errb bytes.Buffer
+		var out bytes.Buffer
+		var errb lockedBuffer // every rank's: the first to fail may stop the others before they print
 		argv := append([]string{self, "-b", "latency", "--min-size", "8", "--max-size", "8", "--iterations", "3", "--warmup", "1", "--json"}, flags...)
 		j, err := launch.Start(launch.Options{
 			N:    2,
@@ -140,7 +142,7 @@ func TestTransportUnderLauncher(t *testing.T) {
 				if r == 0 {
 					return &out, &errb
 				}
-				return nil, nil
+				return nil, &errb
 			},
 		})
 		if err != nil {
@@ -177,4 +179,23 @@ func TestTransportUnderLauncher(t *testing.T) {
 	if _, errs, err := start([]string{"AMIGO_TRANSPORT=shm"}, "--transport", "tcp"); err == nil || !strings.Contains(errs, "AMIGO_TRANSPORT=shm") {
 		t.Fatalf("--transport tcp with AMIGO_TRANSPORT=shm: %v\n%s", err, errs)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer that ranks' output goroutines may write
+// at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
