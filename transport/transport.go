@@ -77,9 +77,9 @@ type Receiver interface {
 // whatever the program did in between, answers included: see
 // ring.Reader.Consume) and counts the descriptors it took as transfers,
 // then hands up to budget descriptors to r as from sent them, consuming
-// each, counts them at once unless it took a lone one (and no producer
-// waits for it: ring.FlagCount), and gives the slots back at once if half
-// the ring is held. It returns how many it handed over, whether the producer
+// each, counts them at once only if a producer waits for one of them
+// (ring.FlagCount), and gives the slots back at once if half the ring is
+// held. It returns how many it handed over, whether the producer
 // should be woken (it may wait for room or for these transfers), and the
 // ring's corruption, after which rd must not be read again.
 func PollRing(rd *ring.Reader, from Addr, r Receiver, budget int) (got int, wake bool, err error) {
@@ -102,10 +102,7 @@ func PollRing(rd *ring.Reader, from Addr, r Receiver, budget int) (got int, wake
 			r.Receive(from, pkt)
 			got++
 		}
-		// Only a lone descriptor, a request's or a reply's, waits for the
-		// next poll: a poll that took a stream (several, or records) counts
-		// them now, as the producer of a window goes on writing behind them.
-		if rd.Urgent() || got > 1 || rd.InRecords() {
+		if rd.Urgent() {
 			rd.Count()
 		}
 		if rd.Unreleased() >= rd.Slots()/2 {

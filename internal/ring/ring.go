@@ -480,9 +480,6 @@ func (c *Reader) Take() ([]byte, error) {
 	}
 }
 
-// InRecords reports whether the reader is inside a slot of records.
-func (c *Reader) InRecords() bool { return c.moff != 0 }
-
 // Urgent reports whether Take took a descriptor marked FlagCount since the
 // last Count: its producer waits for the transfer counter, which the
 // consumer then stores before it polls again (Count).
