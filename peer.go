@@ -155,12 +155,7 @@ func (p *peer) reserve(size int) []byte {
 
 // commit injects the descriptor filled in after reserve, listing cb.
 func (p *peer) commit(cb fifo.Done) {
-	if cb != nil {
-		// The callback runs once the consumer counts the descriptor.
-		p.ring.SealCounted(p.msg.Tail(), p.size)
-	} else {
-		p.ring.Seal(p.msg.Tail(), p.size)
-	}
+	p.ring.Seal(p.msg.Tail(), p.size)
 	p.msg.Inject(p.k, cb)
 	p.k = 0
 	p.ring.Publish(p.msg.Tail())

@@ -75,20 +75,14 @@ type Receiver interface {
 // PollRing is an adapter's Poll of one descriptor buffer it reads in place
 // (loop, shm): it first gives back the slots the last call consumed (after
 // whatever the program did in between, answers included: see
-// ring.Reader.Consume) and counts the descriptors it took as transfers,
-// then hands up to budget descriptors to r as from sent them, consuming
-// each, counts them at once only if a producer waits for one of them
-// (ring.FlagCount), and gives the slots back at once if half the ring is
-// held. It returns how many it handed over, whether the producer
+// ring.Reader.Consume), then hands up to budget descriptors to r as from
+// sent them, consuming each (and counting them as transfers once, after
+// the last), and gives the slots back at once if half the
+// ring is held. It returns how many it handed over, whether the producer
 // should be woken (it may wait for room or for these transfers), and the
 // ring's corruption, after which rd must not be read again.
 func PollRing(rd *ring.Reader, from Addr, r Receiver, budget int) (got int, wake bool, err error) {
-	// Why the count waits for the next poll: a consumer that answers a
-	// message (a ping-pong's reply) would otherwise store the transfer
-	// counter, a line its producer reads, first, and its answer, which
-	// amd64 makes visible only after that store, would wait for the line.
 	freed := rd.Flush()
-	freed = rd.Count() || freed
 	if rd.Pending() {
 		for got < budget {
 			pkt, err := rd.Take()
@@ -102,9 +96,7 @@ func PollRing(rd *ring.Reader, from Addr, r Receiver, budget int) (got int, wake
 			r.Receive(from, pkt)
 			got++
 		}
-		if rd.Urgent() {
-			rd.Count()
-		}
+		rd.Count()
 		if rd.Unreleased() >= rd.Slots()/2 {
 			freed = rd.Flush() || freed
 		}

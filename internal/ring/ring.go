@@ -20,8 +20,7 @@
 // endian:
 //
 //	bits  0-15  slots   number of slots the descriptor and its data occupy (>= 1)
-//	bits 16-31  flags   FlagPad marks filler that carries no message;
-//	                    FlagCount, a descriptor to count at once (Take)
+//	bits 16-31  flags   FlagPad marks filler that carries no message
 //	bits 32-63  length  payload bytes following the header
 //
 // The payload starts at byte 8 of the first slot and runs on through the
@@ -111,11 +110,6 @@ const (
 	// FlagRecords marks a descriptor of one slot that holds records (see
 	// the package comment) instead of one payload.
 	FlagRecords = 2
-	// FlagCount marks a descriptor whose producer waits for the transfer
-	// counter to pass it (a callback in its FIFO): a consumer counts it in
-	// the poll that takes it, where it counts others at its next poll
-	// (Reader.Take, Reader.Urgent).
-	FlagCount = 4
 	// RecordHeaderSize is the size of the word that starts a record.
 	RecordHeaderSize = 8
 	// MaxRecord is the largest record a slot holds, its word included.
@@ -242,12 +236,6 @@ func (r *Ring) Seal(tail uint64, payload int) {
 	order.Store64(r.word(tail), header(SlotsFor(payload), 0, payload))
 }
 
-// SealCounted is Seal for a descriptor whose producer waits for the
-// transfer counter to pass it (FlagCount).
-func (r *Ring) SealCounted(tail uint64, payload int) {
-	order.Store64(r.word(tail), header(SlotsFor(payload), FlagCount, payload))
-}
-
 // Small returns the slot at position pos, for a descriptor of one slot
 // (payload up to SlotSize-HeaderSize bytes, which never needs a pad): the
 // caller writes the payload from byte HeaderSize on, then calls SealSmall.
@@ -310,7 +298,7 @@ func Decode(word uint64, slots []byte, n, head uint64) (k int, pad bool, payload
 	k = int(uint16(word))
 	flags := uint16(word >> 16)
 	length := word >> 32
-	if k < 1 || off+uint64(k) > n || uint64(k) > n/2 && flags&FlagPad == 0 || flags&^(FlagPad|FlagCount) != 0 || flags == FlagPad|FlagCount {
+	if k < 1 || off+uint64(k) > n || uint64(k) > n/2 && flags&FlagPad == 0 || flags&^FlagPad != 0 {
 		return 0, false, nil, ErrCorrupt
 	}
 	if flags&FlagPad != 0 {
@@ -345,7 +333,6 @@ type Reader struct {
 	// handing records out; caught, Take waits before it looks again.
 	took, caught bool
 	streak       int
-	urgent       bool // a FlagCount descriptor taken since the last Count
 	_            [64]byte
 }
 
@@ -471,19 +458,11 @@ func (c *Reader) Take() ([]byte, error) {
 		}
 		c.head += uint64(k)
 		c.owed++
-		if w>>16&FlagCount != 0 {
-			c.urgent = true
-		}
 		if !pad {
 			return payload, nil
 		}
 	}
 }
-
-// Urgent reports whether Take took a descriptor marked FlagCount since the
-// last Count: its producer waits for the transfer counter, which the
-// consumer then stores before it polls again (Count).
-func (c *Reader) Urgent() bool { return c.urgent }
 
 // record returns the next record of the slot of records at head, or nil
 // when none has come yet. When the producer has left the slot (it is
@@ -527,7 +506,6 @@ func (c *Reader) record() ([]byte, error) {
 // Count adds the descriptors taken since the last Count to the transfer
 // counter. It reports whether there were any.
 func (c *Reader) Count() bool {
-	c.urgent = false
 	if c.owed == 0 {
 		return false
 	}

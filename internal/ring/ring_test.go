@@ -864,30 +864,3 @@ func TestRecordCatchUp(t *testing.T) {
 		t.Fatalf("recordPause %d", recordPause)
 	}
 }
-
-// A descriptor may carry FlagCount (Take reports it as Urgent until the
-// next Count); a pad may not.
-func TestFlagCount(t *testing.T) {
-	r, err := NewHeap(8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd := r.NewReader()
-	copy(r.Payload(0, 100), "abc")
-	r.SealCounted(0, 100)
-	r.Publish(uint64(SlotsFor(100)))
-	b, err := rd.Take()
-	if err != nil || len(b) != 100 || string(b[:3]) != "abc" || !rd.Urgent() {
-		t.Fatalf("Take: %d bytes, %v, urgent %v", len(b), err, rd.Urgent())
-	}
-	if !rd.Count() || rd.Urgent() || r.TransferCounter().Load() != 1 {
-		t.Fatalf("after Count: urgent %v, transfers %d", rd.Urgent(), r.TransferCounter().Load())
-	}
-	slots := make([]byte, 8*SlotSize)
-	if _, _, _, err := Decode(header(2, FlagPad|FlagCount, 0), slots, 8, 6); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("a pad with FlagCount: %v", err)
-	}
-	if k, pad, p, err := Decode(header(1, FlagCount, 10), slots, 8, 0); err != nil || k != 1 || pad || len(p) != 10 {
-		t.Fatalf("a descriptor with FlagCount: %d %v %d %v", k, pad, len(p), err)
-	}
-}

@@ -64,8 +64,7 @@ const (
 	// 6: a channel carries the table of a batched cooperative copy.
 	// 7: a mirror entry's word inPlace says which key was claimed in
 	// place (the owner's barrier at deregistration depends on it).
-	// 8: a descriptor's header may carry ring.FlagCount.
-	segVersion = 8
+	segVersion = 7
 
 	lineSize   = 64
 	pageSize   = 4096
