@@ -275,6 +275,18 @@ func (c *Context) injectDirect(idx int32, d Dispatch, header, data []byte) bool 
 	return ok
 }
 
+// slotTo checks the arguments of a message for one slot of the descriptor
+// buffer (sendSlot, sendSmall): it returns the peer index of ep and the
+// packet's size, or false for anything the general path must look at.
+func (c *Context) slotTo(ep Endpoint, d Dispatch, header, data []byte) (int32, int, bool) {
+	size := wire.AMSize(len(header), len(data), false)
+	if size > ring.SlotSize-ring.HeaderSize || size-wire.BaseSize > c.cfg.InlineMax || d >= MaxDispatch ||
+		uint(ep.Rank) >= uint(c.client.size) || uint(ep.Context) >= uint(c.nctx) {
+		return 0, 0, false
+	}
+	return int32(ep.Rank*c.nctx + ep.Context), size, true
+}
+
 // sendSlot is Send's path for a message that fits one slot of the
 // descriptor buffer (an 8-byte ping-pong's, a small request's): it checks
 // the arguments and injects the message from the posting goroutine, as
@@ -282,17 +294,16 @@ func (c *Context) injectDirect(idx int32, d Dispatch, header, data []byte) bool 
 // reports false, and Send takes the general path, which checks again and
 // fails with the error or queues the message.
 func (c *Context) sendSlot(ep Endpoint, d Dispatch, header, data []byte, done func(error)) bool {
-	size := wire.AMSize(len(header), len(data), false)
-	if size > ring.SlotSize-ring.HeaderSize || size-wire.BaseSize > c.cfg.InlineMax || d >= MaxDispatch ||
-		uint(ep.Rank) >= uint(c.client.size) || uint(ep.Context) >= uint(c.nctx) {
+	idx, _, ok := c.slotTo(ep, d, header, data)
+	if !ok {
 		return false
 	}
-	p := c.direct(int32(ep.Rank*c.nctx + ep.Context))
+	p := c.direct(idx)
 	if p == nil {
 		return false
 	}
 	// With a done callback, as injectDirectDone.
-	ok := (done == nil || p.link.Shared && p.msg.Pending() == 0) && p.writeAM(c.epoch, d, header, data)
+	ok = (done == nil || p.link.Shared && p.msg.Pending() == 0) && p.writeAM(c.epoch, d, header, data)
 	if ok {
 		order.Store64(&c.sentDirect, c.sentDirect.Load()+1)
 		if done != nil {
@@ -454,12 +465,11 @@ func (c *Context) injectOwnedDone(idx int32, d Dispatch, header, data []byte, do
 // (bench/SMALL_PATH.md); the calls of the general path, each passing the
 // message's slices on, were some 40 of the sender's 370 (callgrind).
 func (c *Context) sendSmall(ep Endpoint, d Dispatch, header, data []byte, done func(error)) bool {
-	size := wire.AMSize(len(header), len(data), false)
-	if size > ring.SlotSize-ring.HeaderSize || size-wire.BaseSize > c.cfg.InlineMax || d >= MaxDispatch ||
-		uint(ep.Rank) >= uint(c.client.size) || uint(ep.Context) >= uint(c.nctx) {
+	idx, size, ok := c.slotTo(ep, d, header, data)
+	if !ok {
 		return false
 	}
-	p := c.owned(int32(ep.Rank*c.nctx + ep.Context))
+	p := c.owned(idx)
 	// With a done callback, as injectOwnedDone.
 	if p == nil || done != nil && (!p.link.Shared || p.msg.Pending() != 0) {
 		return false

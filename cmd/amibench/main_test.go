@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -131,8 +130,10 @@ func TestTransportUnderLauncher(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := func(env []string, flags ...string) (string, string, error) {
-		var out bytes.Buffer
-		var errb lockedBuffer // every rank's: the first to fail may stop the others before they print
+		// Every rank's standard error: the first to fail may stop the
+		// others before they print. Read once the job has ended.
+		var out, errBuf bytes.Buffer
+		errb := &lockedWriter{w: &errBuf}
 		argv := append([]string{self, "-b", "latency", "--min-size", "8", "--max-size", "8", "--iterations", "3", "--warmup", "1", "--json"}, flags...)
 		j, err := launch.Start(launch.Options{
 			N:    2,
@@ -140,9 +141,9 @@ func TestTransportUnderLauncher(t *testing.T) {
 			Env:  env,
 			Output: func(r int) (io.Writer, io.Writer) {
 				if r == 0 {
-					return &out, &errb
+					return &out, errb
 				}
-				return nil, &errb
+				return nil, errb
 			},
 		})
 		if err != nil {
@@ -151,7 +152,7 @@ func TestTransportUnderLauncher(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		err = j.Wait(ctx)
-		return out.String(), errb.String(), err
+		return out.String(), errBuf.String(), err
 	}
 	transport := func(env []string, flags ...string) string {
 		t.Helper()
@@ -179,23 +180,4 @@ func TestTransportUnderLauncher(t *testing.T) {
 	if _, errs, err := start([]string{"AMIGO_TRANSPORT=shm"}, "--transport", "tcp"); err == nil || !strings.Contains(errs, "AMIGO_TRANSPORT=shm") {
 		t.Fatalf("--transport tcp with AMIGO_TRANSPORT=shm: %v\n%s", err, errs)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that ranks' output goroutines may write
-// at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
