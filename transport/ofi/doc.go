@@ -72,13 +72,18 @@
 //  5. Remote atomics are performed by the owner's Poll on the word's
 //     memory (transport.ApplyAtomic), as on TCP, and answered.
 //  6. A port that waits for its peer (an acknowledgement, an answer, a
-//     completion) and posted nothing reads its completion queues again
-//     within the same call to C, for up to 0.5 us (as many reads as the
-//     port timed to fit when it opened: dozens over shm, none where a read
-//     is a system call), so that an arriving message is seen within a
-//     read of the queues rather than within a pass of the AMI's progress
-//     loop. A context sleeps on its completion queues (sleep.go), whose
-//     file descriptors join its epoll set only for the sleep.
+//     completion) and has nothing to deliver reads its receive queue
+//     again within the same call to C, in Poll, for up to 0.5 us (as many
+//     reads as the port timed to fit when it opened: dozens over shm,
+//     none where a read is a system call), so that an arriving message is
+//     seen within a read of the queue rather than within a pass of the
+//     AMI's progress loop, and goes to its handler from that same Poll.
+//     Progress leaves the receive queue to the Poll that follows it (it
+//     reads it only where no Poll came since its last call: the watcher,
+//     a closing context); it posts the links' packets and RDMA and reads
+//     the transmit queue while something completes there. A context
+//     sleeps on its completion queues (sleep.go), whose file descriptors
+//     join its epoll set only for the sleep.
 //  7. A provider error on an operation toward a peer, a goodbye from a
 //     closing peer, or a link left waiting for its peer longer than
 //     Options.Timeout fails the link with a *transport.PeerError naming

@@ -17,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/amigo-hpc/amigo/internal/order"
 	"github.com/amigo-hpc/amigo/transport"
 )
 
@@ -108,6 +109,9 @@ type port struct {
 	// rxDry says that progress found the receive queue empty: the Poll
 	// that follows it in the same Advance does not read it again.
 	rxDry bool
+	// pollRead says that a Poll read the receive queue since the last
+	// Progress: the next Progress leaves it to the Poll that follows.
+	pollRead bool
 	// pending holds packets Progress found in the receive queue, for the
 	// next Poll: their buffers stay taken until then.
 	pending            []pendingMsg
@@ -115,18 +119,20 @@ type port struct {
 	calls              uint64
 	closed             atomic.Bool
 
-	// state is 0 while nobody works on the port, 1 while its context
-	// does (Poll, Progress: depth counts nested calls), 2 while the
-	// adapter's watcher does in its place. It orders each side's work
-	// after the other's.
-	state     atomic.Int32
+	// state says who works on the port, in its low two bits: 0 nobody,
+	// 1 its context (Poll, Progress: depth counts nested calls), 2 the
+	// adapter's watcher in its place; it orders each side's work after
+	// the other's. The bits above count the context's turns, which tell
+	// the watcher whether the context polls. turn is state while the
+	// context holds the port.
+	state     atomic.Uint64
+	turn      uint64
 	depth     int
-	ownBell   bool          // the doorbell is the adapter's (Doorbell)
-	polls     atomic.Uint64 // Poll and Progress calls, for the watcher
-	lastPolls uint64        // the watcher's
-	pollCount uint64        // Poll calls (flushAcks)
-	idleSince time.Time     // the watcher saw no Poll or Progress since
-	lastAlive time.Time     // the watcher's last heartbeat
+	ownBell   bool      // the doorbell is the adapter's (Doorbell)
+	lastPolls uint64    // the watcher's: the turns it saw last
+	pollCount uint64    // Poll calls (flushAcks)
+	idleSince time.Time // the watcher saw no Poll or Progress since
+	lastAlive time.Time // the watcher's last heartbeat
 }
 
 type ctrlMsg struct {
@@ -370,6 +376,12 @@ func (p *port) inlink(h header) *inlink {
 // Poll hands up to budget arrived packets to r, serves the requests of
 // peers that arrived with them, and acknowledges what it delivered.
 // Packets that Progress found come first.
+//
+// Poll reads the receive queue itself (Progress leaves it to Poll, see
+// progress) and hands what it finds to r at once; a port that delivered
+// nothing and waits for its peer spins on the queue in the same call to
+// C, so that a packet that arrives during the spin reaches its handler
+// without a pass of the AMI's progress loop in between.
 func (p *port) Poll(r transport.Receiver, budget int) int {
 	if p.closed.Load() {
 		return 0
@@ -388,9 +400,14 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 		}
 		got += p.deliver(r, pm)
 	}
-	if p.pendHead == p.pendTail && !dry {
-		g, _ := p.readRx(r, budget-got)
+	if p.pendHead == p.pendTail && !dry && got < budget {
+		spin := C.int(0)
+		if got == 0 && p.spin > 0 && p.expecting() {
+			spin = p.spin
+		}
+		g, _ := p.readRx(r, budget-got, spin)
 		got += g
+		p.pollRead = true
 	}
 	p.flushAcks(false)
 	p.flushCtrl()
@@ -399,11 +416,15 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 
 // readRx reads the receive queue: up to budget packets go to r (or, with
 // r nil, wait in pending for Poll); control messages are handled at once.
-// It reports whether it found the queue empty.
-func (p *port) readRx(r transport.Receiver, budget int) (int, bool) {
+// The first read spins up to spin more times while the queue is empty
+// (amigo_cq_read2). It reports whether it found the queue empty.
+func (p *port) readRx(r transport.Receiver, budget int, spin C.int) (int, bool) {
 	got := 0
 	for got < budget {
-		n := C.amigo_cq_read(p.e.rxh, p.entriesAddr, C.size_t(min(budget-got, len(p.entries))))
+		want := min(budget-got, len(p.entries))
+		v := int64(C.amigo_cq_read2(0, 0, 0, p.e.rxh, p.entriesAddr, C.size_t(want), spin))
+		n := int(int32(uint64(v) >> 32))
+		spin = 0
 		if n <= 0 {
 			if n == -C.FI_EAVAIL {
 				p.readErr(p.e.rxcq)
@@ -411,7 +432,7 @@ func (p *port) readRx(r transport.Receiver, budget int) (int, bool) {
 			}
 			return got, n == errAgain
 		}
-		got += p.takeRx(r, int(n))
+		got += p.takeRx(r, n)
 	}
 	return got, false
 }
@@ -775,12 +796,26 @@ func (p *port) Progress() int {
 	return p.progress()
 }
 
+// Owners of a port (port.state).
+const (
+	ownerMask    = 3
+	ownerContext = 1
+	ownerWatcher = 2
+	turnOne      = 4 // one turn of the context, above the owner's bits
+)
+
 // enter takes the port for its context, waiting for the watcher to finish
-// a turn if it has one.
+// a turn if it has one. Taking it is one compare-and-swap, and giving it
+// back (leave) one release store: the context takes its port twice in
+// every Advance, the watcher once a tick.
 func (p *port) enter() {
-	p.polls.Add(1)
 	if p.depth++; p.depth == 1 {
-		for !p.state.CompareAndSwap(0, 1) {
+		for {
+			s := p.state.Load()
+			if s&ownerMask == 0 && p.state.CompareAndSwap(s, s+turnOne+ownerContext) {
+				p.turn = s + turnOne + ownerContext
+				return
+			}
 			runtime.Gosched()
 		}
 	}
@@ -788,9 +823,19 @@ func (p *port) enter() {
 
 func (p *port) leave() {
 	if p.depth--; p.depth == 0 {
-		p.state.Store(0)
+		order.Store64(&p.state, p.turn-ownerContext)
 	}
 }
+
+// watcherTake takes the port for the adapter's watcher if nobody has it,
+// and returns the state to give back (watcherGive) and the context's
+// turns so far.
+func (p *port) watcherTake() (s uint64, ok bool) {
+	s = p.state.Load()
+	return s, s&ownerMask == 0 && p.state.CompareAndSwap(s, s+ownerWatcher)
+}
+
+func (p *port) watcherGive(s uint64) { p.state.Store(s) }
 
 // progress is Progress, on the port taken.
 //
@@ -823,11 +868,20 @@ func (p *port) progress() int {
 	if len(p.free) < sendOps {
 		ntx = len(p.txEntries)
 	}
+	if p.pollRead {
+		// A Poll read the receive queue since the last Progress, and the
+		// AMI's next Poll follows this Progress: the receive queue is
+		// left to it, which hands the packets it finds to their handlers
+		// at once instead of through pending.
+		nrx = 0
+		p.pollRead = false
+	}
 	if ntx > 0 || nrx > 0 {
 		// A port that posted nothing and waits for its peer (an answer,
-		// an acknowledgement, a completion) spins on its queues in C.
+		// an acknowledgement, a completion) spins on its queues in C,
+		// unless a Poll reads them next (it spins there).
 		spin := C.int(0)
-		if n == 0 && p.spin > 0 && p.expecting() {
+		if n == 0 && nrx > 0 && p.spin > 0 && p.expecting() {
 			spin = p.spin
 		}
 		v := int64(C.amigo_cq_read2(p.e.txh, p.txEntriesAddr, C.size_t(ntx), p.e.rxh, p.entriesAddr, C.size_t(nrx), spin))
@@ -845,13 +899,13 @@ func (p *port) progress() int {
 			n += got
 			p.rxDry = rx < nrx
 			if rx == nrx && got < room {
-				g, dry := p.readRx(nil, room-got)
+				g, dry := p.readRx(nil, room-got, 0)
 				n += g
 				p.rxDry = dry
 			}
 		case rx == -C.FI_EAVAIL:
 			p.readErr(p.e.rxcq)
-			g, dry := p.readRx(nil, room)
+			g, dry := p.readRx(nil, room, 0)
 			n += g
 			p.rxDry = dry
 		case rx == errAgain:

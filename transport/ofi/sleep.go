@@ -222,20 +222,25 @@ func (a *Adapter) watch() {
 		a.mu.Lock()
 		ports = append(ports[:0], a.ports...)
 		a.mu.Unlock()
-		// The port is taken (state 2) before anything of it is touched:
+		// The port is taken (watcherTake) before anything of it is touched:
 		// Close takes it too before it releases the endpoint.
 		for _, p := range ports {
-			if p == nil || !p.state.CompareAndSwap(0, 2) {
+			if p == nil {
+				continue
+			}
+			taken, ok := p.watcherTake()
+			if !ok {
 				continue
 			}
 			if p.closed.Load() && p.e.ep != nil {
 				p.drainClosed()
 			} else if p.e.ep != nil {
-				polls := p.polls.Load()
+				polls := taken / turnOne
 				now := time.Now()
 				if polls != p.lastPolls || p.idleSince.IsZero() {
 					p.idleSince = now
 				} else {
+					p.pollRead = false // no Poll follows: progress reads the receive queue
 					if p.progress() > 0 {
 						p.bell.Ring()
 					}
@@ -248,7 +253,7 @@ func (a *Adapter) watch() {
 					p.bell.Ring()
 				}
 			}
-			p.state.Store(0)
+			p.watcherGive(taken)
 		}
 	}
 }

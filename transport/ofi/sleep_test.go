@@ -79,12 +79,11 @@ func TestSleepWokenByQueues(t *testing.T) {
 			bell.Arm()
 			for dst.Poll(&sink, 64) > 0 {
 			}
-			for !dp.state.CompareAndSwap(0, 1) {
-			}
+			dp.enter()
 			t0 := time.Now()
 			timedOut := bell.Sleep(nil, timer, time.Minute)
 			took := time.Since(t0)
-			dp.state.Store(0)
+			dp.leave()
 			for dst.Poll(&sink, 64) == 0 && time.Since(t0) < 20*time.Second {
 				dst.Progress()
 			}
