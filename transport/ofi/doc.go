@@ -78,10 +78,12 @@
 //     none where a read is a system call), so that an arriving message is
 //     seen within a read of the queue rather than within a pass of the
 //     AMI's progress loop, and goes to its handler from that same Poll.
-//     Progress leaves the receive queue to the Poll that follows it (it
-//     reads it only where no Poll came since its last call: the watcher,
-//     a closing context); it posts the links' packets and RDMA and reads
-//     the transmit queue while something completes there. A context
+//     Progress then leaves the receive queue to the Poll that follows it
+//     (it reads it only where no Poll came since its last call: the
+//     watcher, a closing context); it posts the links' packets and RDMA
+//     and reads the transmit queue while something completes there.
+//     Where a read is a system call, Progress reads both queues in one
+//     call after it posted, and Poll only what that left. A context
 //     sleeps on its completion queues (sleep.go), whose file descriptors
 //     join its epoll set only for the sleep.
 //  7. A provider error on an operation toward a peer, a goodbye from a

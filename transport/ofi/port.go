@@ -377,11 +377,12 @@ func (p *port) inlink(h header) *inlink {
 // peers that arrived with them, and acknowledges what it delivered.
 // Packets that Progress found come first.
 //
-// Poll reads the receive queue itself (Progress leaves it to Poll, see
-// progress) and hands what it finds to r at once; a port that delivered
-// nothing and waits for its peer spins on the queue in the same call to
-// C, so that a packet that arrives during the spin reaches its handler
-// without a pass of the AMI's progress loop in between.
+// Where the port spins on its queues (port.spin), Poll reads the receive
+// queue itself (Progress leaves it to Poll, see progress) and hands what
+// it finds to r at once; a port that delivered nothing and waits for its
+// peer spins on the queue in the same call to C, so that a packet that
+// arrives during the spin reaches its handler without a pass of the
+// AMI's progress loop in between.
 func (p *port) Poll(r transport.Receiver, budget int) int {
 	if p.closed.Load() {
 		return 0
@@ -407,7 +408,12 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 		}
 		g, _ := p.readRx(r, budget-got, spin)
 		got += g
-		p.pollRead = true
+		// Where the port spins (a read of its queues looks at memory),
+		// the next Progress leaves the receive queue to the next Poll.
+		// Where a read is a system call (tcp;ofi_rxm), Progress keeps
+		// reading both queues in one call, right after what it posted,
+		// and this Poll is skipped when that found nothing.
+		p.pollRead = p.spin > 0
 	}
 	p.flushAcks(false)
 	p.flushCtrl()
