@@ -139,6 +139,14 @@ type Adapter struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	closed  atomic.Bool
+
+	// The watcher's pace (watch): slow is set while it ticks slower than
+	// watchTick because every context polled; kick brings it back to
+	// watchTick (a context about to sleep on another adapter's doorbell).
+	slow  atomic.Bool
+	kick  chan struct{}
+	pace  atomic.Int64  // the watcher's tick, as set at its last tick (ns)
+	kicks atomic.Uint64 // kicks sent
 }
 
 // endpoint is one context's reliable-datagram endpoint and its completion
@@ -248,6 +256,7 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 		regs:       make(map[transport.Key]*targetRegion),
 		bells:      make(map[int]*sleepBell),
 		stop:       make(chan struct{}),
+		kick:       make(chan struct{}, 1),
 	}
 	for r := 0; r < a.size; r++ {
 		if job.Node(r) == job.Node(a.rank) {

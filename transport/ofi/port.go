@@ -389,6 +389,7 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	}
 	p.enter()
 	defer p.leave()
+	p.kickIfSlow()
 	p.pollCount++
 	dry := p.rxDry
 	p.rxDry = false

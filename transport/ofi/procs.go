@@ -31,7 +31,8 @@ import (
 // raises GOMAXPROCS from 1 to raisedProcs, unless the environment set
 // GOMAXPROCS, and the last such adapter to close gives the 1 back unless
 // the program changed it since. The second P runs nothing of amigo's but
-// the adapter's watcher, once a millisecond.
+// the adapter's watcher, once a millisecond to once every watchSlowest
+// (sleep.go).
 const raisedProcs = 2
 
 var procs struct {
