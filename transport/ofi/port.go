@@ -118,6 +118,9 @@ type port struct {
 	pendHead, pendTail uint64
 	calls              uint64
 	closed             atomic.Bool
+	// yielded is when progress last gave the processor to the Go
+	// scheduler (yieldEvery).
+	yielded time.Time
 
 	// state says who works on the port, in its low two bits: 0 nobody,
 	// 1 its context (Poll, Progress: depth counts nested calls), 2 the
@@ -941,10 +944,26 @@ func (p *port) progress() int {
 	}
 	p.calls++
 	if p.calls&15 == 0 {
-		p.checkSilence()
+		now := time.Now()
+		p.checkSilence(now)
+		if now.Sub(p.yielded) >= yieldEvery {
+			p.yielded = now
+			runtime.Gosched()
+		}
 	}
 	return n
 }
+
+// yieldEvery is how often a context that keeps progressing the port goes
+// through the Go scheduler (runtime.Gosched). A goroutine that runs for
+// 10 ms without doing so is preempted by the runtime's monitor (sysmon);
+// caught in a call to C, as a polling port mostly is, it loses its P to
+// another thread and, on its return, waits for a P again, which may be on
+// another thread; and the monitor, having taken a P, goes back to waking
+// every 20 us for a millisecond and more, on processors the ranks' polling
+// keeps busy. Yielding first keeps the monitor asleep (its wake-ups fell
+// from some 2,300 a second a rank).
+const yieldEvery = 2 * time.Millisecond
 
 // expecting reports whether a link of the port waits for its peer.
 func (p *port) expecting() bool {
@@ -1041,8 +1060,7 @@ func (p *port) heartbeat(now time.Time) {
 
 // checkSilence fails the links whose peer kept them waiting longer than
 // Options.Timeout.
-func (p *port) checkSilence() {
-	now := time.Now()
+func (p *port) checkSilence(now time.Time) {
 	for _, l := range p.outList {
 		l.checkSilence(now)
 	}
