@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/amigo-hpc/amigo/internal/ring"
+	"github.com/amigo-hpc/amigo/internal/wire"
 	"github.com/amigo-hpc/amigo/transport"
 	"github.com/amigo-hpc/amigo/transport/ofi"
 )
@@ -55,7 +57,7 @@ func openOFI(ctx context.Context, job transport.Bootstrap, regions *transport.Re
 			return nil, nil
 		}
 	}
-	return ofi.New(job, regions, ofi.Options{
+	a, err := ofi.New(job, regions, ofi.Options{
 		Provider:  prov,
 		Addr:      cfg.OFI.Addr,
 		Contexts:  cfg.Contexts,
@@ -63,4 +65,16 @@ func openOFI(ctx context.Context, job transport.Bootstrap, regions *transport.Re
 		RDMASlots: cfg.RDMASlots,
 		Timeout:   cfg.OFI.Timeout,
 	})
+	if err != nil {
+		return nil, err
+	}
+	// Over ofi_rxm the adapter's links have smaller descriptor buffers
+	// than Config.RingSlots (their largest packet within rxm's eager
+	// limit): an inline Send must fit half of one, or its descriptor is
+	// one the link's reader refuses as corrupt (8 KiB over tcp;ofi_rxm
+	// with the defaults). Every rank computes the same.
+	if most := ring.MaxPayload(a.RingSlots()) - wire.AMSize(0, 0, true); cfg.InlineMax > most {
+		cfg.InlineMax = most
+	}
+	return a, nil
 }

@@ -183,6 +183,11 @@ func fitEager(prov string, slots int) int {
 	return slots
 }
 
+// RingSlots returns the number of slots of each link's descriptor buffer:
+// Options.RingSlots, or fewer over ofi_rxm (fitEager). A packet the AMI
+// writes takes at most half of them.
+func (a *Adapter) RingSlots() int { return a.opts.RingSlots }
+
 // ipProviders are the core providers that address endpoints by IP: their
 // endpoints bind to the address through which the job's hosts reach each
 // other (Options.Addr).
