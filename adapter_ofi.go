@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/amigo-hpc/amigo/internal/ring"
 	"github.com/amigo-hpc/amigo/internal/wire"
 	"github.com/amigo-hpc/amigo/transport"
 	"github.com/amigo-hpc/amigo/transport/ofi"
@@ -72,8 +71,12 @@ func openOFI(ctx context.Context, job transport.Bootstrap, regions *transport.Re
 	// than Config.RingSlots (their largest packet within rxm's eager
 	// limit): an inline Send must fit half of one, or its descriptor is
 	// one the link's reader refuses as corrupt (8 KiB over tcp;ofi_rxm
-	// with the defaults). Every rank computes the same.
-	if most := ring.MaxPayload(a.RingSlots()) - wire.AMSize(0, 0, true); cfg.InlineMax > most {
+	// with the defaults); so must a multicast's request (packetMax).
+	// Every rank computes the same.
+	if a.RingSlots() < cfg.RingSlots {
+		cfg.linkSlots = a.RingSlots()
+	}
+	if most := cfg.packetMax() - wire.AMSize(0, 0, true); cfg.InlineMax > most {
 		cfg.InlineMax = most
 	}
 	return a, nil

@@ -90,3 +90,32 @@ func TestTransportOFI(t *testing.T) {
 		})
 	}
 }
+
+// Over ofi_rxm the adapter's links hold packets of half their smaller
+// descriptor buffers: a multicast whose request (its targets and header)
+// would not fit is refused with ErrTooLarge, not written as a descriptor
+// the link's reader takes for corrupt; and the inline limit fits too.
+func TestOFIPacketsFitLinks(t *testing.T) {
+	if !ofi.Compiled {
+		return
+	}
+	cfg := amigo.Config{OFI: amigo.OFIConfig{Provider: "tcp;ofi_rxm"}}
+	amigotest.Run(t, 2, amigotest.Options{Config: cfg, Over: "ofi"}, func(r *amigotest.Rank) error {
+		c := r.Ctx
+		if c.Endpoint().Rank != 0 {
+			return nil
+		}
+		if got := c.Client().Limits().InlineMax; got >= 8192 {
+			return fmt.Errorf("inline limit %d over ofi_rxm links of %d-byte packets at most", got, 8192-8)
+		}
+		err := c.MulticastWith(&amigo.MulticastParams{
+			Targets:  []amigo.Endpoint{{Rank: 1}},
+			Dispatch: 1,
+			Header:   make([]byte, 10000),
+		})
+		if !errors.Is(err, amigo.ErrTooLarge) {
+			return fmt.Errorf("multicast with a 10000-byte header: %v, want ErrTooLarge", err)
+		}
+		return nil
+	})
+}

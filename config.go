@@ -35,6 +35,10 @@ type Config struct {
 	InlineMax int
 	// inlineAuto says InlineMax is the default, not the program's.
 	inlineAuto bool
+	// linkSlots, if not 0, is the smallest descriptor buffer of a link an
+	// adapter made, below RingSlots (ofi over ofi_rxm): a packet must fit
+	// half of it (packetMax).
+	linkSlots int
 	// RDMAChunk is the largest piece in which a GET or PUT is handed to an
 	// adapter (AMIGO_RDMA_CHUNK, default 1 MiB).
 	RDMAChunk int
@@ -403,3 +407,13 @@ func Settings(cfg Config) ([]Setting, error) {
 
 // defaultStopAbove is Config.StopAbove on links whose adapter did not choose.
 const defaultStopAbove = 64 << 10
+
+// packetMax is the largest packet every link carries: half the smallest
+// descriptor buffer.
+func (c *Config) packetMax() int {
+	slots := c.RingSlots
+	if c.linkSlots != 0 && c.linkSlots < slots {
+		slots = c.linkSlots
+	}
+	return ring.MaxPayload(slots)
+}

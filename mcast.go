@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/amigo-hpc/amigo/internal/ring"
 	"github.com/amigo-hpc/amigo/internal/wire"
 	"github.com/amigo-hpc/amigo/transport"
 )
@@ -71,7 +70,7 @@ func (c *Context) MulticastWith(p *MulticastParams) error {
 	if way != MulticastForward && way != MulticastStoreForward {
 		return fmt.Errorf("amigo: multicast way %d", way)
 	}
-	if wire.MCSize(len(p.Targets), len(p.Header)) > ring.MaxPayload(c.cfg.RingSlots) || len(p.Header) > 0xffff {
+	if wire.MCSize(len(p.Targets), len(p.Header)) > c.cfg.packetMax() || len(p.Header) > 0xffff {
 		return fmt.Errorf("amigo: multicast to %d targets with a %d-byte header: %w", len(p.Targets), len(p.Header), ErrTooLarge)
 	}
 	st := &mcState{
