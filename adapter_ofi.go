@@ -73,9 +73,7 @@ func openOFI(ctx context.Context, job transport.Bootstrap, regions *transport.Re
 	// one the link's reader refuses as corrupt (8 KiB over tcp;ofi_rxm
 	// with the defaults); so must a multicast's request (packetMax).
 	// Every rank computes the same.
-	if a.RingSlots() < cfg.RingSlots {
-		cfg.linkSlots = a.RingSlots()
-	}
+	cfg.linkSlots = a.RingSlots()
 	if most := cfg.packetMax() - wire.AMSize(0, 0, true); cfg.InlineMax > most {
 		cfg.InlineMax = most
 	}
