@@ -292,9 +292,52 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 		return nil, fmt.Errorf("ofi: publish processors: %w", err)
 	}
 	regions.AddMirror(a)
+	inProcess.join()
 	a.wg.Add(1)
 	go a.watch()
 	return a, nil
+}
+
+// inProcess holds the endpoints of the adapters of this process that
+// closed while another one is still open. A provider reaches an endpoint
+// of its own process through that endpoint's memory (shm maps a peer in
+// the same process by the pointer its endpoint holds, not by a mapping
+// of its own), so closing the endpoint would leave a peer that has not
+// yet heard the goodbye writing into memory given back: the process
+// crashes on the peer's next send. The last adapter to close releases
+// them all. A process with one adapter, as a rank is, releases at once.
+var inProcess heldEndpoints
+
+type heldEndpoints struct {
+	mu      sync.Mutex
+	open    int      // adapters made and not yet closed
+	retired []func() // releases of those that closed, held back
+}
+
+// join counts a new adapter open.
+func (h *heldEndpoints) join() {
+	h.mu.Lock()
+	h.open++
+	h.mu.Unlock()
+}
+
+// retire runs release, the release of a closing adapter's endpoints,
+// with those held back before it, once no other adapter of the process
+// is open; until then it holds it back.
+func (h *heldEndpoints) retire(release func()) {
+	h.mu.Lock()
+	h.open--
+	h.retired = append(h.retired, release)
+	if h.open > 0 {
+		h.mu.Unlock()
+		return
+	}
+	run := h.retired
+	h.retired = nil
+	h.mu.Unlock()
+	for _, f := range run {
+		f()
+	}
 }
 
 func (a *Adapter) openEndpoint() (*endpoint, error) {
@@ -495,7 +538,6 @@ func (a *Adapter) Close() error {
 	for _, p := range ports {
 		if p != nil {
 			p.Close()
-			p.release()
 		}
 	}
 	a.mu.Lock()
@@ -507,7 +549,14 @@ func (a *Adapter) Close() error {
 		sb.w.close()
 	}
 	a.mu.Unlock()
-	a.release()
+	inProcess.retire(func() {
+		for _, p := range ports {
+			if p != nil {
+				p.release()
+			}
+		}
+		a.release()
+	})
 	a.mu.Lock()
 	held := a.procsHeld
 	a.procsHeld = false

@@ -60,12 +60,19 @@ func (bp *benchPair) advance(r int) {
 
 // send writes one packet of size bytes into rank r's link.
 func (bp *benchPair) send(b testing.TB, r, size int) {
-	l, tr := bp.links[r], bp.trs[r]
+	writePacket(b, bp.links[r], bp.trs[r], size, func() {
+		bp.advance(0)
+		bp.advance(1)
+	})
+}
+
+// writePacket writes one packet of size bytes into link l, whose ring
+// tracker is tr, calling advance while the ring has no room.
+func writePacket(b testing.TB, l *transport.Link, tr *fifo.Tracker, size int, advance func()) {
 	k := ring.SlotsFor(size)
 	var deadline time.Time
 	for !tr.Space(l.Msg.PadFor(tr.Tail(), k) + k) {
-		bp.advance(0)
-		bp.advance(1)
+		advance()
 		if deadline.IsZero() {
 			deadline = time.Now().Add(time.Minute)
 		} else if time.Now().After(deadline) {

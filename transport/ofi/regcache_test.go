@@ -99,8 +99,12 @@ func TestRegCache(t *testing.T) {
 				}
 			}
 			// The endpoint, and the registrations with it, go when the
-			// adapter closes.
+			// adapter closes (the last of the process: an endpoint
+			// another adapter here may still send to is kept until then).
 			if err := ads[0].Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := ads[1].Close(); err != nil {
 				t.Fatal(err)
 			}
 			if n := len(src.regs.entries); n != 0 {
