@@ -42,10 +42,11 @@
 //     take messages one after the other and go back to the provider once
 //     it released them and every message in them was handled; otherwise
 //     one buffer per message. Poll reads the receive queue, hands packets
-//     to the receiver in place, reposts the buffers and acknowledges to
-//     each sender how many of its packets the context took — on a packet
-//     of its own to that sender when one leaves before the next Poll (a
-//     reply), else by a message. A packet's slots go back to the AMI (its
+//     to the receiver in place, reposts the buffers, posts the packets the
+//     handlers wrote (a reply leaves from the Poll that ran its handler)
+//     and acknowledges to each sender how many of its packets the context
+//     took — on a packet of its own to that sender when one leaves before
+//     the next Poll (a reply), else by a message. A packet's slots go back to the AMI (its
 //     transfer counted) only once it was acknowledged: a done callback
 //     means delivered, and a link never has more in flight than its ring
 //     holds — the flow control that keeps a slow receiver from being

@@ -419,6 +419,14 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 		// and this Poll is skipped when that found nothing.
 		p.pollRead = p.spin > 0
 	}
+	if got > 0 {
+		// A handler's reply leaves now, carrying the acknowledgement of
+		// what this Poll took, instead of at the next Progress, after the
+		// rest of the AMI's pass.
+		for _, l := range p.outList {
+			l.postPackets()
+		}
+	}
 	p.flushAcks(false)
 	p.flushCtrl()
 	return got
@@ -443,6 +451,12 @@ func (p *port) readRx(r transport.Receiver, budget int, spin C.int) (int, bool) 
 			return got, n == errAgain
 		}
 		got += p.takeRx(r, n)
+		if n < want {
+			// The queue held fewer than asked: it was empty after them.
+			// Reading it again would cost a call (a system call where
+			// the provider's progress is one) on the way of a reply.
+			return got, true
+		}
 	}
 	return got, false
 }
