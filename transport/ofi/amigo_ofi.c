@@ -277,3 +277,46 @@ const char *amigo_strerror(int e) { return fi_strerror(e < 0 ? -e : e); }
 char *amigo_tostr(uint64_t v, int t) {
 	return fi_tostr(&v, (enum fi_type)t);
 }
+
+// amigo_floor_pingpong is the provider's floor for a port's ping-pong:
+// iters round trips of a 24-byte message (a packet header of kind 1 and 8
+// bytes) on the port's own endpoint, receive buffers and queues, driven by
+// a loop in C with no call from Go between messages. The pinging side
+// injects, then spins on its receive queue; the answering side (server)
+// answers each message until one of 16 bytes (a header alone) ends it.
+// Receive buffers go back to the provider as the port's Poll gives them
+// back (multi: once the provider released one). It returns the round
+// trips made, or a negative libfabric error.
+int64_t amigo_floor_pingpong(uintptr_t ep, uintptr_t rxcq, fi_addr_t dest, int64_t iters, int server,
+		uintptr_t rxmem, size_t rxsize, uintptr_t desc, uintptr_t ctxbase, size_t stride, int multi, uint32_t rank) {
+	char msg[24];
+	memset(msg, 0, sizeof msg);
+	msg[0] = 1;
+	memcpy(msg + 4, &rank, 4);
+	struct fi_cq_data_entry e;
+	ssize_t rc, n;
+	for (int64_t k = 0; k < iters; k++) {
+		if (!server) {
+			while ((rc = fi_inject((struct fid_ep *)ep, msg, sizeof msg, dest)) == -FI_EAGAIN)
+				fi_cq_read((struct fid_cq *)rxcq, &e, 0);
+			if (rc) return rc;
+		}
+		while ((n = fi_cq_read((struct fid_cq *)rxcq, &e, 1)) == -FI_EAGAIN);
+		if (n < 0) return n;
+		size_t i = ((uintptr_t)e.op_context - ctxbase) / stride;
+		rc = 0;
+		if (!multi) {
+			rc = fi_recv((struct fid_ep *)ep, (void *)(rxmem + i * rxsize), rxsize, (void *)desc, FI_ADDR_UNSPEC, e.op_context);
+		} else if (e.flags & FI_MULTI_RECV) {
+			rc = amigo_recv_multi((struct fid_ep *)ep, rxmem + i * rxsize, rxsize, desc, (uintptr_t)e.op_context);
+		}
+		if (rc) return rc;
+		if (server) {
+			if (e.len == 16) return k;
+			while ((rc = fi_inject((struct fid_ep *)ep, msg, sizeof msg, dest)) == -FI_EAGAIN)
+				fi_cq_read((struct fid_cq *)rxcq, &e, 0);
+			if (rc) return rc;
+		}
+	}
+	return iters;
+}

@@ -49,6 +49,8 @@ ssize_t amigo_inject_packet(uintptr_t ep, uintptr_t hdr, uintptr_t data, size_t 
 ssize_t amigo_rma(struct fid_ep *ep, int write, uintptr_t buf, size_t len, uintptr_t desc, fi_addr_t peer, uint64_t raddr, uint64_t key, uintptr_t ctx, uint64_t flags);
 ssize_t amigo_cq_read(uintptr_t cq, uintptr_t e, size_t n);
 int64_t amigo_cq_read2(uintptr_t tx, uintptr_t te, size_t ntx, uintptr_t rx, uintptr_t re, size_t nrx, int spin);
+int64_t amigo_floor_pingpong(uintptr_t ep, uintptr_t rxcq, fi_addr_t dest, int64_t iters, int server,
+		uintptr_t rxmem, size_t rxsize, uintptr_t desc, uintptr_t ctxbase, size_t stride, int multi, uint32_t rank);
 void amigo_cq_cost(uintptr_t cq, int n);
 ssize_t amigo_cq_readerr(struct fid_cq *cq, uintptr_t *ctx, int *err, int *perr);
 int amigo_mr_reg(struct fid_domain *dom, struct fid_ep *ep, uintptr_t buf, size_t len, uint64_t access, uint64_t reqkey, int bind, struct fid_mr **mr, uint64_t *key, uintptr_t *desc);

@@ -23,6 +23,13 @@ import (
 const childEnv = "AMIGO_OFI_TEST_CHILD"
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(echoEnv); dir != "" {
+		if err := echoChild(dir, os.Getenv("AMIGO_OFI_PROVIDER"), os.Getenv(echoModeEnv)); err != nil {
+			fmt.Fprintln(os.Stderr, "echo child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if dir := os.Getenv(childEnv); dir != "" {
 		if err := child(dir, os.Getenv("AMIGO_OFI_PROVIDER")); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
