@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -21,6 +22,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/amigo-hpc/amigo/internal/ring"
 	"github.com/amigo-hpc/amigo/transport"
@@ -214,6 +217,7 @@ func sourceInfo(opts Options) (*C.struct_fi_info, error) {
 		}
 	}
 	if core == "shm" {
+		sweepShm(shmDir)
 		if info, err := getinfo(opts.Provider, shmName(), opts.SingleRecv); err == nil {
 			return info, nil
 		}
@@ -222,14 +226,70 @@ func sourceInfo(opts Options) (*C.struct_fi_info, error) {
 }
 
 // shmName is the name under which the shm provider makes the shared
-// memory of this adapter's endpoints: the process id and a random number.
-// The provider's own choice is the process id alone, and the file of a
+// memory of this adapter's endpoints (files /dev/shm/NAME:...): the
+// process's pid namespace, its process id and a random number. The
+// provider's own choice is the process id alone, and the file of a
 // process that was killed stays behind: a later process given the same id
-// could then open no endpoint (fi_endpoint: EBUSY).
+// could then open no endpoint (fi_endpoint: EBUSY). The namespace lets a
+// later process tell the files of a dead process of its own namespace
+// (sweepShm) from those of a live process it cannot see.
 func shmName() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("amigo-%d-%x", os.Getpid(), b)
+	return fmt.Sprintf("%s%d-%x", shmPrefix(), os.Getpid(), b)
+}
+
+// shmPrefix is the start of the names of this pid namespace's shm
+// endpoints: "amigo-" and the namespace's inode number.
+func shmPrefix() string {
+	ns := "0"
+	if l, err := os.Readlink("/proc/self/ns/pid"); err == nil {
+		// pid:[4026531836]
+		if i, j := strings.IndexByte(l, '['), strings.IndexByte(l, ']'); i >= 0 && j > i {
+			ns = l[i+1 : j]
+		}
+	}
+	return "amigo-" + ns + "-"
+}
+
+// shmDir is where the shm provider's files are.
+var shmDir = "/dev/shm"
+
+// sweepShm removes what killed processes left in dir: the files of shm
+// endpoints named by shmName whose process is gone. Only names of this
+// pid namespace are looked at (a process of another is not seen alive
+// from here), and only files of this user. It returns how many it
+// removed. A process that exits normally removes its own: the shm
+// provider unlinks a region when its endpoint closes.
+func sweepShm(dir string) int {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	prefix, uid, gone := shmPrefix(), os.Getuid(), 0
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok {
+			continue
+		}
+		pidStr, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if !ok || err != nil || pid <= 0 {
+			continue
+		}
+		if err := unix.Kill(pid, 0); err == nil || !errors.Is(err, unix.ESRCH) {
+			continue // alive (or not ours to signal: alive)
+		}
+		path := filepath.Join(dir, e.Name())
+		var st unix.Stat_t
+		if unix.Lstat(path, &st) != nil || int(st.Uid) != uid || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			continue
+		}
+		if os.Remove(path) == nil {
+			gone++
+		}
+	}
+	return gone
 }
 
 // New opens provider opts.Provider for the rank job describes, makes one

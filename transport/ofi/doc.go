@@ -22,7 +22,9 @@
 //     them. It makes one endpoint per context, each with a transmit and a
 //     receive completion queue (with a file descriptor to sleep on where
 //     the provider has one), and publishes the endpoints' names under
-//     KVSKey. After the job's fence, Start reads every peer's names; a
+//     KVSKey (over shm, whose endpoints are files in /dev/shm, first
+//     removing the files that killed processes of this pid namespace
+//     left there). After the job's fence, Start reads every peer's names; a
 //     peer's addresses enter the address vector on first use. Providers
 //     that address by IP (tcp, sockets, udp, verbs) bind their endpoints
 //     to Options.Addr, or else to the local address of the route to the

@@ -123,7 +123,7 @@ func benchProcessPingPong(b *testing.B, prov, mode string) {
 			_ = cmd.Process.Kill()
 			<-exited
 		}
-		left, _ := filepath.Glob(fmt.Sprintf("/dev/shm/amigo-%d-*", cmd.Process.Pid))
+		left, _ := filepath.Glob(filepath.Join(shmDir, fmt.Sprintf("%s%d-*", shmPrefix(), cmd.Process.Pid)))
 		for _, f := range left {
 			_ = os.Remove(f)
 		}

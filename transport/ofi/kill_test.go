@@ -129,7 +129,7 @@ func testKilledPeer(t *testing.T, prov string) {
 		<-exited
 		// The shm provider's files of a killed process outlive it (it
 		// cannot unlink them): remove those named for the child.
-		left, _ := filepath.Glob(fmt.Sprintf("/dev/shm/amigo-%d-*", cmd.Process.Pid))
+		left, _ := filepath.Glob(filepath.Join(shmDir, fmt.Sprintf("%s%d-*", shmPrefix(), cmd.Process.Pid)))
 		for _, f := range left {
 			_ = os.Remove(f)
 		}
