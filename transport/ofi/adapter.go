@@ -451,6 +451,13 @@ func (e *endpoint) close() {
 // of each context's endpoint.
 //
 //	u8 len, provider | u32 ring slots | u16 contexts | per context: u16 len, name
+//
+// nameRoom bounds an endpoint's name (fi_getname) in a card, with room
+// for a terminating zero: the longest of the providers' address formats
+// (a string of shm, an InfiniBand or a Slingshot address) is a few
+// hundred bytes.
+const nameRoom = 1024
+
 func (a *Adapter) card() []byte {
 	b := append([]byte{byte(len(a.prov))}, a.prov...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(a.opts.RingSlots))
@@ -485,6 +492,9 @@ func (a *Adapter) parseCard(b []byte) ([][]byte, error) {
 			return nil, bad
 		}
 		l := int(binary.LittleEndian.Uint16(b))
+		if l == 0 || l > nameRoom-1 {
+			return nil, fmt.Errorf("endpoint name of %d bytes", l)
+		}
 		names = append(names, append([]byte(nil), b[2:2+l]...))
 		b = b[2+l:]
 	}
@@ -544,7 +554,13 @@ func (a *Adapter) fiAddr(to transport.Addr) (C.fi_addr_t, error) {
 	if a.addrs[r] == nil {
 		addrs := make([]C.fi_addr_t, len(a.peers[r]))
 		for i, name := range a.peers[r] {
-			if rc := C.amigo_av_insert(a.av, unsafe.Pointer(&name[0]), &addrs[i]); rc != 0 {
+			// The provider reads as many bytes as its address format
+			// says (a sockaddr by its family, a string up to its NUL),
+			// not as many as the peer published: it reads a copy
+			// padded with zeros.
+			var buf [nameRoom]byte
+			copy(buf[:], name)
+			if rc := C.amigo_av_insert(a.av, unsafe.Pointer(&buf[0]), &addrs[i]); rc != 0 {
 				return 0, &transport.PeerError{Addr: to, Err: fmt.Errorf("%w: %v", transport.ErrUnreachable, fiErr("fi_av_insert", C.ssize_t(rc)))}
 			}
 		}
