@@ -5,9 +5,6 @@ package ofi
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -108,26 +105,8 @@ func BenchmarkProcessPingPong(b *testing.B) {
 
 func benchProcessPingPong(b *testing.B, prov, mode string) {
 	dir := b.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), echoEnv+"="+dir, echoModeEnv+"="+mode, "AMIGO_OFI_PROVIDER="+prov)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		left, _ := filepath.Glob(filepath.Join(shmDir, fmt.Sprintf("%s%d-*", shmPrefix(), cmd.Process.Pid)))
-		for _, f := range left {
-			_ = os.Remove(f)
-		}
-	}()
+	child := startChild(b, echoEnv+"="+dir, echoModeEnv+"="+mode, "AMIGO_OFI_PROVIDER="+prov)
+	defer child.stop(10 * time.Second)
 	a, err := New(&fileJob{dir: dir, rank: 0, size: 2}, transport.NewRegions(), Options{Provider: prov, Timeout: time.Minute})
 	if err != nil {
 		b.Fatal(err)

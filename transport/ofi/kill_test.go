@@ -71,6 +71,48 @@ func (j *fileJob) Get(ctx context.Context, rank int, key string) ([]byte, error)
 func (j *fileJob) Node(rank int) int { return 0 }
 func (j *fileJob) Secret() []byte    { return []byte("0123456789abcdef0123456789abcdef") }
 
+// child is this test binary run again as a child process.
+type childProc struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// startChild starts this test binary again with env added to its
+// environment.
+func startChild(tb testing.TB, env ...string) *childProc {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	c := &childProc{cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(c.exited) }()
+	return c
+}
+
+// kill kills the child and waits until it is gone.
+func (c *childProc) kill() {
+	_ = c.cmd.Process.Kill()
+	<-c.exited
+}
+
+// stop waits up to grace for the child to exit, then kills it, and
+// removes the shm provider's files of the child, which a killed process
+// leaves behind (it cannot unlink them).
+func (c *childProc) stop(grace time.Duration) {
+	select {
+	case <-c.exited:
+	case <-time.After(grace):
+		c.kill()
+	}
+	left, _ := filepath.Glob(filepath.Join(shmDir, fmt.Sprintf("%s%d-*", shmPrefix(), c.cmd.Process.Pid)))
+	for _, f := range left {
+		_ = os.Remove(f)
+	}
+}
+
 // child is rank 1: it registers a region, publishes its key, and polls
 // until it is killed.
 func child(dir, prov string) error {
@@ -116,24 +158,8 @@ func TestKilledPeer(t *testing.T) {
 
 func testKilledPeer(t *testing.T, prov string) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+dir, "AMIGO_OFI_PROVIDER="+prov)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	defer func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		// The shm provider's files of a killed process outlive it (it
-		// cannot unlink them): remove those named for the child.
-		left, _ := filepath.Glob(filepath.Join(shmDir, fmt.Sprintf("%s%d-*", shmPrefix(), cmd.Process.Pid)))
-		for _, f := range left {
-			_ = os.Remove(f)
-		}
-	}()
+	peer := startChild(t, childEnv+"="+dir, "AMIGO_OFI_PROVIDER="+prov)
+	defer peer.stop(0)
 	const timeout = 2 * time.Second
 	job := &fileJob{dir: dir, rank: 0, size: 2}
 	log := &logSink{t: t}
@@ -191,10 +217,7 @@ func testKilledPeer(t *testing.T, prov string) {
 			t.Fatalf("GET byte %d is %d", i, b)
 		}
 	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-exited
+	peer.kill()
 	killed := time.Now()
 	// Packets toward the dead peer and a GET: the link fails with an error
 	// naming rank 1, and the GET with it.
