@@ -285,8 +285,9 @@ char *amigo_tostr(uint64_t v, int t) {
 // injects, then spins on its receive queue; the answering side (server)
 // answers each message until one of 16 bytes (a header alone) ends it.
 // Receive buffers go back to the provider as the port's Poll gives them
-// back (multi: once the provider released one). It returns the round
-// trips made, or a negative libfabric error.
+// back (multi: once the provider released one); a completion that only
+// releases a buffer, with no message, is not counted as one. It returns
+// the round trips made, or a negative libfabric error.
 int64_t amigo_floor_pingpong(uintptr_t ep, uintptr_t rxcq, fi_addr_t dest, int64_t iters, int server,
 		uintptr_t rxmem, size_t rxsize, uintptr_t desc, uintptr_t ctxbase, size_t stride, int multi, uint32_t rank) {
 	char msg[24];
@@ -301,16 +302,21 @@ int64_t amigo_floor_pingpong(uintptr_t ep, uintptr_t rxcq, fi_addr_t dest, int64
 				fi_cq_read((struct fid_cq *)rxcq, &e, 0);
 			if (rc) return rc;
 		}
-		while ((n = fi_cq_read((struct fid_cq *)rxcq, &e, 1)) == -FI_EAGAIN);
-		if (n < 0) return n;
-		size_t i = ((uintptr_t)e.op_context - ctxbase) / stride;
-		rc = 0;
-		if (!multi) {
-			rc = fi_recv((struct fid_ep *)ep, (void *)(rxmem + i * rxsize), rxsize, (void *)desc, FI_ADDR_UNSPEC, e.op_context);
-		} else if (e.flags & FI_MULTI_RECV) {
-			rc = amigo_recv_multi((struct fid_ep *)ep, rxmem + i * rxsize, rxsize, desc, (uintptr_t)e.op_context);
-		}
-		if (rc) return rc;
+		// A completion without a message (a multi-receive buffer given
+		// back alone) is not an answer: its buffer goes back, and the
+		// wait goes on.
+		do {
+			while ((n = fi_cq_read((struct fid_cq *)rxcq, &e, 1)) == -FI_EAGAIN);
+			if (n < 0) return n;
+			size_t i = ((uintptr_t)e.op_context - ctxbase) / stride;
+			rc = 0;
+			if (!multi) {
+				rc = fi_recv((struct fid_ep *)ep, (void *)(rxmem + i * rxsize), rxsize, (void *)desc, FI_ADDR_UNSPEC, e.op_context);
+			} else if (e.flags & FI_MULTI_RECV) {
+				rc = amigo_recv_multi((struct fid_ep *)ep, rxmem + i * rxsize, rxsize, desc, (uintptr_t)e.op_context);
+			}
+			if (rc) return rc;
+		} while (e.len == 0);
 		if (server) {
 			if (e.len == 16) return k;
 			while ((rc = fi_inject((struct fid_ep *)ep, msg, sizeof msg, dest)) == -FI_EAGAIN)
