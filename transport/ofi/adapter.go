@@ -241,7 +241,7 @@ func shmName() string {
 
 // shmPrefix is the start of the names of this pid namespace's shm
 // endpoints: "amigo-" and the namespace's inode number.
-func shmPrefix() string {
+var shmPrefix = sync.OnceValue(func() string {
 	ns := "0"
 	if l, err := os.Readlink("/proc/self/ns/pid"); err == nil {
 		// pid:[4026531836]
@@ -250,7 +250,7 @@ func shmPrefix() string {
 		}
 	}
 	return "amigo-" + ns + "-"
-}
+})
 
 // shmDir is where the shm provider's files are.
 var shmDir = "/dev/shm"
@@ -451,13 +451,6 @@ func (e *endpoint) close() {
 // of each context's endpoint.
 //
 //	u8 len, provider | u32 ring slots | u16 contexts | per context: u16 len, name
-//
-// nameRoom bounds an endpoint's name (fi_getname) in a card, with room
-// for a terminating zero: the longest of the providers' address formats
-// (a string of shm, an InfiniBand or a Slingshot address) is a few
-// hundred bytes.
-const nameRoom = 1024
-
 func (a *Adapter) card() []byte {
 	b := append([]byte{byte(len(a.prov))}, a.prov...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(a.opts.RingSlots))
@@ -471,6 +464,12 @@ func (a *Adapter) card() []byte {
 
 // parseCard decodes a peer's card, refusing one of another provider or
 // ring size.
+// nameRoom bounds an endpoint's name (fi_getname) in a card, with room
+// for a terminating zero: the longest of the providers' address formats
+// (a string of shm, an InfiniBand or a Slingshot address) is a few
+// hundred bytes.
+const nameRoom = 1024
+
 func (a *Adapter) parseCard(b []byte) ([][]byte, error) {
 	bad := errors.New("malformed")
 	if len(b) < 1 || len(b) < 1+int(b[0])+6 {
