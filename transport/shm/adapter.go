@@ -140,10 +140,6 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 		return nil, nil
 	}
 	a.li = a.localOf[me]
-	a.escalate = escalateAfter
-	if len(a.local) >= transport.Processors() {
-		a.escalate = escalateFull
-	}
 	p := params{
 		nlocal: len(a.local), nctx: opts.Contexts, slots: opts.RingSlots,
 		mirror: opts.Mirror, allocs: opts.Allocs, chunk: opts.Chunk, chunks: opts.Chunks, rings: opts.ChunkRings,
@@ -164,13 +160,6 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 	a.probe = append([]byte(nil), p.token[:]...)
 	a.peers = make([]*peer, len(a.local))
 	a.lost = make([]error, len(a.local))
-	if a.Oversubscribed() {
-		// Consumers here go to sleep all the time, and each arming then
-		// pays for a barrier across processors (package order): fenced
-		// stores are the cheaper side of that trade. Every rank of the
-		// host counts alike and decides alike, before any ring is used.
-		order.Fenced()
-	}
 	a.bells = make([]*transport.Doorbell, opts.Contexts)
 	a.ports = make([]*port, opts.Contexts)
 	a.srv.init(a)
@@ -199,6 +188,24 @@ func (a *Adapter) Start(ctx context.Context) error {
 		return nil
 	}
 	a.hostCPUs.Store(int32(transport.HostProcessors(ctx, a.job, transport.CPUsKey("shm"))))
+	// Both decisions below count the processors of every rank of the
+	// host together (their affinity masks, published in New), not this
+	// rank's own: a launcher that binds each rank to a core of its own
+	// (amirun, mpiexec -bind-to core) leaves each rank one processor, and
+	// counting that one would take every bound job for oversubscribed.
+	a.escalate = escalateAfter
+	if len(a.local) >= a.processors() {
+		a.escalate = escalateFull
+	}
+	if a.Oversubscribed() {
+		// Consumers here go to sleep all the time, and each arming then
+		// pays for a barrier across processors (package order): fenced
+		// stores are the cheaper side of that trade. Every rank of the
+		// host counts alike and decides alike, before this rank uses a
+		// ring (a peer's stores into the rings this rank reads follow
+		// the peer's own decision).
+		order.Fenced()
+	}
 	for li, r := range a.local {
 		if li == a.li {
 			continue
@@ -338,15 +345,18 @@ func (a *Adapter) Local() []int { return append([]int(nil), a.local...) }
 // may run on together (transport.HostProcessors), once Start learnt them;
 // before, or if a rank published none, this process's own. Two ranks bound
 // to a core each are not oversubscribed.
-func (a *Adapter) Oversubscribed() bool {
-	n := int(a.hostCPUs.Load())
-	if n == 0 {
-		n = transport.Processors()
+func (a *Adapter) Oversubscribed() bool { return len(a.local) > a.processors() }
+
+// processors returns how many processors the ranks of this host may run
+// on together, as counted by Start; before Start, or when a rank's mask
+// was not found, how many this process may run on.
+func (a *Adapter) processors() int {
+	if n := int(a.hostCPUs.Load()); n > 0 {
+		return n
 	}
-	return len(a.local) > n
+	return transport.Processors()
 }
 
-// processors returns how many processors this process may use.
 // CMA reports whether cross-memory attach works toward rank.
 func (a *Adapter) CMA(rank int) bool {
 	li, ok := a.localOf[rank]

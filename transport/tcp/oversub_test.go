@@ -15,6 +15,7 @@ import (
 
 	"github.com/amigo-hpc/amigo"
 	"github.com/amigo-hpc/amigo/internal/launch"
+	"github.com/amigo-hpc/amigo/internal/order"
 	"github.com/amigo-hpc/amigo/mpi"
 	"github.com/amigo-hpc/amigo/transport/tcp"
 )
@@ -78,19 +79,22 @@ func firstCPUs(t *testing.T, n int) []int {
 	return cpus
 }
 
-var overLine = regexp.MustCompile(`rank (\d+): oversubscribed (true|false)`)
+var overLine = regexp.MustCompile(`rank (\d+): oversubscribed (true|false), release stores (true|false) before Open, (true|false) after`)
 
 // oversubscribed: the rank says whether its context counts its host as
-// oversubscribed.
+// oversubscribed, and whether the process published descriptors with
+// release stores (package order) before and after Open: the shared-memory
+// adapter turns them into fenced stores on an oversubscribed host only.
 func oversubscribed() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	before := order.Relaxed()
 	cl, err := amigo.Open(ctx, amigo.Config{})
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	fmt.Printf("rank %d: oversubscribed %v\n", cl.Rank(), cl.Context(0).Oversubscribed())
+	fmt.Printf("rank %d: oversubscribed %v, release stores %v before Open, %v after\n", cl.Rank(), cl.Context(0).Oversubscribed(), before, order.Relaxed())
 	// Over shm a rank maps its peers' segments in Open: none may leave
 	// before all have. Over tcp the ranks need not wait for each other.
 	if os.Getenv("AMIGO_TRANSPORT") == "shm" {
@@ -134,6 +138,15 @@ func TestOversubscribedByAffinity(t *testing.T) {
 				for _, g := range got {
 					if g[2] != strconv.FormatBool(c.want) {
 						t.Errorf("rank %s: oversubscribed %s, want %v", g[1], g[2], c.want)
+					}
+					// Over shm an oversubscribed host fences its
+					// stores, any other keeps the release stores it
+					// had (none under the race detector). A rank bound
+					// to a core of its own counted its one processor
+					// for the host's and fenced them.
+					want := g[3] == "true" && (tr != "shm" || !c.want)
+					if g[4] != strconv.FormatBool(want) {
+						t.Errorf("rank %s: release stores %s after Open (%s before, oversubscribed %s), want %v", g[1], g[4], g[3], g[2], want)
 					}
 				}
 			})
