@@ -141,9 +141,9 @@ func TestOversubscribedByAffinity(t *testing.T) {
 					}
 					// Over shm an oversubscribed host fences its
 					// stores, any other keeps the release stores it
-					// had (none under the race detector). A rank bound
-					// to a core of its own counted its one processor
-					// for the host's and fenced them.
+					// had (none under the race detector): ranks bound
+					// to a core each count the host's processors, not
+					// the one each may run on.
 					want := g[3] == "true" && (tr != "shm" || !c.want)
 					if g[4] != strconv.FormatBool(want) {
 						t.Errorf("rank %s: release stores %s after Open (%s before, oversubscribed %s), want %v", g[1], g[4], g[3], g[2], want)
