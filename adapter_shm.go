@@ -52,6 +52,13 @@ type ShmConfig struct {
 	// large transfers do not hold up small messages (AMIGO_SHM_PIECE,
 	// default 262144).
 	Piece int
+	// RingSlots is the number of 64-byte slots of each descriptor buffer
+	// between two contexts of one host (AMIGO_SHM_RING_SLOTS; never fewer
+	// than Config.RingSlots). Default 0: Config.RingSlots if the program
+	// set it, else chosen by the number of ranks on the host, 4096 up to 8
+	// ranks, 2048 at 16, 1024 from 32 on, so that the buffers into a rank
+	// take at most 2 MiB (shm.RingSlotsFor).
+	RingSlots int
 }
 
 // shmInline is shared memory's choice of Config.InlineMax (see
@@ -83,6 +90,7 @@ func init() {
 		intSetting("AMIGO_SHM_CHUNK_RINGS", "shared memory, pipelined copy rings per rank, shared by its peers", func(c *Config) *int { return &c.Shm.ChunkRings }),
 		intSetting("AMIGO_SHM_MIRROR", "shared memory, regions peers resolve alone", func(c *Config) *int { return &c.Shm.Mirror }),
 		intSetting("AMIGO_SHM_PIECE", "shared memory, bytes one Advance moves per transfer", func(c *Config) *int { return &c.Shm.Piece }),
+		intSetting("AMIGO_SHM_RING_SLOTS", "shared memory, 64-byte slots per descriptor buffer (0: by the ranks on the host)", func(c *Config) *int { return &c.Shm.RingSlots }),
 	)
 	resolvers = append(resolvers, resolveShm)
 }
@@ -126,21 +134,34 @@ func resolveShm(c *Config) error {
 	return nil
 }
 
+// shmRingSlots is the slots of the shm adapter's descriptor buffers that
+// c sets, 0 to leave them to the adapter.
+func shmRingSlots(c *Config) int {
+	switch {
+	case c.Shm.RingSlots != 0:
+		return max(c.Shm.RingSlots, c.RingSlots)
+	case !c.ringAuto:
+		return c.RingSlots
+	}
+	return 0
+}
+
 func shmOptions(c *Config) shm.Options {
 	return shm.Options{
-		Contexts:   c.Contexts,
-		RingSlots:  c.RingSlots,
-		RDMASlots:  c.RDMASlots,
-		Way:        shm.Way(c.Shm.RDMA),
-		CMA:        c.Shm.CMA,
-		HelpOff:    c.Shm.Help == "off",
-		HugeOff:    c.Shm.Huge == "off",
-		HelpMin:    c.Shm.HelpMin,
-		Chunk:      c.Shm.Chunk,
-		Chunks:     c.Shm.Chunks,
-		ChunkRings: c.Shm.ChunkRings,
-		Mirror:     c.Shm.Mirror,
-		Piece:      c.Shm.Piece,
+		Contexts:     c.Contexts,
+		RingSlots:    shmRingSlots(c),
+		MinRingSlots: c.RingSlots,
+		RDMASlots:    c.RDMASlots,
+		Way:          shm.Way(c.Shm.RDMA),
+		CMA:          c.Shm.CMA,
+		HelpOff:      c.Shm.Help == "off",
+		HugeOff:      c.Shm.Huge == "off",
+		HelpMin:      c.Shm.HelpMin,
+		Chunk:        c.Shm.Chunk,
+		Chunks:       c.Shm.Chunks,
+		ChunkRings:   c.Shm.ChunkRings,
+		Mirror:       c.Shm.Mirror,
+		Piece:        c.Shm.Piece,
 	}
 }
 

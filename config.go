@@ -22,7 +22,9 @@ type Config struct {
 	// default 1). Every rank of a job must use the same number.
 	Contexts int
 	// RingSlots is the number of 64-byte slots of each descriptor buffer
-	// between two contexts (AMIGO_RING_SLOTS, default 1024: 64 KiB).
+	// between two contexts (AMIGO_RING_SLOTS, default 1024: 64 KiB). Left
+	// to its default, shared memory makes its buffers larger while a host
+	// has few ranks (ShmConfig.RingSlots).
 	RingSlots int
 	// RDMASlots is the number of descriptors of each RDMA FIFO
 	// (AMIGO_RDMA_SLOTS, default 256).
@@ -35,6 +37,8 @@ type Config struct {
 	InlineMax int
 	// inlineAuto says InlineMax is the default, not the program's.
 	inlineAuto bool
+	// ringAuto says RingSlots is the default, not the program's.
+	ringAuto bool
 	// linkSlots, if not 0, is the smallest descriptor buffer of a link an
 	// adapter made, below RingSlots (ofi over ofi_rxm): a packet must fit
 	// half of it (packetMax).
@@ -294,6 +298,7 @@ func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
 		}
 	}
 	def(&c.Contexts, 1)
+	c.ringAuto = c.RingSlots == 0
 	def(&c.RingSlots, 1024)
 	def(&c.RDMASlots, 256)
 	if c.InlineMax == 0 {

@@ -141,7 +141,7 @@ func New(job transport.Bootstrap, regions *transport.Regions, opts Options) (*Ad
 	}
 	a.li = a.localOf[me]
 	p := params{
-		nlocal: len(a.local), nctx: opts.Contexts, slots: opts.RingSlots,
+		nlocal: len(a.local), nctx: opts.Contexts, slots: opts.slots(len(a.local)),
 		mirror: opts.Mirror, allocs: opts.Allocs, chunk: opts.Chunk, chunks: opts.Chunks, rings: opts.ChunkRings,
 		localIndex: a.li, rank: me, pid: os.Getpid(), token: token(a.secret, me),
 	}

@@ -3,6 +3,8 @@ package shm
 import (
 	"fmt"
 	"time"
+
+	"github.com/amigo-hpc/amigo/internal/ring"
 )
 
 // Way is how GET and PUT descriptors move their bytes.
@@ -36,8 +38,11 @@ type Options struct {
 	// Contexts is the number of contexts of every rank (default 1).
 	Contexts int
 	// RingSlots is the number of 64-byte slots of each descriptor buffer
-	// (default 1024).
+	// (default 0: chosen by the number of ranks on the host, RingSlotsFor).
 	RingSlots int
+	// MinRingSlots is the fewest slots RingSlotsFor chooses (default
+	// 1024).
+	MinRingSlots int
 	// RDMASlots is the number of descriptors of each RDMA FIFO (default 256).
 	RDMASlots int
 	// Way forces how GET and PUT move bytes (default WayAuto).
@@ -90,6 +95,49 @@ const (
 	DefaultPiece     = 256 << 10
 )
 
+// ringBudget is the most memory the descriptor buffers into one rank's
+// contexts take when RingSlotsFor chooses their size, and maxAutoSlots the
+// largest size it chooses.
+//
+// # Why
+//
+// A window of 8 or 16 KiB messages fills a buffer of 1024 slots (64 KiB)
+// with seven or three of them, and the sender waits for the receiver to
+// give slots back before it can write the next: amibench -b bw (two
+// ranks, two cores, medians of 4 interleaved rounds) moved 16 KiB 1.21x
+// and 8 KiB 1.11x as fast with 2048 slots, and 16 KiB 1.29x with 4096
+// (4 KiB 1.06-1.08x, 8-byte message rate 1.06x). But a rank holds a
+// buffer for every context of every other rank of its host, so a fixed
+// size grows the segment with the ranks: 2 MiB bounds the buffers, 4096
+// slots up to 8 ranks on a host (one context each), 2048 at 16, 1024 from
+// 32 on, as before.
+const (
+	ringBudget   = 2 << 20
+	maxAutoSlots = 4096
+)
+
+// RingSlotsFor returns the slots of each descriptor buffer of a host of
+// nlocal ranks with nctx contexts each when the options leave it to the
+// adapter: the largest power of two up to 4096 whose buffers into one
+// rank (nlocal × nctx × nctx of them, their slots counted) take at most
+// 2 MiB, and at least least.
+func RingSlotsFor(nlocal, nctx, least int) int {
+	n := maxAutoSlots
+	for n > least && nlocal*nctx*nctx*n*ring.SlotSize > ringBudget {
+		n /= 2
+	}
+	return max(n, least)
+}
+
+// slots returns the slots of each descriptor buffer of a host of nlocal
+// ranks.
+func (o Options) slots(nlocal int) int {
+	if o.RingSlots != 0 {
+		return o.RingSlots
+	}
+	return RingSlotsFor(nlocal, o.Contexts, o.MinRingSlots)
+}
+
 // escalateAfter is how long an initiator waits for the owner's contexts to
 // take a pipelined copy request before it wakes the owner's engine, on a
 // host with a processor to spare; escalateFull where every processor runs
@@ -113,7 +161,7 @@ func (o Options) Validate() (Options, error) {
 		}
 	}
 	def(&o.Contexts, 1)
-	def(&o.RingSlots, DefaultRingSlots)
+	def(&o.MinRingSlots, DefaultRingSlots)
 	def(&o.RDMASlots, DefaultRDMASlots)
 	def(&o.HelpMin, DefaultHelpMin)
 	def(&o.Chunk, DefaultChunk)
@@ -140,8 +188,11 @@ func (o Options) Validate() (Options, error) {
 	case o.HelpMin < 0 || o.Piece < pageSize:
 		return o, fmt.Errorf("shm: help minimum %d, piece %d: want at least 0 and %d", o.HelpMin, o.Piece, pageSize)
 	}
+	if !pow2(o.MinRingSlots) || o.MinRingSlots > ring.MaxSlots {
+		return o, fmt.Errorf("shm: at least %d ring slots: want a power of two up to %d", o.MinRingSlots, ring.MaxSlots)
+	}
 	// The segment's limits, for a host of two ranks.
-	_, err := newLayout(params{nlocal: 2, nctx: o.Contexts, slots: o.RingSlots, mirror: o.Mirror, allocs: o.Allocs, chunk: o.Chunk, chunks: o.Chunks, rings: o.ChunkRings, pid: 1})
+	_, err := newLayout(params{nlocal: 2, nctx: o.Contexts, slots: o.slots(2), mirror: o.Mirror, allocs: o.Allocs, chunk: o.Chunk, chunks: o.Chunks, rings: o.ChunkRings, pid: 1})
 	if err != nil {
 		return o, fmt.Errorf("shm: %w", err)
 	}
