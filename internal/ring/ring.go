@@ -333,16 +333,17 @@ type Reader struct {
 	// handing records out; caught, Take waits before it looks again.
 	took, caught bool
 	streak       int
-	// large: the last descriptor Take returned holds an eighth of the
-	// ring or more; the next Take gives its slots back first.
-	large bool
-	_     [64]byte
+	// large: the last descriptor Take returned holds largeAt slots or
+	// more (largeSlots); the next Take gives its slots back first.
+	large   bool
+	largeAt uint64
+	_       [64]byte
 }
 
 // NewReader returns a reader that starts at the ring's published head.
 func (r *Ring) NewReader() *Reader {
 	h := r.ctl.head.Load()
-	return &Reader{r: r, head: h, rel: h}
+	return &Reader{r: r, head: h, rel: h, largeAt: min(largeSlots, r.n/8)}
 }
 
 // Pending reports whether a descriptor waits at the head.
@@ -416,23 +417,30 @@ func (r *Ring) small(pos, w uint64) []byte {
 // consumer about to sleep still looks first.
 const recordWait = 200 * time.Nanosecond
 
-// largeShare: a descriptor that holds 1/largeShare of the ring or more is
-// given back by the Take that follows it, before that Take looks at the
-// next descriptor, instead of at the next poll or once half the ring is
-// held.
+// largeSlots: a descriptor of largeSlots slots (8 KiB) or more, or of an
+// eighth of a smaller ring, is given back by the Take that follows it,
+// before that Take looks at the next descriptor, instead of at the next
+// poll or once half the ring is held.
 //
 // # Why
 //
-// A receiver that takes a window of 8 KiB messages (129 slots) from a
-// ring of 1024 slots one after the other held up to four of them before
-// it gave their slots back; the sender, with three messages' room, waited
-// for it, then both copied at once into and out of the same cache lines.
-// Giving each one back as soon as the consumer is done with it moved
-// amibench -b bw 1.18x at 8 KiB and 16 KiB (4 interleaved rounds, by
-// round 1.12-1.24). Smaller descriptors keep being given back a poll
-// at a time: at 1-4 KiB the prompt zeroing measured 0.83-0.95x, and for
-// slots of records (8-byte messages) 0.62x.
-const largeShare = 8
+// The consumer gives slots back by zeroing the header word position of
+// each (package comment): a store into every line of the descriptor,
+// which the producer's core wrote and the consumer's core has just read.
+// A receiver that took a window of 8 KiB messages one after the other
+// and zeroed them a poll later, up to 15 at a time from a ring of 4096
+// slots, spent nearly as long on the zeroing (Reader.flush, 20% of its
+// samples) as on copying the data out (memmove, 24%): by then the first
+// lines had left its level-1 cache, and thousands of stores waited for
+// their lines at once. Zeroing each one as soon as the consumer is done
+// with it moved amibench -b bw 1.05-1.11x at 8 KiB (4 interleaved rounds
+// each, three runs) and 1.01-1.05x at 16 KiB from a ring of 4096 slots,
+// and 1.18x at 8 and 16 KiB from a ring of 1024, where the producer, with
+// three messages' room, also waited for the slots. Smaller descriptors
+// keep being given back a poll at a time: at 4 KiB the prompt zeroing
+// measured 0.97-0.98x, at 1-2 KiB 0.78-0.90x, for slots of records
+// (8-byte messages) 0.62x.
+const largeSlots = 128
 
 // Take returns the payload of the next descriptor, or of the next record
 // (see the package comment), or nil when there is none yet, and consumes
@@ -442,8 +450,8 @@ const largeShare = 8
 // for them all. The payload stays valid until the next Flush, Release or
 // Take. A corrupt descriptor returns ErrCorrupt, and the reader must not
 // be used again. Take must not be mixed with Next and Peek. The slots of a
-// descriptor of an eighth of the ring or more are given back by the next
-// Take (largeShare).
+// descriptor of 8 KiB or more are given back by the next Take
+// (largeSlots).
 func (c *Reader) Take() ([]byte, error) {
 	for {
 		if c.moff != 0 {
@@ -481,7 +489,7 @@ func (c *Reader) Take() ([]byte, error) {
 		}
 		c.head += uint64(k)
 		c.owed++
-		c.large = uint64(k) >= c.r.n/largeShare
+		c.large = uint64(k) >= c.largeAt
 		if !pad {
 			return payload, nil
 		}

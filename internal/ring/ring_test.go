@@ -865,55 +865,55 @@ func TestRecordCatchUp(t *testing.T) {
 	}
 }
 
-// Take gives the slots of a descriptor of an eighth of the ring or more
-// back before it looks at the next one, and leaves smaller ones to Flush
-// (largeShare).
+// Take gives the slots of a descriptor of largeSlots slots or more (an
+// eighth of a smaller ring) back before it looks at the next one, and
+// leaves smaller ones to Flush.
 func TestTakeGivesLargeBack(t *testing.T) {
-	r, err := NewHeap(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &producer{r: r}
-	large := pattern(8*SlotSize-HeaderSize, 1)  // 8 slots: 64/largeShare
-	small := pattern(10, 2)                     // 1 slot
-	medium := pattern(7*SlotSize-HeaderSize, 3) // 7 slots
-	for _, m := range [][]byte{large, small, medium} {
-		if !p.put(m) {
-			t.Fatal("no room")
-		}
-	}
-	if SlotsFor(len(large)) != 64/largeShare || SlotsFor(len(medium)) != 64/largeShare-1 {
-		t.Fatalf("messages of %d and %d slots", SlotsFor(len(large)), SlotsFor(len(medium)))
-	}
-	rd := r.NewReader()
-	head := r.HeadCounter()
-	steps := []struct {
-		want []byte
-		head uint64 // published after the Take
-	}{
-		{large, 0},  // in use until the next Take
-		{small, 8},  // the large one given back first
-		{medium, 8}, // the small one held
-		{nil, 8},    // and the medium one
-	}
-	for i, s := range steps {
-		b, err := rd.Take()
+	for _, c := range []struct{ slots, large int }{{64, 8}, {1024, largeSlots}, {4096, largeSlots}} {
+		r, err := NewHeap(c.slots)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(b, s.want) {
-			t.Fatalf("Take %d: %d bytes, want %d", i, len(b), len(s.want))
+		p := &producer{r: r}
+		large := pattern(c.large*SlotSize-HeaderSize, 1)
+		small := pattern(10, 2)
+		medium := pattern((c.large-1)*SlotSize-HeaderSize, 3)
+		for _, m := range [][]byte{large, small, medium} {
+			if !p.put(m) {
+				t.Fatal("no room")
+			}
 		}
-		if got := head.Load(); got != s.head {
-			t.Fatalf("Take %d: head %d published, want %d", i, got, s.head)
+		rd := r.NewReader()
+		head := r.HeadCounter()
+		l := uint64(c.large)
+		steps := []struct {
+			want []byte
+			head uint64 // published after the Take
+		}{
+			{large, 0},  // in use until the next Take
+			{small, l},  // the large one given back first
+			{medium, l}, // the small one held
+			{nil, l},    // and the medium one
 		}
-	}
-	for pos := uint64(0); pos < 8; pos++ {
-		if w := r.word(pos).Load(); w != 0 {
-			t.Fatalf("slot %d given back with header word %#x", pos, w)
+		for i, s := range steps {
+			b, err := rd.Take()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(b, s.want) {
+				t.Fatalf("%d slots, Take %d: %d bytes, want %d", c.slots, i, len(b), len(s.want))
+			}
+			if got := head.Load(); got != s.head {
+				t.Fatalf("%d slots, Take %d: head %d published, want %d", c.slots, i, got, s.head)
+			}
 		}
-	}
-	if !rd.Flush() || head.Load() != p.tail {
-		t.Fatalf("head %d after Flush, tail %d", head.Load(), p.tail)
+		for pos := uint64(0); pos < l; pos++ {
+			if w := r.word(pos).Load(); w != 0 {
+				t.Fatalf("%d slots: slot %d given back with header word %#x", c.slots, pos, w)
+			}
+		}
+		if !rd.Flush() || head.Load() != p.tail {
+			t.Fatalf("%d slots: head %d after Flush, tail %d", c.slots, head.Load(), p.tail)
+		}
 	}
 }
