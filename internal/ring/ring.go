@@ -363,7 +363,7 @@ func (c *Reader) Next() ([]byte, error) {
 		// Past half a ring of consumed slots, give them back first: the
 		// producer needs room, and a lap of consumed slots would be read
 		// again.
-		if c.large || c.head-c.rel >= c.r.n/2 {
+		if c.head-c.rel >= c.r.n/2 {
 			c.Flush()
 		}
 		w := c.r.word(c.head).Load()
