@@ -28,6 +28,12 @@ type Client struct {
 	// GOMAXPROCS as limitProcs set it, and as it was before; zeros if it
 	// did not.
 	procsSet, procsWas int
+	// monitor is the policy holdMonitor gave the monitor thread,
+	// monitorRelease gives back the one it had, monitorErr says why Open
+	// did not change it.
+	monitor        string
+	monitorRelease func()
+	monitorErr     error
 
 	mu     sync.Mutex
 	closed atomic.Bool
@@ -143,6 +149,7 @@ func (c *Client) Close() error {
 		errs = append(errs, err)
 	}
 	if c.joined {
+		c.releaseMonitor()
 		c.restoreProcs()
 		processRanks.Add(-1)
 	}

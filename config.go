@@ -73,6 +73,16 @@ type Config struct {
 	// spinning to find one) only takes a processor from a peer it waits
 	// for. A GOMAXPROCS variable in the environment wins over it.
 	OversubscribedProcs int
+	// Monitor is the scheduling policy a rank gives the Go runtime's
+	// monitor thread (sysmon) while it is open (AMIGO_MONITOR): "batch"
+	// (SCHED_BATCH: it keeps its share of the processor but no longer
+	// preempts the thread that polls when it wakes, every 20 to 85 us for
+	// milliseconds after each sleep of a rank), "idle" (SCHED_IDLE),
+	// "normal" (left as it is), or "auto", the default: batch when an
+	// adapter between processes reports a processor for each rank of this
+	// host, else normal. Close puts back the policy it had. See package
+	// internal/sysmon.
+	Monitor string
 	// SleepMax bounds one sleep of a waiting goroutine; a doorbell normally
 	// ends the sleep much earlier (AMIGO_SLEEP_MAX, default 1ms).
 	SleepMax time.Duration
@@ -277,6 +287,11 @@ var settings = []setting{
 		set: func(c *Config, v string) error { c.Transport = strings.TrimSpace(v); return nil },
 	},
 	{
+		name: "AMIGO_MONITOR", doc: "scheduling policy of the Go runtime's monitor thread while a rank polls: auto, batch, idle or normal",
+		get: func(c *Config) string { return c.Monitor },
+		set: func(c *Config, v string) error { c.Monitor = strings.TrimSpace(v); return nil },
+	},
+	{
 		name: "AMIGO_LOOP_ENGINE", doc: "in-process GET/PUT engine: inline or async",
 		get: func(c *Config) string { return c.LoopEngine },
 		set: func(c *Config, v string) error { c.LoopEngine = strings.TrimSpace(v); return nil },
@@ -324,6 +339,9 @@ func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
 	}
 	if c.Protocol == "" {
 		c.Protocol = "stop"
+	}
+	if c.Monitor == "" {
+		c.Monitor = "auto"
 	}
 	if c.StopVariant == "" {
 		c.StopVariant = "auto"
@@ -385,6 +403,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("amigo: EagerInflight %d: want 0 (no pacing) or more", c.EagerInflight)
 	case c.EagerPacket < 64 || c.EagerPacketMax < c.EagerPacket:
 		return fmt.Errorf("amigo: EagerPacket %d, EagerPacketMax %d: want 64 <= first <= largest", c.EagerPacket, c.EagerPacketMax)
+	case c.Monitor != "auto" && c.Monitor != "batch" && c.Monitor != "idle" && c.Monitor != "normal":
+		return fmt.Errorf("amigo: Monitor %q: want auto, batch, idle or normal", c.Monitor)
 	case c.Transport != "auto" && c.Transport != "shm" && c.Transport != "tcp" && c.Transport != "ofi":
 		return fmt.Errorf("amigo: Transport %q: want auto, shm, tcp or ofi", c.Transport)
 	}
