@@ -131,7 +131,11 @@ func (e *Env) runAll() error {
 // switches each (one every 90 us: 20 us and the kernel's timer slack), and
 // 0.12-0.27 us against 0.09 for the others. After 30 ms of settling, no run
 // of 30 had more than 8. An MPI process has no such thread: its start-up is
-// over when MPI_Init returns.
+// over when MPI_Init returns. A rank with a core of its own now also puts
+// the monitor in SCHED_BATCH (amigo.Config.Monitor), where its wake-ups
+// wait for a scheduler tick instead of preempting the rank, after start-up
+// and after every later sleep alike; the settling stays for the rest of
+// start-up's effects and for runs with AMIGO_MONITOR=normal.
 func (e *Env) settle() error {
 	if e.Opts.Settle <= 0 {
 		return nil
