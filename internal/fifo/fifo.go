@@ -75,7 +75,7 @@ type Tracker struct {
 	headCache uint64 // last value loaded from head
 
 	list    []entry  // pending callback list, parallel to the FIFO slots
-	order   []uint32 // slot indices of listed callbacks, in injection order
+	order   []uint64 // slot positions of listed callbacks, in injection order
 	ohead   uint64
 	otail   uint64
 	pending int
@@ -104,7 +104,7 @@ func New(n int, head, xfer *atomic.Uint64, status func(slot uint64) error) *Trac
 		head:   head,
 		xfer:   xfer,
 		list:   make([]entry, n),
-		order:  make([]uint32, n),
+		order:  make([]uint64, n),
 		status: status,
 	}
 	t.tail = head.Load()
@@ -147,12 +147,10 @@ func (t *Tracker) Space(k int) bool {
 			return false
 		}
 	}
-	for i := uint64(0); i < uint64(k); i++ {
-		if t.list[(t.tail+i)&t.mask].cb != nil {
-			return false
-		}
-	}
-	return true
+	// Listed callbacks lie at positions in [tail-n, tail), in injection
+	// order: one of them is in the k slots from the tail (a lap on) when
+	// the oldest is.
+	return t.pending == 0 || t.order[t.ohead&t.mask]+t.n >= t.tail+uint64(k)
 }
 
 // Inject records a descriptor of k slots that the caller wrote at Tail(), and
@@ -162,7 +160,7 @@ func (t *Tracker) Inject(k int, cb Done) {
 	if cb != nil {
 		i := t.tail & t.mask
 		t.list[i] = entry{cb: cb, ord: t.injected}
-		t.order[t.otail&t.mask] = uint32(i)
+		t.order[t.otail&t.mask] = t.tail
 		t.otail++
 		t.pending++
 	}
@@ -202,7 +200,7 @@ func (t *Tracker) Complete() int {
 	t.last = snap
 	called := 0
 	for t.pending > 0 {
-		i := uint64(t.order[t.ohead&t.mask])
+		i := t.order[t.ohead&t.mask] & t.mask
 		e := &t.list[i]
 		if e.ord >= snap {
 			break
@@ -227,7 +225,7 @@ func (t *Tracker) Complete() int {
 func (t *Tracker) Fail(err error) int {
 	called := 0
 	for t.pending > 0 {
-		i := uint64(t.order[t.ohead&t.mask])
+		i := t.order[t.ohead&t.mask] & t.mask
 		e := &t.list[i]
 		cb := e.cb
 		e.cb = nil
