@@ -29,6 +29,9 @@ type processAdapter struct {
 	// more than the default takes the least of their choices. Zero: the
 	// default.
 	inline int
+	// inlineFor, if set, is inline for the adapter open made: a choice
+	// that depends on what the adapter chose for this host.
+	inlineFor func(transport.Adapter) int
 	// open makes the adapter of this rank and publishes what peers need to
 	// reach it with job.Put. It returns nil, nil when it does not apply
 	// here.
@@ -104,19 +107,16 @@ func openJob(ctx context.Context, job bootstrap.Job, cfg Config) (*Client, error
 	if eff.LoopEngine == "async" {
 		engine = loop.EngineAsync
 	}
-	fab, err := loop.NewFabric(size, loop.Options{RingSlots: eff.RingSlots, RDMASlots: eff.RDMASlots, Engine: engine})
-	if err != nil {
-		return nil, err
-	}
-	self, err := fab.Attach(rank, regions)
-	if err != nil {
-		return nil, err
-	}
-	adapters := []transport.Adapter{self}
+	// The in-process adapter (this rank to itself) is adapters[0]; it is
+	// made after the adapters between processes, whose choices of
+	// InlineMax its descriptor buffers must hold.
+	adapters := []transport.Adapter{nil}
 	inline := []int{0} // by adapter: processAdapter.inline
 	fail := func(err error) (*Client, error) {
 		for _, a := range adapters {
-			_ = a.Close()
+			if a != nil {
+				_ = a.Close()
+			}
 		}
 		return nil, err
 	}
@@ -130,9 +130,30 @@ func openJob(ctx context.Context, job bootstrap.Job, cfg Config) (*Client, error
 		}
 		if a != nil {
 			adapters = append(adapters, a)
-			inline = append(inline, pa.inline)
+			in := pa.inline
+			if pa.inlineFor != nil {
+				in = pa.inlineFor(a)
+			}
+			inline = append(inline, in)
 		}
 	}
+	selfSlots := eff.RingSlots
+	if eff.inlineAuto {
+		for _, in := range inline {
+			for wire.AMSize(in, 0, true) > ring.MaxPayload(selfSlots) && selfSlots < ring.MaxSlots {
+				selfSlots *= 2
+			}
+		}
+	}
+	fab, err := loop.NewFabric(size, loop.Options{RingSlots: selfSlots, RDMASlots: eff.RDMASlots, Engine: engine})
+	if err != nil {
+		return fail(err)
+	}
+	self, err := fab.Attach(rank, regions)
+	if err != nil {
+		return fail(err)
+	}
+	adapters[0] = self
 	if err := job.Fence(ctx); err != nil {
 		return fail(fmt.Errorf("amigo: bootstrap fence: %w", err))
 	}
@@ -164,7 +185,7 @@ func openJob(ctx context.Context, job bootstrap.Job, cfg Config) (*Client, error
 	if len(unreachable) > 0 {
 		return fail(fmt.Errorf("amigo: rank %d: no adapter (transport %q) reaches ranks %v", rank, eff.Transport, unreachable))
 	}
-	eff.InlineMax = jobInline(eff, rank, route, inline)
+	eff.InlineMax = jobInline(eff, rank, route, inline, selfSlots)
 	c, err := newClient(rank, size, eff, regions, adapters, route)
 	if err != nil {
 		return fail(err)
@@ -233,8 +254,9 @@ func (c *Client) releaseMonitor() {
 // are reached by the adapters route names: the default raised to the least
 // of the adapters' choices (processAdapter.inline) when the program left it
 // to the default and every peer's adapter chooses more, within half the
-// descriptor buffer.
-func jobInline(eff Config, rank int, route []uint8, inline []int) int {
+// descriptor buffer of the in-process adapter, selfSlots slots (openJob
+// sizes it to hold the choices).
+func jobInline(eff Config, rank int, route []uint8, inline []int, selfSlots int) int {
 	if !eff.inlineAuto {
 		return eff.InlineMax
 	}
@@ -253,7 +275,7 @@ func jobInline(eff Config, rank int, route []uint8, inline []int) int {
 	if least == 0 {
 		return eff.InlineMax
 	}
-	return min(least, ring.MaxPayload(eff.RingSlots)-wire.AMSize(0, 0, true))
+	return min(least, ring.MaxPayload(selfSlots)-wire.AMSize(0, 0, true))
 }
 
 // closeJob finalizes the job the client opened itself.

@@ -1,6 +1,7 @@
 package amigo_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -55,23 +56,29 @@ func TestQuery(t *testing.T) {
 
 // Left to its default, InlineMax is the adapters' choice: shared memory
 // carries a 16 KiB message inline (its done callback runs at once, the
-// handler sees the data in place), TCP and the in-process adapter keep the
-// default, and a value the program sets wins over the choice.
+// handler sees the data in place), and a 32 KiB one over descriptor
+// buffers of 4096 slots (up to 8 ranks on the host); TCP and the in-process
+// adapter keep the default, and a value the program sets wins over the
+// choice.
 func TestInlineByAdapter(t *testing.T) {
-	const shmInline = 16<<10 + 512
+	const shmInline, shmInlineLarge = 16<<10 + 512, 32<<10 + 512
 	for _, c := range []struct {
 		over      string
 		inlineMax int // Config.InlineMax
+		ringSlots int // Config.Shm.RingSlots
 		want      int // effective
+		size      int // of the message sent
 	}{
-		{"shm", 0, shmInline},
-		{"shm", 8192, 8192},
-		{"shm", 20000, 20000},
-		{"tcp", 0, 8192},
-		{"loop", 0, 8192},
+		{"shm", 0, 0, shmInlineLarge, 32 << 10},
+		{"shm", 0, 2048, shmInline, 16 << 10},
+		{"shm", 0, 2048, shmInline, 32 << 10},
+		{"shm", 8192, 0, 8192, 16 << 10},
+		{"shm", 20000, 0, 20000, 16 << 10},
+		{"tcp", 0, 0, 8192, 16 << 10},
+		{"loop", 0, 0, 8192, 16 << 10},
 	} {
-		t.Run(fmt.Sprintf("%s/%d", c.over, c.inlineMax), func(t *testing.T) {
-			cl := openOver(t, 2, amigo.Config{InlineMax: c.inlineMax}, c.over)
+		t.Run(fmt.Sprintf("%s/%d/%d/%d", c.over, c.inlineMax, c.ringSlots, c.size), func(t *testing.T) {
+			cl := openOver(t, 2, amigo.Config{InlineMax: c.inlineMax, Shm: amigo.ShmConfig{RingSlots: c.ringSlots}}, c.over)
 			for _, cli := range cl {
 				if got := cli.Limits().InlineMax; got != c.want {
 					t.Fatalf("InlineMax %d, want %d", got, c.want)
@@ -94,7 +101,7 @@ func TestInlineByAdapter(t *testing.T) {
 				}
 			})
 			done := false
-			data := make([]byte, 16<<10)
+			data := make([]byte, c.size)
 			if err := cl[0].Context(0).Send(amigo.EndpointOf(1), 1, nil, data, func(err error) {
 				if err != nil {
 					t.Error(err)
@@ -116,8 +123,45 @@ func TestInlineByAdapter(t *testing.T) {
 				t.Fatal(err)
 			}
 			if want := len(data) <= c.want; (inline == len(data)) != want {
-				t.Fatalf("16 KiB arrived inline: %v, want %v", inline == len(data), want)
+				t.Fatalf("%d bytes arrived inline: %v, want %v", len(data), inline == len(data), want)
 			}
 		})
+	}
+}
+
+// A rank whose adapters chose to carry 32 KiB inline sends that much to
+// itself inline too: the in-process adapter's buffers are sized to hold it.
+func TestInlineToSelf(t *testing.T) {
+	cl := openOver(t, 2, amigo.Config{}, "shm")
+	max := cl[0].Limits().InlineMax
+	if max < 32<<10 {
+		t.Fatalf("InlineMax %d over shm with two ranks, want 32 KiB or more", max)
+	}
+	c := cl[0].Context(0)
+	var got []byte
+	c.SetDispatch(2, func(_ *amigo.Context, m *amigo.Message) {
+		if !m.Inline() {
+			t.Errorf("a message of %d bytes to self did not arrive inline", m.Size())
+		}
+		got = append([]byte(nil), m.Data...)
+	})
+	data := make([]byte, max)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	for round := 0; round < 3; round++ {
+		got = nil
+		if err := c.Send(amigo.EndpointOf(0), 2, nil, data, nil); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := c.Wait(ctx, func() bool { return got != nil })
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("round %d: %d bytes back, not those sent", round, len(got))
+		}
 	}
 }

@@ -328,6 +328,9 @@ func (a *Adapter) Stats() Stats {
 // Name returns "shm".
 func (a *Adapter) Name() string { return "shm" }
 
+// RingSlots returns the slots of the adapter's descriptor buffers.
+func (a *Adapter) RingSlots() int { return a.self.l.slots }
+
 // Reaches reports whether rank runs on this host (and is not this rank).
 // A rank that closed before Start could attach to it counts: links to it
 // fail with the reason.

@@ -12,7 +12,9 @@ import (
 // ringBudget, between its least and maxAutoSlots.
 func TestRingSlotsFor(t *testing.T) {
 	for _, c := range []struct{ nlocal, nctx, least, want int }{
-		{2, 1, 1024, 4096},
+		{2, 1, 1024, 8192},
+		{4, 1, 1024, 8192},
+		{5, 1, 1024, 4096},
 		{8, 1, 1024, 4096},
 		{9, 1, 1024, 2048},
 		{16, 1, 1024, 2048},
@@ -23,7 +25,7 @@ func TestRingSlotsFor(t *testing.T) {
 		{2, 4, 1024, 1024},
 		{32, 1, 2048, 2048},
 		{2, 1, 8192, 8192},
-		{4, 1, 64, 4096},
+		{4, 1, 64, 8192},
 		{128, 1, 64, 256},
 	} {
 		got := RingSlotsFor(c.nlocal, c.nctx, c.least)
@@ -44,7 +46,8 @@ func TestAdapterRingSlots(t *testing.T) {
 		opts  Options
 		want  int
 	}{
-		{2, Options{}, 4096},
+		{2, Options{}, 8192},
+		{8, Options{}, 4096},
 		{32, Options{}, 1024},
 		{2, Options{RingSlots: 128}, 128},
 		{2, Options{MinRingSlots: 8192}, 8192},
@@ -54,7 +57,7 @@ func TestAdapterRingSlots(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := a.self.l.slots; got != c.want {
+		if got := a.RingSlots(); got != c.want {
 			t.Errorf("%d ranks, %+v: %d ring slots, want %d", c.ranks, c.opts, got, c.want)
 		}
 		if err := a.Close(); err != nil {
