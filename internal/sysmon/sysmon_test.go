@@ -133,6 +133,30 @@ func TestMonitorWaitsForTick(t *testing.T) {
 		monitorChild()
 		return
 	}
+	// Under load the free monitor's rounds stretch (it waits for the
+	// processor like any thread); a run where it did not wake often enough
+	// to tell the two apart is measured again, up to three times.
+	med := func(v []int) int { s := append([]int(nil), v...); sort.Ints(s); return s[len(s)/2] }
+	var free, held []int
+	for attempt := 0; attempt < 3; attempt++ {
+		free, held = monitorRun(t)
+		t.Logf("monitor wake-ups in 10 ms of polling: free %v, held %v", free, held)
+		if med(free) >= 10 {
+			break
+		}
+	}
+	if med(free) < 10 {
+		t.Fatalf("free monitor woke %v times in 10 ms, three runs: it was not set going, nothing to compare", free)
+	}
+	if med(held) > med(free)/2 {
+		t.Errorf("held monitor woke %v times in 10 ms against %v free: it still runs at its own pace", held, free)
+	}
+}
+
+// monitorRun runs monitorChild in a child process and returns the wake-up
+// counts it printed, free and held.
+func monitorRun(t *testing.T) (free, held []int) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMonitorWaitsForTick$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "AMIGO_SYSMON_CHILD=1")
 	var out, errb bytes.Buffer
@@ -140,7 +164,6 @@ func TestMonitorWaitsForTick(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("child: %v\n%s%s", err, out.String(), errb.String())
 	}
-	var free, held []int
 	for _, line := range strings.Split(out.String(), "\n") {
 		var kind string
 		var n int
@@ -156,14 +179,7 @@ func TestMonitorWaitsForTick(t *testing.T) {
 	if len(free) == 0 || len(held) != len(free) {
 		t.Fatalf("child printed %d free and %d held counts:\n%s%s", len(free), len(held), out.String(), errb.String())
 	}
-	med := func(v []int) int { s := append([]int(nil), v...); sort.Ints(s); return s[len(s)/2] }
-	t.Logf("monitor wake-ups in 10 ms of polling: free %v, held %v", free, held)
-	if med(free) < 20 {
-		t.Fatalf("free monitor woke %v times in 10 ms: it was not set going, nothing to compare", free)
-	}
-	if med(held) > med(free)/2 {
-		t.Errorf("held monitor woke %v times in 10 ms against %v free: it still runs at its own pace", held, free)
-	}
+	return free, held
 }
 
 // monitorChild pins the process to one processor and measures the
@@ -198,7 +214,7 @@ func monitorChild() {
 		fmt.Println(err)
 		os.Exit(1)
 	}
-	for round := 0; round < 6; round++ {
+	for round := 0; round < 10; round++ {
 		kind := "free"
 		var release func()
 		if round%2 == 1 {
