@@ -120,6 +120,12 @@ for prov in sys.argv[2].split():
     if n:
         print("%-14s %-12s %12.3f %12s %8s %8s" % (prov, "allocs", al, "", "", "0"))
 print()
+print("8 B latency by round (us), amigo / fi_pingpong: the host's state can change between rounds")
+for prov in sys.argv[2].split():
+    a = [r["latency_us"] for r in rows if r.get("run") == "amigo-lat/" + prov and "latency_us" in r]
+    f = [r["latency_us"] for r in rows if r.get("run") == "fi-lat/" + prov and "latency_us" in r]
+    print("%-14s " % prov + "  ".join("%.2f/%.2f" % x for x in zip(a, f)))
+print()
 print("for reference, not compared: amibench's stream bandwidth at 1 MiB (osu_bw)")
 for prov in sys.argv[2].split():
     a, na = med("amigo-stream/" + prov, "mb_per_s")
