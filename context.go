@@ -148,13 +148,7 @@ func newContext(cl *Client, index int) (*Context, error) {
 			}
 		}
 	}
-	var reports []bool
-	for _, a := range cl.adapters {
-		if h, ok := a.(transport.Oversubscriber); ok {
-			reports = append(reports, h.Oversubscribed())
-		}
-	}
-	c.spin, c.osYield = idlePolicy(cl.cfg.SpinIterations, reports)
+	c.spin, c.osYield = idlePolicy(cl.cfg.SpinIterations, hostReports(cl.adapters))
 	c.yields = max(cl.cfg.YieldIterations, 0)
 	for _, a := range cl.adapters {
 		p, err := a.Open(index, c.bell)
@@ -713,11 +707,7 @@ const defaultSpin = 1000
 // OS thread away, from Config.SpinIterations and what the adapters between
 // processes say of this host (true: more ranks than processors).
 func idlePolicy(spin int, oversubscribed []bool) (int, bool) {
-	over, dedicated := false, false
-	for _, o := range oversubscribed {
-		over = over || o
-		dedicated = dedicated || !o
-	}
+	over, dedicated := hostShare(oversubscribed)
 	switch {
 	case over && spin == 0:
 		spin = oversubscribedSpin

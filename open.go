@@ -211,14 +211,8 @@ func openJob(ctx context.Context, job bootstrap.Job, cfg Config) (*Client, error
 func holdMonitor(adapters []transport.Adapter, policy string) (string, func(), error) {
 	if policy == "auto" {
 		policy = "normal"
-		for _, a := range adapters {
-			if h, ok := a.(transport.Oversubscriber); ok {
-				if h.Oversubscribed() {
-					policy = "normal"
-					break
-				}
-				policy = "batch"
-			}
+		if over, dedicated := hostShare(hostReports(adapters)); dedicated && !over {
+			policy = "batch"
 		}
 	}
 	if policy == "normal" {
@@ -300,16 +294,35 @@ func limitProcs(adapters []transport.Adapter, procs int) (set, was int) {
 	if procs < 1 || os.Getenv("GOMAXPROCS") != "" || processRanks.Load() != 1 {
 		return 0, 0
 	}
-	for _, a := range adapters {
-		if h, ok := a.(transport.Oversubscriber); ok && h.Oversubscribed() {
-			if was = runtime.GOMAXPROCS(0); was > procs {
-				runtime.GOMAXPROCS(procs)
-				return procs, was
-			}
-			return 0, 0
+	if over, _ := hostShare(hostReports(adapters)); over {
+		if was = runtime.GOMAXPROCS(0); was > procs {
+			runtime.GOMAXPROCS(procs)
+			return procs, was
 		}
 	}
 	return 0, 0
+}
+
+// hostReports returns what each adapter between processes that knows says
+// of this host: whether it runs more ranks than it has processors.
+func hostReports(adapters []transport.Adapter) []bool {
+	var reports []bool
+	for _, a := range adapters {
+		if h, ok := a.(transport.Oversubscriber); ok {
+			reports = append(reports, h.Oversubscribed())
+		}
+	}
+	return reports
+}
+
+// hostShare sums up reports: over, some adapter says the host is
+// oversubscribed; dedicated, some says it has a processor for each rank.
+func hostShare(reports []bool) (over, dedicated bool) {
+	for _, o := range reports {
+		over = over || o
+		dedicated = dedicated || !o
+	}
+	return over, dedicated
 }
 
 // restoreProcs gives back the GOMAXPROCS that limitProcs lowered, unless the
