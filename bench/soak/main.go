@@ -23,6 +23,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -213,11 +214,12 @@ type roundResult struct {
 }
 
 // lineWriter splits a rank's output into lines and hands each to fn; it
-// keeps the last lines for diagnosis.
+// keeps the last lines for diagnosis: keep of them, or 40.
 type lineWriter struct {
 	mu   sync.Mutex
 	buf  []byte
 	tail []string
+	keep int
 	fn   func(string)
 }
 
@@ -232,7 +234,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 		}
 		l := string(w.buf[:i])
 		w.buf = w.buf[i+1:]
-		if len(w.tail) == 40 {
+		if keep := cmp.Or(w.keep, 40); len(w.tail) == keep {
 			w.tail = w.tail[1:]
 		}
 		if !strings.HasPrefix(l, "soak: result ") {
@@ -359,7 +361,7 @@ func runRound(o options, sc scenario, idx int, seed uint64) (*roundResult, error
 				}
 			}
 		}}
-		errs[r] = &lineWriter{}
+		errs[r] = &lineWriter{keep: 2000} // room for a goroutine dump
 	}
 	job, err := launch.Start(launch.Options{
 		N: n, Argv: []string{os.Args[0]}, Env: env, RankEnv: rankEnv, KeepGoing: true,
@@ -368,8 +370,22 @@ func runRound(o options, sc scenario, idx int, seed uint64) (*roundResult, error
 	if err != nil {
 		return nil, err
 	}
-	waitCtx, cancel := context.WithTimeout(context.Background(), o.round+3*o.timeout+90*time.Second)
+	limit := o.round + 3*o.timeout + 90*time.Second
+	waitCtx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
+	// A rank that has not reported its result shortly before the limit
+	// hangs: SIGQUIT makes the Go runtime print every goroutine's stack
+	// to its standard error, which the round's tails show.
+	dump := time.AfterFunc(limit-5*time.Second, func() {
+		resMu.Lock()
+		defer resMu.Unlock()
+		for r := range n {
+			if rr.results[r] == nil {
+				_ = syscall.Kill(job.Pid(r), syscall.SIGQUIT)
+			}
+		}
+	})
+	defer dump.Stop()
 	faultDone := make(chan struct{})
 	go func() {
 		defer close(faultDone)
