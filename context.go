@@ -52,7 +52,8 @@ type Context struct {
 	dispatch [MaxDispatch]atomic.Pointer[handlerEntry]
 	rcv      receiver
 	msg      Message
-	pkt      wire.Packet // the packet receive is decoding (never nested)
+	rd       *ring.Reader // the reader of the packets being received, if it lends them in place (FromRing)
+	pkt      wire.Packet  // the packet receive is decoding (never nested)
 	held     Held
 	ops      opTable
 	later    []laterDone // local completions found inside handlers
@@ -103,6 +104,10 @@ type laterDone struct {
 type receiver struct{ c *Context }
 
 func (r *receiver) Receive(from transport.Addr, pkt []byte) { r.c.receive(from, pkt) }
+
+// FromRing names the descriptor buffer the packets handed over next lie in
+// (transport.RingReceiver), for Message.CopyTo.
+func (r *receiver) FromRing(rd *ring.Reader) { r.c.rd = rd }
 
 func newContext(cl *Client, index int) (*Context, error) {
 	c := &Context{

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/amigo-hpc/amigo/internal/ring"
 	"github.com/amigo-hpc/amigo/internal/wire"
 	"github.com/amigo-hpc/amigo/transport"
 )
@@ -67,8 +68,9 @@ type Message struct {
 	inline  bool
 	claimed bool
 	op, key uint64
-	stream  *op // the receiver's state of a SEND
-	mc      *op // the target's state of a multicast
+	stream  *op          // the receiver's state of a SEND
+	mc      *op          // the target's state of a multicast
+	rd      *ring.Reader // the descriptor buffer's reader Data lies in, if any (CopyTo)
 }
 
 // Multicast reports whether the message is the announcement of a multicast:
@@ -81,11 +83,31 @@ func (m *Message) Size() int { return int(m.size) }
 // Inline reports whether the data is in m.Data.
 func (m *Message) Inline() bool { return m.inline }
 
+// CopyTo copies the data of an inline message into dst, as copy(dst,
+// m.Data) does, and returns the number of bytes copied; m.Data is nil
+// after it. Where the data lies in the descriptor buffer it came in
+// (shared memory, in-process links), CopyTo gives the buffer's room back
+// as it copies, which moves data of 8 KiB and more faster than a copy of
+// m.Data followed by the handler's return (see ring.Reader.CopyOut). A
+// handler that copies an inline message out, as an MPI receive does,
+// should copy with CopyTo.
+func (m *Message) CopyTo(dst []byte) int {
+	var n int
+	if m.rd != nil {
+		n = m.rd.CopyOut(dst, m.Data)
+	} else {
+		n = copy(dst, m.Data)
+	}
+	m.Data, m.rd = nil, nil
+	return n
+}
+
 // Receive names buf as the destination of the message's data; done (which
 // may be nil) is called inside a later Advance once the data has landed in
 // buf, or with the reason it could not. buf must hold Size bytes, else
 // Receive returns ErrTooSmall and the handler may try again or decline. For an
-// inline message Receive copies m.Data into buf.
+// inline message Receive copies m.Data into buf, as CopyTo does: m.Data is
+// nil after it.
 func (m *Message) Receive(buf []byte, done func(error)) error {
 	if m.claimed {
 		return errors.New("amigo: message already received or deferred")
@@ -99,7 +121,7 @@ func (m *Message) Receive(buf []byte, done func(error)) error {
 		done = tracedReceive(m, done)
 	}
 	if m.inline {
-		copy(buf, m.Data)
+		m.CopyTo(buf)
 		c.doLater(done, nil)
 		return nil
 	}
@@ -310,6 +332,7 @@ func (c *Context) receive(from transport.Addr, pkt []byte) {
 			m.claimed = false
 			m.op, m.key = 0, 0
 			m.stream, m.mc = nil, nil
+			m.rd = c.rd
 			m.inline = true
 			m.size = uint64(len(data))
 			c.stats.ReceivedInline++
@@ -318,7 +341,7 @@ func (c *Context) receive(from transport.Addr, pkt []byte) {
 			} else {
 				h.fn(c, m)
 			}
-			m.Header, m.Data = nil, nil
+			m.Header, m.Data, m.rd = nil, nil, nil
 			return
 		}
 	}

@@ -379,7 +379,7 @@ func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 	if m.Inline() {
 		u.inline = true
 		u.data = e.bufs.get(len(m.Data))
-		copy(u.data, m.Data)
+		m.CopyTo(u.data)
 		e.stats.UnexpectedBytes += len(u.data)
 		e.stats.UnexpectedPeak = max(e.stats.UnexpectedPeak, e.stats.UnexpectedBytes)
 	} else {
@@ -436,7 +436,7 @@ func (e *engine) deliver(r *request, m *amigo.Message, src, tag int32) {
 		e.stats.Truncated++
 		if m.Inline() {
 			// It leaves its first bytes.
-			r.status.Count = copy(r.buf, m.Data)
+			r.status.Count = m.CopyTo(r.buf)
 			e.complete(r, &TruncateError{Source: int(src), Tag: int(tag), Size: size, Cap: len(r.buf)})
 			return
 		}
@@ -453,7 +453,7 @@ func (e *engine) deliver(r *request, m *amigo.Message, src, tag int32) {
 	}
 	e.stats.Received++
 	if m.Inline() {
-		copy(r.buf, m.Data)
+		m.CopyTo(r.buf)
 		e.complete(r, nil)
 		return
 	}
@@ -526,7 +526,7 @@ func (e *engine) takeExpected(m *amigo.Message) {
 		x.err = e.smallErr(size, len(x.buf))
 		return
 	}
-	copy(x.buf, m.Data)
+	m.CopyTo(x.buf)
 	e.stats.Received++
 }
 

@@ -31,7 +31,7 @@ func a2a(e *Env) error {
 	e.Ctx.SetDispatch(e.D(0), func(c *amigo.Context, m *amigo.Message) {
 		buf := rbufs[m.Source.Rank]
 		if m.Inline() {
-			copy(buf, m.Data)
+			m.CopyTo(buf)
 			done(nil)
 			return
 		}

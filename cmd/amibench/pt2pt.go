@@ -52,7 +52,7 @@ func newReceiver(e *Env, buf []byte) *receiver {
 			return
 		}
 		if !r.inPlace {
-			copy(r.buf, m.Data)
+			m.CopyTo(r.buf)
 		}
 		r.got++
 		if r.left--; r.left == 0 && r.onEvery != nil {

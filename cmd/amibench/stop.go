@@ -37,7 +37,7 @@ func bwLate(e *Env) error {
 	e.Ctx.SetDispatch(e.D(0), func(c *amigo.Context, m *amigo.Message) {
 		src = m.Source
 		if m.Inline() {
-			copy(rbuf, m.Data)
+			m.CopyTo(rbuf)
 			landed(nil)
 			return
 		}

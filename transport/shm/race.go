@@ -5,6 +5,7 @@ package shm
 import (
 	"sync/atomic"
 
+	"github.com/amigo-hpc/amigo/internal/ring"
 	"github.com/amigo-hpc/amigo/transport"
 )
 
@@ -28,6 +29,13 @@ type raceRecv struct{ r transport.Receiver }
 func (x *raceRecv) Receive(from transport.Addr, pkt []byte) {
 	raceAcquire()
 	x.r.Receive(from, pkt)
+}
+
+// FromRing hands the reader on, if the receiver takes it.
+func (x *raceRecv) FromRing(rd *ring.Reader) {
+	if rr := transport.RingReceiverOf(x.r); rr != nil {
+		rr.FromRing(rd)
+	}
 }
 
 func (p *port) raceReceiver(r transport.Receiver) transport.Receiver {
