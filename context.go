@@ -372,6 +372,9 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 		if p.bell != nil {
 			p.bell.Ring()
 		}
+		if p.push != nil {
+			p.push()
+		}
 		return true
 	}
 	b := p.reserve(size)

@@ -20,6 +20,7 @@ type peer struct {
 
 	ring *ring.Ring
 	bell *transport.Doorbell
+	push func() // transport.Link.Push
 	msg  *fifo.Tracker
 	k    int // slots of the descriptor reserved and not yet committed
 	size int // its payload bytes
@@ -110,7 +111,7 @@ func (c *Context) connect(idx int32) *peer {
 		link.Msg, _ = ring.NewHeap(2)
 		link.Fail(err)
 	}
-	p := &peer{idx: idx, ep: ep, link: link, ring: link.Msg, bell: link.MsgBell, rq: link.RDMA, records: link.Shared}
+	p := &peer{idx: idx, ep: ep, link: link, ring: link.Msg, bell: link.MsgBell, push: link.Push, rq: link.RDMA, records: link.Shared}
 	p.msg = fifo.New(link.Msg.Slots(), link.Msg.HeadCounter(), link.Msg.TransferCounter(), nil)
 	p.rdma = fifo.New(link.RDMA.Slots(), link.RDMA.HeadCounter(), link.RDMA.TransferCounter(), link.RDMA.Status)
 	p.chunk = c.cfg.RDMAChunk

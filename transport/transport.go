@@ -188,6 +188,14 @@ type Link struct {
 	// MsgBell is the doorbell of Msg's consumer; the AMI rings it after it
 	// published descriptors.
 	MsgBell *Doorbell
+	// Push, if set, is called by the AMI after it published a descriptor
+	// of one slot from a Send, on the goroutine that holds the context: an
+	// adapter whose engine runs on that goroutine (Port.Progress) may write
+	// the descriptor out at once instead of at the next Progress. Push must
+	// not block, and leaves descriptors to Progress when writing now would
+	// cost more than it saves (a window of messages that would go in one
+	// write).
+	Push func()
 	// RDMA is the FIFO of one-sided operations on To's registered memory.
 	RDMA *RDMAQueue
 	// MaxRDMA is the largest Get or Put the engine takes in one descriptor;

@@ -145,6 +145,7 @@ type conn struct {
 
 	// Initiator: the link.
 	link   *transport.Link
+	pt     *pushTarget  // the link's Push, which names this connection while it carries the link
 	msg    *ring.Reader // consumer of link.Msg, used by the write side
 	q      *transport.RDMAQueue
 	issued atomic.Uint64 // next RDMA position to send a request for; replies answer positions below it
@@ -1415,12 +1416,15 @@ func (c *conn) deliver(r transport.Receiver, budget int) int {
 		if err != nil || pkt == nil {
 			break
 		}
+		// Counted delivered before its handler runs, so that a reply the
+		// handler sends, which the link's Push may write at once, carries
+		// its acknowledgement. Poll is the only writer.
+		c.rxDone.Store(c.rxDone.Load() + 1)
 		r.Receive(c.peer, pkt)
 		c.rxRead.Release()
 		n++
 	}
 	if n > 0 {
-		c.rxDone.Add(uint64(n))
 		c.unstall()
 	}
 	return n

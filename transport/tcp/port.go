@@ -157,9 +157,13 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 		return nil, err
 	}
 	l := &transport.Link{To: to, Msg: r, RDMA: transport.NewRDMAQueue(a.opts.RDMASlots), MaxRDMA: a.opts.RDMAPiece, Ordered: true}
+	pt := &pushTarget{}
+	l.Push = pt.push
 	if c := p.reusable(to); c != nil {
 		c.link, c.msg, c.q = l, r.NewReader(), l.RDMA
+		c.pt = pt
 		if c.adoptOut() {
+			pt.c.Store(c)
 			p.mu.Lock()
 			add(&p.outs, c)
 			p.mu.Unlock()
@@ -168,10 +172,11 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 			// first Progress writes what comes.
 			return l, nil
 		}
-		c.link, c.msg, c.q = nil, nil, nil
+		c.link, c.msg, c.q, c.pt = nil, nil, nil, nil
 	}
 	c := newConn(a, p, true, to)
-	c.link, c.msg, c.q = l, r.NewReader(), l.RDMA
+	c.link, c.msg, c.q, c.pt = l, r.NewReader(), l.RDMA, pt
+	pt.c.Store(c)
 	c.out.Store(true)
 	// The peer's link to this context may come back on this connection
 	// (reusable, on its side): a reception ring for it, sized as the
@@ -281,9 +286,9 @@ func (c *conn) handOver() {
 			return
 		}
 		if r := p.reusable(c.peer); r != nil {
-			r.link, r.msg, r.q = c.link, c.msg, c.q
+			r.link, r.msg, r.q, r.pt = c.link, c.msg, c.q, c.pt
 			if !c.failure.CompareAndSwap(nil, &errHandedOver) {
-				r.link, r.msg, r.q = nil, nil, nil
+				r.link, r.msg, r.q, r.pt = nil, nil, nil, nil
 				return
 			}
 			if handedHook != nil {
@@ -291,7 +296,7 @@ func (c *conn) handOver() {
 			}
 			if !r.adoptOut() {
 				// It failed meanwhile: the link goes with it.
-				r.link, r.msg, r.q = nil, nil, nil
+				r.link, r.msg, r.q, r.pt = nil, nil, nil, nil
 				err := r.err()
 				if err == nil {
 					err = &transport.PeerError{Addr: c.peer, Err: ErrConnLost}
@@ -301,6 +306,9 @@ func (c *conn) handOver() {
 				return
 			}
 			c.out.Store(false)
+			if r.pt != nil {
+				r.pt.c.Store(r)
+			}
 			p.mu.Lock()
 			outs := p.list(&p.outs)
 			kept := make([]*conn, 0, len(outs))
@@ -856,4 +864,37 @@ func (p *port) Close() error {
 		unix.Close(p.epfd)
 	}
 	return nil
+}
+
+// pushTarget is the connection that carries a link out, for the link's
+// Push (the AMI calls it after a Send of one slot): it follows the link
+// when a connection hands it over to another.
+type pushTarget struct{ c atomic.Pointer[conn] }
+
+func (t *pushTarget) push() {
+	if c := t.c.Load(); c != nil {
+		c.push()
+	}
+}
+
+// push writes what the link holds at once, from the Send that published
+// it, if nothing the link wrote before waits for the target's
+// acknowledgement and the socket takes writes: a message with nothing of
+// its link in flight (a ping-pong's, the first of a window) leaves without
+// waiting for the next Progress. Otherwise it leaves the descriptors to
+// Progress, which writes a window's messages together.
+//
+// # Why
+//
+// An 8-byte ping-pong over loopback spent some 90 ns on each side between
+// the Send's return and its write (the rest of the Advance pass up to
+// Progress), timed by stamps around the path. Written from the Send (and
+// a packet counted delivered before its handler runs, so that a reply
+// written from the handler still carries the acknowledgement: one write a
+// message, as before), amibench's 8-byte latency over TCP took 0.947x the
+// time (8 interleaved rounds, each faster, 0.87-0.98x).
+func (c *conn) push() {
+	if c.ready.Load() && !c.wblocked.Load() && c.acked.Load() == c.peeked.Load() && c.failure.Load() == nil {
+		c.kick()
+	}
 }
