@@ -87,8 +87,8 @@ func (m *Message) Inline() bool { return m.inline }
 // m.Data) does, and returns the number of bytes copied; m.Data is nil
 // after it. Where the data lies in the descriptor buffer it came in
 // (shared memory, in-process links), CopyTo gives the buffer's room back
-// as it copies, which moves data of 8 KiB and more faster than a copy of
-// m.Data followed by the handler's return (see ring.Reader.CopyOut). A
+// as it copies, which moved 16 KiB messages faster than a copy of m.Data
+// followed by the handler's return (see ring.Reader.CopyOut). A
 // handler that copies an inline message out, as an MPI receive does,
 // should copy with CopyTo.
 func (m *Message) CopyTo(dst []byte) int {
