@@ -52,7 +52,7 @@ type Context struct {
 	dispatch [MaxDispatch]atomic.Pointer[handlerEntry]
 	rcv      receiver
 	msg      Message
-	rd       *ring.Reader // the reader of the packets being received, if it lends them in place (FromRing)
+	rd       *ring.Reader // while a large descriptor is handed over: the reader it lies in (FromRing), for Message.CopyTo
 	pkt      wire.Packet  // the packet receive is decoding (never nested)
 	held     Held
 	ops      opTable

@@ -82,29 +82,6 @@ type RingReceiver interface {
 	FromRing(rd *ring.Reader)
 }
 
-// RingReceiverOf returns r as a RingReceiver, or nil. A port asks once for
-// the receiver its Poll is given and keeps the answer (AsRing): a type
-// assertion at every Poll cost 1.06x the time of a window of 8 KiB messages.
-func RingReceiverOf(r Receiver) RingReceiver {
-	rr, _ := r.(RingReceiver)
-	return rr
-}
-
-// AsRing keeps the answer of RingReceiverOf for the receiver a port's Poll
-// was last given.
-type AsRing struct {
-	r  Receiver
-	rr RingReceiver
-}
-
-// Of returns r as a RingReceiver, or nil, asking only when r changed.
-func (a *AsRing) Of(r Receiver) RingReceiver {
-	if r != a.r {
-		a.r, a.rr = r, RingReceiverOf(r)
-	}
-	return a.rr
-}
-
 // PollRing is an adapter's Poll of one descriptor buffer it reads in place
 // (loop, shm): it first gives back the slots the last call consumed (after
 // whatever the program did in between, answers included: see
@@ -113,31 +90,33 @@ func (a *AsRing) Of(r Receiver) RingReceiver {
 // the last), and gives the slots back at once if half the
 // ring is held. It returns how many it handed over, whether the producer
 // should be woken (it may wait for room or for these transfers), and the
-// ring's corruption, after which rd must not be read again. rr is r as a
-// RingReceiver, or nil (AsRing).
-func PollRing(rd *ring.Reader, from Addr, r Receiver, rr RingReceiver, budget int) (got int, wake bool, err error) {
+// ring's corruption, after which rd must not be read again. A large
+// descriptor's data goes to a RingReceiver with the reader named.
+func PollRing(rd *ring.Reader, from Addr, r Receiver, budget int) (got int, wake bool, err error) {
 	freed := rd.Flush()
 	if rd.Pending() {
-		if rr != nil {
-			rr.FromRing(rd)
-		}
 		for got < budget {
 			pkt, err := rd.Take()
 			if err != nil {
 				rd.Count()
-				if rr != nil {
-					rr.FromRing(nil)
-				}
 				return got, freed || got > 0, err
 			}
 			if pkt == nil {
 				break
 			}
+			// Only a large descriptor's data is worth CopyOut: the
+			// question and the calls cost a small message's latency.
+			if rd.CopiesOut() {
+				if rr, ok := r.(RingReceiver); ok {
+					rr.FromRing(rd)
+					r.Receive(from, pkt)
+					rr.FromRing(nil)
+					got++
+					continue
+				}
+			}
 			r.Receive(from, pkt)
 			got++
-		}
-		if rr != nil {
-			rr.FromRing(nil)
 		}
 		rd.Count()
 		if rd.Unreleased() >= rd.Slots()/2 {

@@ -703,6 +703,10 @@ func (c *Reader) flush() bool {
 	return true
 }
 
+// CopiesOut reports whether CopyOut would zero as it copies: the last
+// descriptor Take returned is large and not yet copied out.
+func (c *Reader) CopiesOut() bool { return c.lk != 0 }
+
 // copyChunk is how much CopyOut copies before it zeroes the header word
 // positions of the slots it copied out of.
 const copyChunk = 8 << 10

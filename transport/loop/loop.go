@@ -198,7 +198,6 @@ type port struct {
 
 	inbound atomic.Pointer[[]*inbound] // copy-on-write under f.mu
 	rr      int
-	asRing  transport.AsRing // Poll's receiver as a RingReceiver
 
 	links map[transport.Addr]*transport.Link // owner goroutine only
 	out   atomic.Pointer[[]*transport.Link]  // read by the engine
@@ -263,7 +262,6 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 		return 0
 	}
 	got := 0
-	rr := p.asRing.Of(r)
 	start := p.rr
 	if start >= n {
 		start = 0
@@ -273,7 +271,7 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 			j = 0
 		}
 		in := ins[j]
-		k, wake, err := transport.PollRing(in.rd, in.from, r, rr, budget-got)
+		k, wake, err := transport.PollRing(in.rd, in.from, r, budget-got)
 		got += k
 		if err != nil {
 			in.link.Fail(&transport.PeerError{Addr: in.from, Err: transport.ErrCorrupt})

@@ -12,12 +12,11 @@ import (
 // the context, in this rank's segment, and the producer side of its links
 // into peers' segments, with the engine that performs its RDMA descriptors.
 type port struct {
-	a      *Adapter
-	ctx    int
-	addr   transport.Addr
-	bell   *transport.Doorbell // the doorbell the context sleeps on
-	race   raceRecv            // race builds: Poll's receiver (race.go)
-	asRing transport.AsRing    // Poll's receiver as a RingReceiver
+	a    *Adapter
+	ctx  int
+	addr transport.Addr
+	bell *transport.Doorbell // the doorbell the context sleeps on
+	race raceRecv            // race builds: Poll's receiver (race.go)
 
 	// Consumer side; owner goroutine only.
 	gen     *atomic.Uint64 // this context's linkgen word
@@ -182,7 +181,6 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	// sent afterwards arrives (race builds only; see race.go).
 	raceAcquire()
 	r = p.raceReceiver(r)
-	rr := p.asRing.Of(r)
 	got := 0
 	start := p.rr
 	if start >= n {
@@ -196,7 +194,7 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 		if in.dead {
 			continue
 		}
-		k, wake, err := transport.PollRing(in.rd, in.from, r, rr, budget-got)
+		k, wake, err := transport.PollRing(in.rd, in.from, r, budget-got)
 		got += k
 		if err != nil {
 			p.refuse(in, closeCorrupt)

@@ -33,7 +33,7 @@ func (x *raceRecv) Receive(from transport.Addr, pkt []byte) {
 
 // FromRing hands the reader on, if the receiver takes it.
 func (x *raceRecv) FromRing(rd *ring.Reader) {
-	if rr := transport.RingReceiverOf(x.r); rr != nil {
+	if rr, ok := x.r.(transport.RingReceiver); ok {
 		rr.FromRing(rd)
 	}
 }
