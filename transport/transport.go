@@ -74,9 +74,9 @@ type Receiver interface {
 
 // A RingReceiver is a Receiver that can take data out of the descriptor
 // buffer a packet lies in with ring.Reader.CopyOut: PollRing names the
-// reader before it hands packets over (and nil after), so that a packet's
-// data copied out while Receive runs gives the buffer's room back as it
-// goes.
+// reader before it hands over a large descriptor (ring.Reader.CopiesOut)
+// and nil after, so that its data copied out while Receive runs gives the
+// buffer's room back as it goes.
 type RingReceiver interface {
 	Receiver
 	FromRing(rd *ring.Reader)
