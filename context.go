@@ -371,8 +371,7 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 		p.ring.Publish(pos + 1)
 		if p.bell != nil {
 			p.bell.Ring()
-		}
-		if p.push != nil {
+		} else if p.push != nil {
 			p.push()
 		}
 		return true

@@ -106,7 +106,7 @@ func PollRing(rd *ring.Reader, from Addr, r Receiver, budget int) (got int, wake
 			}
 			// Only a large descriptor's data is worth CopyOut: the
 			// question and the calls cost a small message's latency.
-			if rd.CopiesOut() {
+			if len(pkt) >= ring.LargePayload && rd.CopiesOut() {
 				if rr, ok := r.(RingReceiver); ok {
 					rr.FromRing(rd)
 					r.Receive(from, pkt)
@@ -167,8 +167,9 @@ type Link struct {
 	// MsgBell is the doorbell of Msg's consumer; the AMI rings it after it
 	// published descriptors.
 	MsgBell *Doorbell
-	// Push, if set, is called by the AMI after it published a descriptor
-	// of one slot from a Send, on the goroutine that holds the context: an
+	// Push, if set on a link without MsgBell, is called by the AMI after it
+	// published a descriptor of one slot from a Send, on the goroutine that
+	// holds the context: an
 	// adapter whose engine runs on that goroutine (Port.Progress) may write
 	// the descriptor out at once instead of at the next Progress. Push must
 	// not block, and leaves descriptors to Progress when writing now would

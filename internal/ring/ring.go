@@ -703,6 +703,11 @@ func (c *Reader) flush() bool {
 	return true
 }
 
+// LargePayload is the least payload of a descriptor of largeSlots slots:
+// a payload shorter than that is never large (a ring of fewer than 1024
+// slots calls smaller ones large too; CopiesOut says which).
+const LargePayload = (largeSlots-1)*SlotSize - HeaderSize + 1
+
 // CopiesOut reports whether CopyOut would zero as it copies: the last
 // descriptor Take returned is large and not yet copied out.
 func (c *Reader) CopiesOut() bool { return c.lk != 0 }
