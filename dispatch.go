@@ -90,21 +90,14 @@ func (m *Message) Inline() bool { return m.inline }
 // handler that copies an inline message out, as an MPI receive does,
 // should copy with CopyTo.
 func (m *Message) CopyTo(dst []byte) int {
-	if m.c.rd != nil {
-		return m.copyOut(dst)
+	// The context names the reader only while a large descriptor is
+	// handed over; CopyOut is copy for data it does not hold.
+	var n int
+	if rd := m.c.rd; rd != nil {
+		n = rd.CopyOut(dst, m.Data)
+	} else {
+		n = copy(dst, m.Data)
 	}
-	n := copy(dst, m.Data)
-	m.Data = nil
-	return n
-}
-
-// copyOut is CopyTo from the descriptor buffer whose reader the adapter
-// named (the context's rd, set only while a large descriptor is handed
-// over); apart, so that CopyTo inlines.
-//
-//go:noinline
-func (m *Message) copyOut(dst []byte) int {
-	n := m.c.rd.CopyOut(dst, m.Data)
 	m.Data = nil
 	return n
 }

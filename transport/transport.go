@@ -169,12 +169,11 @@ type Link struct {
 	MsgBell *Doorbell
 	// Push, if set on a link without MsgBell, is called by the AMI after it
 	// published a descriptor of one slot from a Send, on the goroutine that
-	// holds the context: an
-	// adapter whose engine runs on that goroutine (Port.Progress) may write
-	// the descriptor out at once instead of at the next Progress. Push must
-	// not block, and leaves descriptors to Progress when writing now would
-	// cost more than it saves (a window of messages that would go in one
-	// write).
+	// holds the context: an adapter whose engine runs on that goroutine
+	// (Port.Progress) may write the descriptor out at once instead of at
+	// the next Progress. Push must not block, and leaves descriptors to
+	// Progress when writing now would cost more than it saves (a window of
+	// messages that would go in one write).
 	Push func()
 	// RDMA is the FIFO of one-sided operations on To's registered memory.
 	RDMA *RDMAQueue
