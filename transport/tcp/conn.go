@@ -103,7 +103,9 @@ type conn struct {
 	armMu   sync.Mutex
 	slot    int  // index in the engine's table, -1 if none
 	closed  bool // fd closed
-	inEpoll bool // fd is in the port's epoll set
+	inEng   bool // fd is in the engine's epoll set
+	watchIn bool // fd belongs in the port's epoll set (watchInLocked)
+	inEpoll bool // fd is in the port's epoll set (not while the port is unwatched)
 
 	failure  atomic.Pointer[error]
 	finished chan struct{} // closed at the end of finish
@@ -284,12 +286,29 @@ func (c *conn) watchInLocked() error {
 	if c.inEpoll || c.closed || c.slot < 0 {
 		return nil
 	}
+	c.watchIn = true
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(c.slot)}
 	if err := unix.EpollCtl(c.p.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
 		return err
 	}
 	c.inEpoll = true
+	c.p.unwatched.Store(false)
 	return nil
+}
+
+// unwatchLocked takes the socket out of the port's epoll set and, while
+// its context attends and no write waits for room, out of the engine's
+// (port.unwatch). The caller holds armMu.
+func (c *conn) unwatchLocked() {
+	if c.closed || c.slot < 0 {
+		return
+	}
+	if c.inEpoll && unix.EpollCtl(c.p.epfd, unix.EPOLL_CTL_DEL, c.fd, nil) == nil {
+		c.inEpoll = false
+	}
+	if c.inEng && c.p.attended.Load() && !c.wblocked.Load() {
+		c.a.eng.drop(c)
+	}
 }
 
 // adoptOut makes an accepted connection carry the port's link to its peer

@@ -18,7 +18,9 @@ import (
 // until rearm asks again, with the interest the connection's state calls for
 // (EPOLLIN while its context does not poll, EPOLLOUT while a write is
 // blocked, neither otherwise; errors and hang-ups are always reported). A
-// socket whose context polls therefore costs the engine nothing. After a burst
+// socket whose context polls therefore costs the engine nothing, and once
+// the context has polled a while it leaves the engine's set altogether
+// (port.unwatch, engine.drop) until an interest brings it back. After a burst
 // of work the engine polls its epoll for Options.ReadSpin before it blocks.
 type engine struct {
 	a    *Adapter
@@ -74,13 +76,39 @@ func (e *engine) add(c *conn) error {
 		c.slot = -1
 		return err
 	}
+	c.inEng = true
 	return nil
 }
 
-// arm sets the interest of c's socket. The caller holds c.armMu.
+// arm sets the interest of c's socket, registering it again if drop took
+// it out. The caller holds c.armMu.
 func (e *engine) arm(c *conn, events uint32) {
 	ev := unix.EpollEvent{Events: events | unix.EPOLLONESHOT, Fd: int32(c.slot)}
-	_ = unix.EpollCtl(e.epfd, unix.EPOLL_CTL_MOD, c.fd, &ev)
+	if c.inEng {
+		_ = unix.EpollCtl(e.epfd, unix.EPOLL_CTL_MOD, c.fd, &ev)
+		return
+	}
+	if events == 0 {
+		// No interest: the socket may stay out (see drop).
+		return
+	}
+	if unix.EpollCtl(e.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev) == nil {
+		c.inEng = true
+		c.p.unwatched.Store(false)
+	}
+}
+
+// drop takes c's socket out of the engine's epoll set, keeping its slot:
+// a socket in no epoll set costs nothing when a segment arrives, where
+// each registration adds a callback under the socket's lock that the
+// reader spinning on it waits for. The caller holds c.armMu; arm
+// registers the socket again when its state calls for an interest.
+// Errors and hang-ups of a dropped socket are found by the reads of the
+// context that attends it.
+func (e *engine) drop(c *conn) {
+	if unix.EpollCtl(e.epfd, unix.EPOLL_CTL_DEL, c.fd, nil) == nil {
+		c.inEng = false
+	}
 }
 
 // remove unregisters c's socket. The caller holds c.armMu.
@@ -88,7 +116,10 @@ func (e *engine) remove(c *conn) {
 	if c.slot < 0 {
 		return
 	}
-	_ = unix.EpollCtl(e.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+	if c.inEng {
+		_ = unix.EpollCtl(e.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+		c.inEng = false
+	}
 	e.release(c.slot)
 	c.slot = -1
 }

@@ -62,6 +62,13 @@ type port struct {
 	oversub bool
 	lastAsk time.Time
 
+	// unwatched: the port's sockets are out of its epoll set, and of the
+	// engine's where no interest needs them there (unwatch); quiet counts
+	// the direct polls toward the next unwatch. A socket that joins a
+	// set clears unwatched, and so does rewatch.
+	unwatched atomic.Bool
+	quiet     int
+
 	closed atomic.Bool
 }
 
@@ -83,6 +90,10 @@ const oversubPollGap = 5 * time.Microsecond
 
 // directPoll is the most links in a Poll reads without asking epoll first.
 const directPoll = 4
+
+// unwatchAfter is the number of direct polls after which a context that
+// keeps polling takes its sockets out of the epoll sets (port.unwatch).
+const unwatchAfter = 256
 
 func newPort(a *Adapter, ctx int, bell *transport.Doorbell, s *sleeper) (*port, error) {
 	var epfd int
@@ -523,7 +534,17 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	}
 	// direct: read each socket, without asking epoll first.
 	direct := attended && n <= directPoll && !p.oversub
-	if attended && !direct {
+	if direct {
+		if !p.unwatched.Load() {
+			if p.quiet++; p.quiet >= unwatchAfter && !p.bell.Armed() {
+				p.quiet = 0
+				p.unwatch()
+			}
+		}
+	} else if attended {
+		if p.unwatched.Load() {
+			p.rewatch()
+		}
 		p.pollSockets()
 	}
 	for i := 0; i < n && got < budget; i++ {
@@ -590,6 +611,51 @@ func (p *port) readUnlisted(r transport.Receiver, budget int) int {
 		}
 	}
 	return got
+}
+
+// unwatch takes the port's sockets out of every epoll set that nothing
+// needs them in while the context polls them directly: the port's own
+// (asked only when Poll does not read each socket, and slept on only after
+// rewatch) and the engine's, while their interest there is none.
+//
+// # Why
+//
+// Each epoll registration of a socket adds a callback to every segment
+// that arrives on it, run under the socket's lock, which the context
+// spinning on read(2) then waits for. A socket in no set skips the
+// wake-up path altogether. amibench's 8-byte latency over TCP: 0.965x the
+// time with the socket in neither set, 0.99x with it out of one only
+// (10 interleaved rounds).
+//
+// The context puts them back before it sleeps (sleeper.Wait) or when it
+// asks the set (Poll with many links); the engine's registration comes
+// back with the first interest it needs (engine.arm). A context that
+// sleeps often never gets unwatchAfter polls in a row, and pays no
+// system call for this.
+func (p *port) unwatch() {
+	p.unwatched.Store(true)
+	for _, c := range p.all() {
+		c.armMu.Lock()
+		c.unwatchLocked()
+		c.armMu.Unlock()
+	}
+}
+
+// rewatch puts the port's sockets back in its epoll set (the engine's come
+// back with their interest). It may run on the goroutine behind
+// Context.Ready, beside the owner's Poll, whose unwatch waits while the
+// doorbell is armed.
+func (p *port) rewatch() {
+	p.unwatched.Store(false)
+	for _, c := range p.all() {
+		c.armMu.Lock()
+		if c.watchIn && !c.inEpoll {
+			if err := c.watchInLocked(); err != nil {
+				p.a.opts.Logf("rank %d: epoll: %v", p.a.rank, err)
+			}
+		}
+		c.armMu.Unlock()
+	}
 }
 
 // pollSockets asks the port's epoll set which sockets are readable, for

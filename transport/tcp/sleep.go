@@ -51,7 +51,9 @@ func newSleeper() (*sleeper, error) {
 // Wait sleeps until a socket of the port is readable (or failed), Wake is
 // called, or timeout elapses. It runs on the context's goroutine, or on the
 // goroutine behind amigo's Context.Ready while the context's owner waits
-// for it, so it writes nothing but atomics: a socket event sets the port's
+// for it, so it writes nothing but atomics, and the epoll registrations
+// under each connection's lock (the sockets a polling context took out of
+// the set go back first, port.rewatch): a socket event sets the port's
 // woke, and the next Progress reads the links out (Poll reads the links in
 // anyway). A sleep counts as a poll at both ends. One longer than
 // Options.Handoff lets the adapter's watcher hand the sockets to the engine,
@@ -61,6 +63,12 @@ func (s *sleeper) Wait(timeout time.Duration) bool {
 	p := s.p // nil until the context's port is open: then only rings wake
 	if p != nil {
 		p.polls.Add(1)
+		if p.unwatched.Load() {
+			// The sockets left the set while the context polled them:
+			// back before the sleep (a socket readable already makes
+			// the epoll_wait below return at once).
+			p.rewatch()
+		}
 	}
 	var events [16]unix.EpollEvent
 	n, err := 0, error(nil)

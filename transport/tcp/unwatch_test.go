@@ -1,0 +1,222 @@
+package tcp
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amigo-hpc/amigo/transport"
+)
+
+// epollHolds reports whether epoll instance epfd of this process has fd
+// registered, from the kernel's own account (/proc/self/fdinfo).
+func epollHolds(t *testing.T, epfd, fd int) bool {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/self/fdinfo/%d", epfd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "tfd:" {
+			if n, err := strconv.Atoi(fields[1]); err == nil && n == fd {
+				return true
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return false
+}
+
+// socketOf returns the connection that carries the only link into p.
+func socketOf(t *testing.T, p *port) *conn {
+	t.Helper()
+	ins := p.list(&p.ins)
+	if len(ins) != 1 {
+		t.Fatalf("%d connections in, want 1", len(ins))
+	}
+	return ins[0]
+}
+
+// A context that keeps polling takes its socket out of every epoll set
+// (the port's, which it sleeps on, and the engine's); packets still
+// arrive; before it sleeps the socket is back in the port's set, and a
+// packet sent while it sleeps wakes it; polling again takes it out again.
+// Checked against the kernel's list of each set's registrations.
+func TestPollingSocketInNoEpollSet(t *testing.T) {
+	// A Handoff of a minute: the watcher does not hand the socket to
+	// the engine while the test looks.
+	ads, _, _ := newWorld(t, 2, Options{Handoff: time.Minute, Timeout: 10 * time.Minute})
+	t.Cleanup(func() {
+		for _, a := range ads {
+			a.Close()
+		}
+	})
+	bell, err := ads[1].Doorbell(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dstPort, err := ads[1].Open(0, bell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := dstPort.(*port)
+	src, err := ads[0].Open(0, transport.NewDoorbell())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchange(t, src, dst, addr(0, 0), addr(1, 0), 10)
+	c := socketOf(t, dst)
+	inPort := func() bool { return epollHolds(t, dst.epfd, c.fd) }
+	inEngine := func() bool { return epollHolds(t, ads[1].eng.epfd, c.fd) }
+
+	var sink countingReceiver
+	for i := 0; i < unwatchAfter+1; i++ {
+		dst.Poll(&sink, 64)
+	}
+	if inPort() || inEngine() {
+		t.Fatalf("after %d polls the socket is in the port's set %v, in the engine's %v; want neither", unwatchAfter+1, inPort(), inEngine())
+	}
+	// Packets go on arriving while the socket is in no set.
+	exchange(t, src, dst, addr(0, 0), addr(1, 0), 100)
+
+	for round := 0; round < 3; round++ {
+		for i := 0; i < unwatchAfter+1; i++ {
+			dst.Poll(&sink, 64)
+		}
+		if inPort() {
+			t.Fatalf("round %d: the socket is in the port's set while the context polls", round)
+		}
+		before := sink.n
+		type result struct {
+			timedOut bool
+			took     time.Duration
+		}
+		done := make(chan result, 1)
+		go func() {
+			timer := time.NewTimer(time.Hour)
+			timer.Stop()
+			bell.Arm()
+			t0 := time.Now()
+			timedOut := bell.Sleep(nil, timer, time.Minute)
+			done <- result{timedOut, time.Since(t0)}
+		}()
+		for deadline := time.Now().Add(20 * time.Second); bell.Sleeping() <= uint64(round); {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the consumer never went to sleep", round)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		if !inPort() {
+			t.Fatalf("round %d: the context sleeps with its socket out of the set it sleeps on", round)
+		}
+		l, err := src.Link(addr(1, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		producersMu.Lock()
+		p := producers[l]
+		producersMu.Unlock()
+		for !p.send([]byte("wake")) {
+			src.Progress()
+		}
+		src.Progress()
+		var r result
+		select {
+		case r = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: the sleep did not end", round)
+		}
+		if r.timedOut || r.took > 10*time.Second {
+			t.Fatalf("round %d: the sleep timed out %v after %v", round, r.timedOut, r.took)
+		}
+		bell.Disarm()
+		for deadline := time.Now().Add(10 * time.Second); sink.n == before; {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the packet that woke the context was not delivered", round)
+			}
+			dst.Poll(&sink, 64)
+			dst.Progress()
+		}
+	}
+}
+
+// A context whose doorbell another adapter provides (no sleeper of this
+// adapter's) hands its socket to the engine when it stops polling: after
+// the socket left the engine's set, arming the doorbell brings it back,
+// and a packet that arrives then rings the doorbell.
+func TestUnwatchedSocketBackToEngine(t *testing.T) {
+	ads, _, _ := newWorld(t, 2, Options{Handoff: time.Minute, Timeout: 10 * time.Minute})
+	t.Cleanup(func() {
+		for _, a := range ads {
+			a.Close()
+		}
+	})
+	bell := transport.NewDoorbell()
+	dstPort, err := ads[1].Open(0, bell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := dstPort.(*port)
+	src, err := ads[0].Open(0, transport.NewDoorbell())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchange(t, src, dst, addr(0, 0), addr(1, 0), 10)
+	c := socketOf(t, dst)
+	var sink countingReceiver
+	for i := 0; i < unwatchAfter+1; i++ {
+		dst.Poll(&sink, 64)
+	}
+	if epollHolds(t, ads[1].eng.epfd, c.fd) {
+		t.Fatal("the socket of a context that polls stays in the engine's set")
+	}
+	for round := 0; round < 3; round++ {
+		bell.Arm()
+		// The poll that finds the doorbell armed hands the socket over.
+		dst.Poll(&sink, 64)
+		if !epollHolds(t, ads[1].eng.epfd, c.fd) {
+			t.Fatalf("round %d: a context about to sleep left its socket out of the engine's set", round)
+		}
+		rings := bell.Rings()
+		l, err := src.Link(addr(1, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		producersMu.Lock()
+		p := producers[l]
+		producersMu.Unlock()
+		for !p.send([]byte("ring")) {
+			src.Progress()
+		}
+		src.Progress()
+		for deadline := time.Now().Add(20 * time.Second); bell.Rings() == rings; {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: no ring for a packet that arrived while the context slept", round)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		bell.Disarm()
+		before := sink.n
+		for deadline := time.Now().Add(10 * time.Second); sink.n == before; {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the packet was not delivered", round)
+			}
+			dst.Poll(&sink, 64)
+		}
+		for i := 0; i < unwatchAfter+1; i++ {
+			dst.Poll(&sink, 64)
+		}
+		if epollHolds(t, ads[1].eng.epfd, c.fd) {
+			t.Fatalf("round %d: polling again left the socket in the engine's set", round)
+		}
+	}
+}
