@@ -585,7 +585,9 @@ func (p *port) handle(r transport.Receiver, msg []byte) int {
 				l.ack(h.arg)
 			}
 		}
-		r.Receive(in.from, body)
+		// Counted taken before its handler runs: a reply the handler
+		// sends, which the link's Push may post at once, carries its
+		// acknowledgement.
 		if in.takenAt != p.pollCount {
 			in.takenAt, in.before = p.pollCount, in.taken
 		}
@@ -594,6 +596,7 @@ func (p *port) handle(r transport.Receiver, msg []byte) int {
 			in.dirty = true
 			p.dirty = append(p.dirty, in)
 		}
+		r.Receive(in.from, body)
 		return 1
 	case kindKeyReq:
 		base, length, mrkey, perm, st := p.a.resolve(transport.Key(h.arg), p.ctx)
