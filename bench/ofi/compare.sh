@@ -125,6 +125,9 @@ for prov in sys.argv[2].split():
     a = [r["latency_us"] for r in rows if r.get("run") == "amigo-lat/" + prov and "latency_us" in r]
     f = [r["latency_us"] for r in rows if r.get("run") == "fi-lat/" + prov and "latency_us" in r]
     print("%-14s " % prov + "  ".join("%.2f/%.2f" % x for x in zip(a, f)))
+    rr = [x / y for x, y in zip(a, f) if y > 0]
+    if rr:
+        print("%-14s ratio by round %s; median %.2f (a round whose two runs met different states reads far off)" % ("", " ".join("%.2f" % x for x in rr), statistics.median(rr)))
 print()
 print("for reference, not compared: amibench's stream bandwidth at 1 MiB (osu_bw)")
 for prov in sys.argv[2].split():
