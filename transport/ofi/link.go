@@ -117,11 +117,15 @@ func newOlink(p *port, to transport.Addr, dest C.fi_addr_t) (*olink, error) {
 // over shm; one with nothing in flight leaves a window's to Progress.
 func (l *olink) push() {
 	p := l.p
-	if l.failed || l.acked != l.posted || l.stalled != nil || p.closed.Load() {
+	if p.closed.Load() {
 		return
 	}
+	// The adapter's watcher may hold the port, and read acknowledgements
+	// in its turn: the link's state is looked at with the port taken.
 	p.enter()
-	l.postPackets()
+	if !l.failed && l.acked == l.posted && l.stalled == nil {
+		l.postPackets()
+	}
 	p.leave()
 }
 

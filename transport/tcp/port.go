@@ -534,18 +534,24 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	}
 	// direct: read each socket, without asking epoll first.
 	direct := attended && n <= directPoll && !p.oversub
-	if direct {
+	switch {
+	case direct && !p.bell.Armed():
+		// Polls in a row without a sleep: the count starts again at
+		// every sleep the context is about to take (its doorbell armed).
 		if !p.unwatched.Load() {
-			if p.quiet++; p.quiet >= unwatchAfter && !p.bell.Armed() {
+			if p.quiet++; p.quiet >= unwatchAfter {
 				p.quiet = 0
 				p.unwatch()
 			}
 		}
-	} else if attended {
+	case attended && !direct:
+		p.quiet = 0
 		if p.unwatched.Load() {
 			p.rewatch()
 		}
 		p.pollSockets()
+	default:
+		p.quiet = 0
 	}
 	for i := 0; i < n && got < budget; i++ {
 		c := ins[(p.rr+i)%n]
