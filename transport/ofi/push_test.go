@@ -9,22 +9,6 @@ import (
 	"github.com/amigo-hpc/amigo/transport"
 )
 
-// pushReplier answers every packet with one of its own, written into its
-// rank's link from the handler and pushed, as the AMI does for a handler's
-// Send of one slot.
-type pushReplier struct {
-	t  testing.TB
-	bp *benchPair
-	r  int
-	n  int
-}
-
-func (rp *pushReplier) Receive(from transport.Addr, pkt []byte) {
-	rp.n++
-	rp.bp.send(rp.t, rp.r, 8)
-	rp.bp.links[rp.r].Push()
-}
-
 // TestPushPostsQuietLink checks the link's Push: a packet published on a
 // link whose every earlier packet the target took is posted by Push
 // itself, with no Progress of the sender; one published while another is
@@ -79,7 +63,7 @@ func TestPushPostsQuietLink(t *testing.T) {
 					t.Fatalf("%d of %d packets acknowledged", out.acked, out.posted)
 				}
 			}
-			rp := &pushReplier{t: t, bp: bp, r: 1}
+			rp := &replier{t: t, bp: bp, r: 1, push: true}
 			for round := 1; round <= 3; round++ {
 				bp.send(t, 0, 8)
 				bp.links[0].Push()

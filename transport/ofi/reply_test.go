@@ -11,17 +11,22 @@ import (
 
 // replier answers every packet it receives with a packet of its own,
 // written into its rank's link from the handler, as an active message's
-// handler that sends does.
+// handler that sends does; with push, it then calls the link's Push, as
+// the AMI does after a Send of one slot.
 type replier struct {
-	t  testing.TB
-	bp *benchPair
-	r  int
-	n  int
+	t    testing.TB
+	bp   *benchPair
+	r    int
+	n    int
+	push bool
 }
 
 func (rp *replier) Receive(from transport.Addr, pkt []byte) {
 	rp.n++
 	rp.bp.send(rp.t, rp.r, 8)
+	if rp.push {
+		rp.bp.links[rp.r].Push()
+	}
 }
 
 // TestPollPostsReplies checks that a packet a handler writes while Poll

@@ -46,34 +46,63 @@ func socketOf(t *testing.T, p *port) *conn {
 	return ins[0]
 }
 
+// unwatchPair opens context 0 of two adapters, the second's on bell (its
+// own adapter's doorbell, or another's), and sends packets from the first
+// to the second until the connection carries them.
+func unwatchPair(t *testing.T, bell func(*Adapter) *transport.Doorbell) (ads []*Adapter, src transport.Port, dst *port) {
+	t.Helper()
+	// A Handoff of a minute: the watcher does not hand the socket to
+	// the engine while the test looks.
+	ads, _, _ = newWorld(t, 2, Options{Handoff: time.Minute, Timeout: 10 * time.Minute})
+	t.Cleanup(func() {
+		for _, a := range ads {
+			a.Close()
+		}
+	})
+	dstPort, err := ads[1].Open(0, bell(ads[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src, err = ads[0].Open(0, transport.NewDoorbell()); err != nil {
+		t.Fatal(err)
+	}
+	dst = dstPort.(*port)
+	exchange(t, src, dst, addr(0, 0), addr(1, 0), 10)
+	return ads, src, dst
+}
+
+// sendOne writes one packet from src to context 0 of rank 1 and makes
+// src write it.
+func sendOne(t *testing.T, src transport.Port, payload string) {
+	t.Helper()
+	l, err := src.Link(addr(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	producersMu.Lock()
+	p := producers[l]
+	producersMu.Unlock()
+	for !p.send([]byte(payload)) {
+		src.Progress()
+	}
+	src.Progress()
+}
+
 // A context that keeps polling takes its socket out of every epoll set
 // (the port's, which it sleeps on, and the engine's); packets still
 // arrive; before it sleeps the socket is back in the port's set, and a
 // packet sent while it sleeps wakes it; polling again takes it out again.
 // Checked against the kernel's list of each set's registrations.
 func TestPollingSocketInNoEpollSet(t *testing.T) {
-	// A Handoff of a minute: the watcher does not hand the socket to
-	// the engine while the test looks.
-	ads, _, _ := newWorld(t, 2, Options{Handoff: time.Minute, Timeout: 10 * time.Minute})
-	t.Cleanup(func() {
-		for _, a := range ads {
-			a.Close()
+	var bell *transport.Doorbell
+	ads, src, dst := unwatchPair(t, func(a *Adapter) *transport.Doorbell {
+		b, err := a.Doorbell(0)
+		if err != nil {
+			t.Fatal(err)
 		}
+		bell = b
+		return b
 	})
-	bell, err := ads[1].Doorbell(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dstPort, err := ads[1].Open(0, bell)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := dstPort.(*port)
-	src, err := ads[0].Open(0, transport.NewDoorbell())
-	if err != nil {
-		t.Fatal(err)
-	}
-	exchange(t, src, dst, addr(0, 0), addr(1, 0), 10)
 	c := socketOf(t, dst)
 	inPort := func() bool { return epollHolds(t, dst.epfd, c.fd) }
 	inEngine := func() bool { return epollHolds(t, ads[1].eng.epfd, c.fd) }
@@ -118,17 +147,7 @@ func TestPollingSocketInNoEpollSet(t *testing.T) {
 		if !inPort() {
 			t.Fatalf("round %d: the context sleeps with its socket out of the set it sleeps on", round)
 		}
-		l, err := src.Link(addr(1, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		producersMu.Lock()
-		p := producers[l]
-		producersMu.Unlock()
-		for !p.send([]byte("wake")) {
-			src.Progress()
-		}
-		src.Progress()
+		sendOne(t, src, "wake")
 		var r result
 		select {
 		case r = <-done:
@@ -154,23 +173,8 @@ func TestPollingSocketInNoEpollSet(t *testing.T) {
 // the socket left the engine's set, arming the doorbell brings it back,
 // and a packet that arrives then rings the doorbell.
 func TestUnwatchedSocketBackToEngine(t *testing.T) {
-	ads, _, _ := newWorld(t, 2, Options{Handoff: time.Minute, Timeout: 10 * time.Minute})
-	t.Cleanup(func() {
-		for _, a := range ads {
-			a.Close()
-		}
-	})
 	bell := transport.NewDoorbell()
-	dstPort, err := ads[1].Open(0, bell)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := dstPort.(*port)
-	src, err := ads[0].Open(0, transport.NewDoorbell())
-	if err != nil {
-		t.Fatal(err)
-	}
-	exchange(t, src, dst, addr(0, 0), addr(1, 0), 10)
+	ads, src, dst := unwatchPair(t, func(*Adapter) *transport.Doorbell { return bell })
 	c := socketOf(t, dst)
 	var sink countingReceiver
 	for i := 0; i < unwatchAfter+1; i++ {
@@ -187,17 +191,7 @@ func TestUnwatchedSocketBackToEngine(t *testing.T) {
 			t.Fatalf("round %d: a context about to sleep left its socket out of the engine's set", round)
 		}
 		rings := bell.Rings()
-		l, err := src.Link(addr(1, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		producersMu.Lock()
-		p := producers[l]
-		producersMu.Unlock()
-		for !p.send([]byte("ring")) {
-			src.Progress()
-		}
-		src.Progress()
+		sendOne(t, src, "ring")
 		for deadline := time.Now().Add(20 * time.Second); bell.Rings() == rings; {
 			if time.Now().After(deadline) {
 				t.Fatalf("round %d: no ring for a packet that arrived while the context slept", round)
