@@ -292,7 +292,7 @@ func (c *conn) watchInLocked() error {
 		return err
 	}
 	c.inEpoll = true
-	c.p.unwatched.Store(false)
+	c.p.joined.Store(true)
 	return nil
 }
 

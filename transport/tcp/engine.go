@@ -94,7 +94,7 @@ func (e *engine) arm(c *conn, events uint32) {
 	}
 	if unix.EpollCtl(e.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev) == nil {
 		c.inEng = true
-		c.p.unwatched.Store(false)
+		c.p.joined.Store(true)
 	}
 }
 

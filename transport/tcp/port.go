@@ -62,11 +62,13 @@ type port struct {
 	oversub bool
 	lastAsk time.Time
 
-	// unwatched: the port's sockets are out of its epoll set, and of the
-	// engine's where no interest needs them there (unwatch); quiet counts
-	// the direct polls toward the next unwatch. A socket that joins a
-	// set clears unwatched, and so does rewatch.
+	// unwatched: sockets of the port may be out of its epoll set (unwatch
+	// set it; only rewatch, which puts them all back, clears it). joined:
+	// a socket joined an epoll set since the last unwatch (a new
+	// connection, or the engine's interest). quiet counts the direct polls
+	// toward the next unwatch.
 	unwatched atomic.Bool
+	joined    atomic.Bool
 	quiet     int
 
 	closed atomic.Bool
@@ -538,7 +540,7 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 	case direct && !p.bell.Armed():
 		// Polls in a row without a sleep: the count starts again at
 		// every sleep the context is about to take (its doorbell armed).
-		if !p.unwatched.Load() {
+		if !p.unwatched.Load() || p.joined.Load() {
 			if p.quiet++; p.quiet >= unwatchAfter {
 				p.quiet = 0
 				p.unwatch()
@@ -640,6 +642,7 @@ func (p *port) readUnlisted(r transport.Receiver, budget int) int {
 // system call for this.
 func (p *port) unwatch() {
 	p.unwatched.Store(true)
+	p.joined.Store(false)
 	for _, c := range p.all() {
 		c.armMu.Lock()
 		c.unwatchLocked()

@@ -214,3 +214,72 @@ func TestUnwatchedSocketBackToEngine(t *testing.T) {
 		}
 	}
 }
+
+// The engine taking a socket back for an interest of its own (a write
+// that waits for room) while the socket is out of the port's set does not
+// make the port forget that the socket is out: the next sleep puts it back
+// in the set it sleeps on, and the port takes it out of both again after
+// its next run of polls.
+func TestEngineInterestWhileUnwatched(t *testing.T) {
+	var bell *transport.Doorbell
+	ads, src, dst := unwatchPair(t, func(a *Adapter) *transport.Doorbell {
+		b, err := a.Doorbell(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bell = b
+		return b
+	})
+	c := socketOf(t, dst)
+	var sink countingReceiver
+	for i := 0; i < unwatchAfter+1; i++ {
+		dst.Poll(&sink, 64)
+	}
+	if epollHolds(t, dst.epfd, c.fd) || epollHolds(t, ads[1].eng.epfd, c.fd) {
+		t.Fatal("after a run of polls the socket is still in an epoll set")
+	}
+	// The engine's interest in a blocked write comes and goes.
+	c.wblocked.Store(true)
+	c.rearm()
+	if !epollHolds(t, ads[1].eng.epfd, c.fd) {
+		t.Fatal("a blocked write did not bring the socket back into the engine's set")
+	}
+	c.wblocked.Store(false)
+	c.rearm()
+	done := make(chan bool, 1)
+	go func() {
+		timer := time.NewTimer(time.Hour)
+		timer.Stop()
+		bell.Arm()
+		done <- bell.Sleep(nil, timer, time.Minute)
+	}()
+	for deadline := time.Now().Add(20 * time.Second); bell.Sleeping() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the consumer never went to sleep")
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	before := sink.n
+	sendOne(t, src, "wake")
+	select {
+	case timedOut := <-done:
+		if timedOut {
+			t.Fatal("the sleep ran out without the socket waking it")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sleep was not woken by the socket: the port slept with it out of its set")
+	}
+	bell.Disarm()
+	for deadline := time.Now().Add(10 * time.Second); sink.n == before; {
+		if time.Now().After(deadline) {
+			t.Fatal("the packet that woke the context was not delivered")
+		}
+		dst.Poll(&sink, 64)
+	}
+	for i := 0; i < unwatchAfter+1; i++ {
+		dst.Poll(&sink, 64)
+	}
+	if epollHolds(t, dst.epfd, c.fd) || epollHolds(t, ads[1].eng.epfd, c.fd) {
+		t.Fatal("after the sleep and a run of polls the socket is still in an epoll set")
+	}
+}
