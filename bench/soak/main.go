@@ -415,11 +415,22 @@ func runRound(o options, sc scenario, idx int, seed uint64) (*roundResult, error
 	}
 	if len(rr.exits) > 0 || len(rr.missing) > 0 || !rr.clean() {
 		for r := range n {
-			rr.tails = append(rr.tails, fmt.Sprintf("--- rank %d stdout:\n%s\n--- rank %d stderr:\n%s", r, outs[r].lines(), r, errs[r].lines()))
+			rr.tails = append(rr.tails, rankTail(r, rr.results[r], outs[r].lines(), errs[r].lines()))
 		}
 	}
 	rr.shmLeft = len(shmEntries()) - shm0
 	return rr, nil
+}
+
+// rankTail is what the report shows of rank r of a round that was not
+// clean: the kinds of its operations that neither completed nor failed
+// (the first thing to know of a hang), and the last lines of its output.
+func rankTail(r int, res *Result, stdout, stderr string) string {
+	hung := ""
+	if res != nil && len(res.HangKinds) > 0 {
+		hung = fmt.Sprintf("--- rank %d hangs: %s\n", r, strings.Join(res.HangKinds, ", "))
+	}
+	return fmt.Sprintf("%s--- rank %d stdout:\n%s\n--- rank %d stderr:\n%s", hung, r, stdout, r, stderr)
 }
 
 // inject waits for every rank to report armed, then injects the round's
