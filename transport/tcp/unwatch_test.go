@@ -71,6 +71,19 @@ func unwatchPair(t *testing.T, bell func(*Adapter) *transport.Doorbell) (ads []*
 	return ads, src, dst
 }
 
+// ownDoorbell gives unwatchPair the doorbell of the context's own adapter,
+// which sleeps on the context's sockets, and keeps it in *bell.
+func ownDoorbell(t *testing.T, bell **transport.Doorbell) func(*Adapter) *transport.Doorbell {
+	return func(a *Adapter) *transport.Doorbell {
+		b, err := a.Doorbell(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*bell = b
+		return b
+	}
+}
+
 // sendOne writes one packet from src to context 0 of rank 1 and makes
 // src write it.
 func sendOne(t *testing.T, src transport.Port, payload string) {
@@ -95,14 +108,7 @@ func sendOne(t *testing.T, src transport.Port, payload string) {
 // Checked against the kernel's list of each set's registrations.
 func TestPollingSocketInNoEpollSet(t *testing.T) {
 	var bell *transport.Doorbell
-	ads, src, dst := unwatchPair(t, func(a *Adapter) *transport.Doorbell {
-		b, err := a.Doorbell(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bell = b
-		return b
-	})
+	ads, src, dst := unwatchPair(t, ownDoorbell(t, &bell))
 	c := socketOf(t, dst)
 	inPort := func() bool { return epollHolds(t, dst.epfd, c.fd) }
 	inEngine := func() bool { return epollHolds(t, ads[1].eng.epfd, c.fd) }
@@ -222,14 +228,7 @@ func TestUnwatchedSocketBackToEngine(t *testing.T) {
 // its next run of polls.
 func TestEngineInterestWhileUnwatched(t *testing.T) {
 	var bell *transport.Doorbell
-	ads, src, dst := unwatchPair(t, func(a *Adapter) *transport.Doorbell {
-		b, err := a.Doorbell(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bell = b
-		return b
-	})
+	ads, src, dst := unwatchPair(t, ownDoorbell(t, &bell))
 	c := socketOf(t, dst)
 	var sink countingReceiver
 	for i := 0; i < unwatchAfter+1; i++ {
