@@ -63,6 +63,7 @@ func openOFI(ctx context.Context, job transport.Bootstrap, regions *transport.Re
 		RingSlots: cfg.RingSlots,
 		RDMASlots: cfg.RDMASlots,
 		Timeout:   cfg.OFI.Timeout,
+		CgoCalls:  cfg.OFI.CgoCalls,
 	})
 	if err != nil {
 		return nil, err

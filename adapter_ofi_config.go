@@ -27,6 +27,10 @@ type OFIConfig struct {
 	// Timeout bounds how long a link may wait for its peer before the peer
 	// counts as dead (AMIGO_OFI_TIMEOUT, default 10s).
 	Timeout time.Duration
+	// CgoCalls makes every call into libfabric through cgo, where the
+	// adapter otherwise makes the message path's two calls on a stack of
+	// its own (ofi.Options.CgoCalls; AMIGO_OFI_CGOCALLS=1).
+	CgoCalls bool
 }
 
 func init() {
@@ -48,6 +52,26 @@ func init() {
 				d, err := time.ParseDuration(strings.TrimSpace(v))
 				c.OFI.Timeout = d
 				return err
+			},
+		},
+		setting{
+			name: "AMIGO_OFI_CGOCALLS", doc: "libfabric, 1: every call through cgo (0: the message path's on the adapter's own stack)",
+			get: func(c *Config) string {
+				if c.OFI.CgoCalls {
+					return "1"
+				}
+				return "0"
+			},
+			set: func(c *Config, v string) error {
+				switch strings.TrimSpace(v) {
+				case "0":
+					c.OFI.CgoCalls = false
+				case "1":
+					c.OFI.CgoCalls = true
+				default:
+					return fmt.Errorf("want 0 or 1")
+				}
+				return nil
 			},
 		},
 	)

@@ -233,6 +233,22 @@ int64_t amigo_cq_read2(uintptr_t tx, uintptr_t te, size_t ntx, uintptr_t rx, uin
 	return (int64_t)(uint64_t)(uint32_t)(int32_t)a | (int64_t)((uint64_t)(uint32_t)(int32_t)b << 32);
 }
 
+// amigo_args_cq_read2 and amigo_args_inject_packet are amigo_cq_read2
+// and amigo_inject_packet taking their arguments from a block, in the
+// order of theirs, for package cstack's calls (one argument each);
+// amigo_args_fn gives their addresses (0 and 1).
+int64_t amigo_args_cq_read2(struct amigo_args *a) {
+	return amigo_cq_read2(a->a[0], a->a[1], a->a[2], a->a[3], a->a[4], a->a[5], (int)a->a[6]);
+}
+
+int64_t amigo_args_inject_packet(struct amigo_args *a) {
+	return amigo_inject_packet(a->a[0], a->a[1], a->a[2], a->a[3], a->a[4], a->a[5]);
+}
+
+uintptr_t amigo_args_fn(int which) {
+	return which == 0 ? (uintptr_t)amigo_args_cq_read2 : (uintptr_t)amigo_args_inject_packet;
+}
+
 // amigo_cq_cost reads cq n times for no entries (which runs the provider's
 // progress and takes nothing), for the port to time a look at its queues.
 void amigo_cq_cost(uintptr_t cq, int n) {

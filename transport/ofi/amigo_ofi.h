@@ -52,6 +52,12 @@ int64_t amigo_cq_read2(uintptr_t tx, uintptr_t te, size_t ntx, uintptr_t rx, uin
 int64_t amigo_floor_pingpong(uintptr_t ep, uintptr_t rxcq, fi_addr_t dest, int64_t iters, int server,
 		uintptr_t rxmem, size_t rxsize, uintptr_t desc, uintptr_t ctxbase, size_t stride, int multi, uint32_t rank);
 void amigo_cq_cost(uintptr_t cq, int n);
+// The message path's calls in the form package cstack calls them: one
+// argument, a block of eight numbers (struct amigo_args).
+struct amigo_args { uint64_t a[8]; };
+int64_t amigo_args_cq_read2(struct amigo_args *a);
+int64_t amigo_args_inject_packet(struct amigo_args *a);
+uintptr_t amigo_args_fn(int which);
 ssize_t amigo_cq_readerr(struct fid_cq *cq, uintptr_t *ctx, int *err, int *perr);
 int amigo_mr_reg(struct fid_domain *dom, struct fid_ep *ep, uintptr_t buf, size_t len, uint64_t access, uint64_t reqkey, int bind, struct fid_mr **mr, uint64_t *key, uintptr_t *desc);
 int amigo_trywait(struct fid_fabric *fab, struct fid_cq *a, struct fid_cq *b);

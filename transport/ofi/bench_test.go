@@ -23,7 +23,12 @@ type benchPair struct {
 }
 
 func newBenchPair(b testing.TB, prov string) *benchPair {
-	ads, _ := newWorld(b, 2, Options{Provider: prov, Timeout: time.Minute})
+	return newBenchPairOpts(b, Options{Provider: prov, Timeout: time.Minute})
+}
+
+// newBenchPairOpts is newBenchPair with the adapters' options.
+func newBenchPairOpts(b testing.TB, opts Options) *benchPair {
+	ads, _ := newWorld(b, 2, opts)
 	bp := &benchPair{ads: ads}
 	b.Cleanup(func() { ads[0].Close(); ads[1].Close() })
 	for r := range 2 {

@@ -199,7 +199,7 @@ func (l *olink) post(pkt []byte) bool {
 		if in != nil && !in.gone {
 			ack = in.taken
 		}
-		rc := C.amigo_inject_packet(p.e.eph, C.uintptr_t(l.hdr), C.uintptr_t(addrOf(pkt)), C.size_t(len(pkt)), C.uint64_t(ack), l.dest)
+		rc := p.injectPacket(p.e.eph, C.uintptr_t(l.hdr), C.uintptr_t(addrOf(pkt)), C.size_t(len(pkt)), C.uint64_t(ack), l.dest)
 		if rc == errAgain {
 			return false
 		}

@@ -102,6 +102,8 @@ type port struct {
 	entriesAddr   C.uintptr_t
 	txEntries     *[32]C.struct_fi_cq_data_entry
 	txEntriesAddr C.uintptr_t
+	// direct calls the message path's C functions without cgo.
+	direct directCalls
 	// spin is how many more times progress reads the completion queues,
 	// in the same call to C, when it found them empty while a link waits
 	// for its peer (calibrateSpin).
@@ -201,6 +203,9 @@ func newPort(a *Adapter, ctx int, bell *transport.Doorbell) (*port, error) {
 	tm := pinnedBytes(&p.pins, int(unsafe.Sizeof(*p.txEntries)))
 	p.txEntries = (*[32]C.struct_fi_cq_data_entry)(unsafe.Pointer(&tm[0]))
 	p.txEntriesAddr = C.uintptr_t(addrOf(tm))
+	if !a.opts.CgoCalls {
+		p.direct.open(&p.pins)
+	}
 	p.ctxMem = pinnedBytes(&p.pins, nops*ctxStride)
 	p.ctxBase = addrOf(p.ctxMem)
 	p.ops = make([]opInfo, nops)
@@ -440,7 +445,7 @@ func (p *port) readRx(r transport.Receiver, budget int, spin C.int) (int, bool) 
 	got := 0
 	for got < budget {
 		want := min(budget-got, len(p.entries))
-		v := int64(C.amigo_cq_read2(0, 0, 0, p.e.rxh, p.entriesAddr, C.size_t(want), spin))
+		v := p.cqRead2(0, 0, 0, p.e.rxh, p.entriesAddr, C.size_t(want), spin)
 		n := int(int32(uint64(v) >> 32))
 		spin = 0
 		if n <= 0 {
@@ -911,7 +916,7 @@ func (p *port) progress() int {
 		if n == 0 && nrx > 0 && p.spin > 0 && p.expecting() {
 			spin = p.spin
 		}
-		v := int64(C.amigo_cq_read2(p.e.txh, p.txEntriesAddr, C.size_t(ntx), p.e.rxh, p.entriesAddr, C.size_t(nrx), spin))
+		v := p.cqRead2(p.e.txh, p.txEntriesAddr, C.size_t(ntx), p.e.rxh, p.entriesAddr, C.size_t(nrx), spin)
 		tx, rx := int(int32(uint32(v))), int(int32(uint64(v)>>32))
 		if tx > 0 {
 			n += p.takeTx(tx)
@@ -1230,6 +1235,7 @@ func (p *port) release() {
 		l.releaseAll()
 	}
 	p.regs.close()
+	p.direct.close()
 	p.pins.Unpin()
 }
 
