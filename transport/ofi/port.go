@@ -114,6 +114,9 @@ type port struct {
 	// pollRead says that a Poll read the receive queue since the last
 	// Progress: the next Progress leaves it to the Poll that follows.
 	pollRead bool
+	// rxLeft says that a Progress left the receive queue to the Poll that
+	// follows it, to spin there, and no Poll read it since.
+	rxLeft bool
 	// pending holds packets Progress found in the receive queue, for the
 	// next Poll: their buffers stay taken until then.
 	pending            []pendingMsg
@@ -415,6 +418,7 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 		if got == 0 && p.spin > 0 && p.expecting() {
 			spin = p.spin
 		}
+		p.rxLeft = false
 		g, _ := p.readRx(r, budget-got, spin)
 		got += g
 		// Where the port spins (a read of its queues looks at memory),
@@ -908,6 +912,17 @@ func (p *port) progress() int {
 		nrx = 0
 		p.pollRead = false
 	}
+	if nrx > 0 && n == 0 && p.spin > 0 && !p.rxLeft && p.expecting() {
+		// A port that waits for its peer spins on the receive queue in
+		// the Poll that follows, which hands a packet it finds to its
+		// handler at once; read here, it would wait in pending for that
+		// Poll, through the rest of this pass. A Progress that finds the
+		// queue still left to a Poll (none read it since) reads it: a
+		// caller that only calls Progress (a flush) still gets its
+		// acknowledgements.
+		nrx = 0
+		p.rxLeft, p.rxDry = true, false
+	}
 	if ntx > 0 || nrx > 0 {
 		// A port that posted nothing and waits for its peer (an answer,
 		// an acknowledgement, a completion) spins on its queues in C,
@@ -915,6 +930,9 @@ func (p *port) progress() int {
 		spin := C.int(0)
 		if n == 0 && nrx > 0 && p.spin > 0 && p.expecting() {
 			spin = p.spin
+		}
+		if nrx > 0 {
+			p.rxLeft = false
 		}
 		v := p.cqRead2(p.e.txh, p.txEntriesAddr, C.size_t(ntx), p.e.rxh, p.entriesAddr, C.size_t(nrx), spin)
 		tx, rx := int(int32(uint32(v))), int(int32(uint64(v)>>32))

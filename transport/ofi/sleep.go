@@ -261,7 +261,8 @@ func (a *Adapter) watch() {
 					p.idleSince = now
 				} else {
 					busy = false
-					p.pollRead = false // no Poll follows: progress reads the receive queue
+					// No Poll follows: progress reads the receive queue.
+					p.pollRead, p.rxLeft = false, true
 					if p.progress() > 0 {
 						p.bell.Ring()
 					}
