@@ -120,6 +120,12 @@ type conn struct {
 	pfd       [1]unix.PollFd // its poll(2) argument
 	wantKick  bool           // the pump made work for the write side (replies, acks received)
 	inReady   bool           // the port's epoll reported the socket readable (Poll's goroutine only)
+	// straight lets the pump stop at a packet that arrived whole in the
+	// read buffer while the reception ring holds nothing undelivered,
+	// leaving it in pkt for pollDeliver to hand to the receiver.
+	straight  bool
+	pkt       []byte
+	straightN uint64 // packets pollDeliver handed over (Poll's goroutine only)
 
 	// Target: the reception ring. Produced by the read side, consumed by
 	// Poll on the context's goroutine.
@@ -858,10 +864,11 @@ func (c *conn) buildBatch() bool {
 type pumpStatus uint8
 
 const (
-	pumpIdle   pumpStatus = iota // the socket has nothing more for now
-	pumpMore                     // stopped for the budget; more may be waiting
-	pumpFull                     // stopped on a full reception ring or reply queue
-	pumpFailed                   // the connection failed
+	pumpIdle    pumpStatus = iota // the socket has nothing more for now
+	pumpMore                      // stopped for the budget; more may be waiting
+	pumpFull                      // stopped on a full reception ring or reply queue
+	pumpDeliver                   // stopped at a packet for pollDeliver (c.pkt)
+	pumpFailed                    // the connection failed
 )
 
 // Read states.
@@ -890,26 +897,69 @@ type readState struct {
 	aux   uint64
 	pktN  int    // length of the packet being received
 	pktAt uint64 // its position in the reception ring
+	// drained is the pump's drained, kept while it stops at a packet for
+	// pollDeliver.
+	drained bool
 }
 
 // pollInline reads on the calling (context's) goroutine, if the read side
 // is free. It returns the number of frames completed.
 func (c *conn) pollInline() int {
-	if !c.rlock.CompareAndSwap(0, 1) {
-		return 0
-	}
-	work, kick, revKick := 0, false, false
-	if c.failure.Load() == nil {
-		c.wantKick, c.revKick = false, false
-		work, _ = c.pump(c.fd, 4)
-		kick, revKick = c.wantKick, c.revKick
-	}
-	c.rlock.Store(0)
-	if kick {
-		c.kick()
-	}
-	c.kickReverse(revKick)
+	work, _ := c.pollDeliver(nil, 0)
 	return work
+}
+
+// pollDeliver is pollInline for Poll, on the context's goroutine: up to
+// budget packets that arrive whole in the read buffer while the reception
+// ring holds nothing undelivered go to r straight from the buffer, in
+// order, and count delivered before their handler runs, as deliver
+// counts; the rest wait in the ring for deliver. Each handler runs after
+// the kicks its packet's reading asked for, as it would from the ring. It
+// returns the work done and the packets delivered.
+//
+// # Why
+//
+// An 8-byte message's frame went from the read buffer into the ring
+// (pad, copy, seal, publish) and out of it (read, hand over, zero and
+// give back) before its handler saw it: some 150 ns of a loopback
+// ping-pong's 3.8 us on the way from the read to the handler.
+//
+// A handler runs with the read side held (its packet is in the read
+// buffer): a Poll it causes (an Advance in a handler) finds the socket
+// taken and reads nothing from it.
+func (c *conn) pollDeliver(r transport.Receiver, budget int) (work, got int) {
+	if !c.rlock.CompareAndSwap(0, 1) {
+		return 0, 0
+	}
+	for {
+		kick, revKick := false, false
+		if c.failure.Load() == nil {
+			c.wantKick, c.revKick = false, false
+			c.straight = r != nil && got < budget
+			w, _ := c.pump(c.fd, 4)
+			work += w
+			c.straight = false
+			kick, revKick = c.wantKick, c.revKick
+		}
+		pkt := c.pkt
+		c.pkt = nil
+		if pkt == nil {
+			c.rlock.Store(0)
+			if kick {
+				c.kick()
+			}
+			c.kickReverse(revKick)
+			return work, got
+		}
+		if kick {
+			c.kick()
+		}
+		c.kickReverse(revKick)
+		got++
+		c.straightN++
+		c.rxDone.Store(c.rxDone.Load() + 1)
+		r.Receive(c.peer, pkt)
+	}
 }
 
 // kickReverse lets the reverse connection's write side give back the
@@ -951,7 +1001,10 @@ func (c *conn) readable() int {
 func (c *conn) pump(fd int, budget int) (int, pumpStatus) {
 	rd := &c.rd
 	work := 0
-	drained := false // the last read took less than it had room for
+	// The last read took less than it had room for (kept across a stop
+	// at a packet pollDeliver hands over: no read since).
+	drained := rd.drained
+	rd.drained = false
 	for reads := 0; ; {
 		for {
 			n, need, err := c.step()
@@ -971,6 +1024,10 @@ func (c *conn) pump(fd int, budget int) (int, pumpStatus) {
 			}
 			if need == needBytes {
 				break
+			}
+			if need == needDeliver {
+				rd.drained = drained
+				return work, pumpDeliver
 			}
 		}
 		if c.stalled.Load() {
@@ -1050,6 +1107,7 @@ const (
 	needNothing need = iota // progress made; call again
 	needBytes               // more bytes must be read
 	needFull                // no room to go on
+	needDeliver             // a packet waits in c.pkt for pollDeliver
 )
 
 // step consumes one frame, or part of one's data, from the buffer.
@@ -1108,8 +1166,11 @@ func (c *conn) handle(f frame) (int, need, error) {
 		n := int(f.u32)
 		k := ring.SlotsFor(n)
 		pad := c.rx.PadFor(c.rxTail, k)
+		// Straight to the receiver (pollDeliver): the whole packet is in
+		// the buffer and nothing before it waits in the ring.
+		straight := c.straight && rd.w-rd.r >= f.headerLength+n && !c.rxRead.Pending()
 		free := uint64(c.rx.Slots()) - (c.rxTail - c.rx.HeadCounter().Load())
-		if uint64(pad+k) > free {
+		if !straight && uint64(pad+k) > free {
 			return 0, needFull, nil
 		}
 		if f.ack > 0 {
@@ -1129,6 +1190,13 @@ func (c *conn) handle(f frame) (int, need, error) {
 			c.revKick = true
 		}
 		rd.r += f.headerLength
+		if straight {
+			// Its bytes stay in the buffer until the next read, which
+			// waits for pollDeliver to hand it over.
+			c.pkt = rd.buf[rd.r : rd.r+n : rd.r+n]
+			rd.r += n
+			return 1, needDeliver, nil
+		}
 		if pad > 0 {
 			c.rx.WritePad(c.rxTail, pad)
 			c.rxTail += uint64(pad)

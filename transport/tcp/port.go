@@ -570,8 +570,9 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 		}
 		if attended && got < budget && c.ready.Load() && (direct || c.inReady) {
 			c.inReady = false
-			if w := c.pollInline(); w > 0 {
+			if w, d := c.pollDeliver(r, budget-got); w > 0 {
 				p.extra += w
+				got += d
 				got += c.deliver(r, budget-got)
 			}
 		}
