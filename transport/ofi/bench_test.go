@@ -20,6 +20,9 @@ type benchPair struct {
 	links [2]*transport.Link
 	trs   [2]*fifo.Tracker
 	got   [2]cnt
+	// calibrated is each port's spin as it opened, before the pair set
+	// it to 0.
+	calibrated [2]int
 }
 
 func newBenchPair(b testing.TB, prov string) *benchPair {
@@ -41,6 +44,7 @@ func newBenchPairOpts(b testing.TB, opts Options) *benchPair {
 		// measured. (Taken, as the adapter's watcher reads it.)
 		pp := p.(*port)
 		pp.enter()
+		bp.calibrated[r] = int(pp.spin)
 		pp.spin = 0
 		pp.leave()
 		bp.ports[r] = p

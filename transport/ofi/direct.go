@@ -17,13 +17,16 @@ import (
 
 // The two calls of the message path, a look at the completion queues and
 // the injection of a packet, are made on a stack of the port's own
-// (package cstack) instead of through cgo: they return within
+// (package cstack) instead of through cgo, on a port whose looks at its
+// queues read memory (it spins on them: shm): there they return within
 // spinBudget, call nothing in Go, and take their arguments from a block
 // of pinned memory, which is what such a call asks. A cgo call costs some
 // 20 ns of the scheduler's hand-over on each side of it; a ping-pong
 // makes two a message on its critical path (the return of the look that
-// found the message, the entry of the injection of the answer).
-// Options.CgoCalls keeps them on cgo.
+// found the message, the entry of the injection of the answer). Where a
+// look is a system call and the provider's progress moves data in it
+// (tcp;ofi_rxm), the calls stay on cgo. Options.CgoCalls keeps them all
+// on cgo.
 
 var (
 	fnCQRead2 = uintptr(C.amigo_args_fn(0))

@@ -53,8 +53,9 @@ type Options struct {
 	// the provider does not ask for it (FI_MR_LOCAL), to exercise that
 	// path on providers that do not need it.
 	RegisterLocal bool
-	// CgoCalls makes every call into libfabric through cgo. Otherwise the
-	// message path's two calls (a look at the completion queues, the
+	// CgoCalls makes every call into libfabric through cgo. Otherwise,
+	// on a port whose looks at its completion queues read memory (it
+	// spins on them: shm), the message path's two calls (that look, the
 	// injection of a small packet) run on a stack of the port's own,
 	// without cgo's hand-over to the scheduler (package cstack), on the
 	// platforms that have it (linux/amd64) (AMIGO_OFI_CGOCALLS=1).

@@ -206,9 +206,6 @@ func newPort(a *Adapter, ctx int, bell *transport.Doorbell) (*port, error) {
 	tm := pinnedBytes(&p.pins, int(unsafe.Sizeof(*p.txEntries)))
 	p.txEntries = (*[32]C.struct_fi_cq_data_entry)(unsafe.Pointer(&tm[0]))
 	p.txEntriesAddr = C.uintptr_t(addrOf(tm))
-	if !a.opts.CgoCalls {
-		p.direct.open(&p.pins)
-	}
 	p.ctxMem = pinnedBytes(&p.pins, nops*ctxStride)
 	p.ctxBase = addrOf(p.ctxMem)
 	p.ops = make([]opInfo, nops)
@@ -233,6 +230,13 @@ func newPort(a *Adapter, ctx int, bell *transport.Doorbell) (*port, error) {
 		}
 	}
 	p.calibrateSpin()
+	if !a.opts.CgoCalls && p.spin > 0 {
+		// Where a look at the queues reads memory (the port spins):
+		// over a provider whose progress makes system calls and moves
+		// data in the call (tcp), a call is long enough for cgo's cost
+		// not to matter, and should let the scheduler have the thread.
+		p.direct.open(&p.pins)
+	}
 	for i := 0; i < nbuf; i++ {
 		p.ops[i] = opInfo{kind: opRecv, seq: uint64(i)}
 		if err := p.postRecv(i); err != nil {
