@@ -79,16 +79,7 @@ func (c *countingReceiver) Receive(transport.Addr, []byte) { c.n++ }
 // buffers hold 16 slots, so the 500 rounds complete only if the piggybacked
 // acks give every descriptor back.
 func TestPiggybackedAcks(t *testing.T) {
-	ads, _, _ := newWorld(t, 2, Options{RingSlots: 16})
-	ports := openAll(t, ads)
-	var prod [2]*producer
-	for r := range 2 {
-		l, err := ports[r].Link(addr(1-r, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		prod[r] = &producer{l: l}
-	}
+	ports, prod := pairLinks(t, Options{RingSlots: 16})
 	var sink [2]countingReceiver
 	msg := make([]byte, 8)
 	deadline := time.Now().Add(30 * time.Second)
@@ -116,8 +107,8 @@ func TestPiggybackedAcks(t *testing.T) {
 		}
 	}
 	var piggy, frames uint64
-	for _, a := range ads {
-		s := a.Stats()
+	for _, p := range ports {
+		s := p.(*port).a.Stats()
 		piggy += s.Piggybacked
 		frames += s.AckFrames
 	}

@@ -219,6 +219,23 @@ func exchange(t testing.TB, src, dst transport.Port, from, to transport.Addr, n 
 	}
 }
 
+// pairLinks makes a world of two adapters with opts, opens context 0 of
+// each, and a link from each to the other with a producer writing into it.
+func pairLinks(t testing.TB, opts Options) ([]transport.Port, [2]*producer) {
+	t.Helper()
+	ads, _, _ := newWorld(t, 2, opts)
+	ports := openAll(t, ads)
+	var prod [2]*producer
+	for r := range 2 {
+		l, err := ports[r].Link(addr(1-r, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		prod[r] = &producer{l: l}
+	}
+	return ports, prod
+}
+
 // open opens context 0 of each adapter.
 func openAll(t testing.TB, ads []*Adapter) []transport.Port {
 	t.Helper()

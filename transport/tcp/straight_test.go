@@ -55,16 +55,7 @@ func outConn(t testing.TB, p transport.Port, to int) *conn {
 // ring first (by a read with no receiver, as the engine's) are delivered
 // before any that arrive after them, whatever Poll's budget.
 func TestPacketsStraightFromReadBuffer(t *testing.T) {
-	ads, _, _ := newWorld(t, 2, Options{})
-	ports := openAll(t, ads)
-	var prod [2]*producer
-	for r := range 2 {
-		l, err := ports[r].Link(addr(1-r, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		prod[r] = &producer{l: l}
-	}
+	ports, prod := pairLinks(t, Options{})
 	recv := [2]*seqReceiver{{t: t}, {t: t}}
 	deadline := time.Now().Add(30 * time.Second)
 	wait := func(r, n, budget int) {
