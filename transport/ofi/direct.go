@@ -42,8 +42,9 @@ type directCalls struct {
 	addr uintptr
 }
 
-// stacks keeps the stacks of released ports for new ones: a stack is never
-// unmapped, so that a call that a closing port still runs cannot fault.
+// stacks keeps the stacks of released ports for new ones, instead of a
+// mapping and an unmapping for each port. A port gives its stack back at
+// release, after its Close, when none of its calls runs.
 var stacks struct {
 	sync.Mutex
 	free []*cstack.Stack
