@@ -945,16 +945,14 @@ func (c *conn) pollDeliver(r transport.Receiver, budget int) (work, got int) {
 		c.pkt = nil
 		if pkt == nil {
 			c.rlock.Store(0)
-			if kick {
-				c.kick()
-			}
-			c.kickReverse(revKick)
-			return work, got
 		}
 		if kick {
 			c.kick()
 		}
 		c.kickReverse(revKick)
+		if pkt == nil {
+			return work, got
+		}
 		got++
 		c.straightN++
 		c.rxDone.Store(c.rxDone.Load() + 1)

@@ -26,25 +26,19 @@ func (s *seqReceiver) Receive(from transport.Addr, pkt []byte) {
 	}
 }
 
-// inConn returns the connection port p reads the packets of rank from on.
-func inConn(t testing.TB, p transport.Port, from int) *conn {
-	for _, c := range p.(*port).list(&p.(*port).ins) {
-		if c.peer.Rank == int32(from) {
+// connOf returns the connection of port p's list (ins or outs) to rank.
+func connOf(t testing.TB, p transport.Port, outs bool, rank int) *conn {
+	pt := p.(*port)
+	list := &pt.ins
+	if outs {
+		list = &pt.outs
+	}
+	for _, c := range pt.list(list) {
+		if c.peer.Rank == int32(rank) {
 			return c
 		}
 	}
-	t.Fatalf("no connection in from rank %d", from)
-	return nil
-}
-
-// outConn returns the connection port p writes its link to rank to on.
-func outConn(t testing.TB, p transport.Port, to int) *conn {
-	for _, c := range p.(*port).list(&p.(*port).outs) {
-		if c.peer.Rank == int32(to) {
-			return c
-		}
-	}
-	t.Fatalf("no connection out to rank %d", to)
+	t.Fatalf("no connection (outs %v) with rank %d", outs, rank)
 	return nil
 }
 
@@ -85,7 +79,7 @@ func TestPacketsStraightFromReadBuffer(t *testing.T) {
 		send(1)
 		wait(0, sent[1], 64)
 	}
-	c1 := inConn(t, ports[1], 0)
+	c1 := connOf(t, ports[1], false, 0)
 	if c1.straightN < rounds/2 {
 		t.Fatalf("%d of %d packets of a ping-pong went straight to the receiver", c1.straightN, rounds)
 	}
@@ -109,7 +103,7 @@ func TestPacketsStraightFromReadBuffer(t *testing.T) {
 			// Poll drains the ring before it reads the socket, but the
 			// engine may read in between: reading with a receiver while
 			// the ring holds packets must put the new ones behind them.
-			c0 := outConn(t, ports[0], 1)
+			c0 := connOf(t, ports[0], true, 1)
 			ports[0].Progress()
 			for c1.rcvd.Load() != c0.sent.Load() || c1.rd.r != c1.rd.w || c0.wpos.Load() != prod[0].tail {
 				ports[0].Progress()
