@@ -3,6 +3,7 @@ package amigo
 import (
 	"errors"
 	"fmt"
+	"github.com/amigo-hpc/amigo/internal/memcopy"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,9 @@ func closeAll(cs []*Client) {
 
 func newClient(rank, size int, cfg Config, regions *transport.Regions, adapters []transport.Adapter, route []uint8) (*Client, error) {
 	c := &Client{rank: rank, size: size, cfg: cfg, regions: regions, adapters: adapters, route: route}
+	if m, ok := memcopy.ParseMode(cfg.Copy); ok {
+		memcopy.SetMode(m)
+	}
 	for i := 0; i < cfg.Contexts; i++ {
 		ctx, err := newContext(c, i)
 		if err != nil {

@@ -2,6 +2,7 @@ package amigo
 
 import (
 	"fmt"
+	"github.com/amigo-hpc/amigo/internal/memcopy"
 	"os"
 	"strconv"
 	"strings"
@@ -83,6 +84,12 @@ type Config struct {
 	// host, else normal. Close puts back the policy it had. See package
 	// internal/sysmon.
 	Monitor string
+	// Copy is how large inline messages (16 KiB and more) are copied into
+	// and out of descriptor buffers (AMIGO_COPY): "auto", the default,
+	// times Go's copy and the processor's string move (REP MOVSB) now and
+	// then and uses the faster, by size; "go" and "movsb" always use the
+	// one. It applies to the whole process. See package internal/memcopy.
+	Copy string
 	// SleepMax bounds one sleep of a waiting goroutine; a doorbell normally
 	// ends the sleep much earlier (AMIGO_SLEEP_MAX, default 1ms).
 	SleepMax time.Duration
@@ -292,6 +299,11 @@ var settings = []setting{
 		set: func(c *Config, v string) error { c.Monitor = strings.TrimSpace(v); return nil },
 	},
 	{
+		name: "AMIGO_COPY", doc: "copy of large inline messages into and out of descriptor buffers: auto (timed, the faster), go or movsb",
+		get: func(c *Config) string { return c.Copy },
+		set: func(c *Config, v string) error { c.Copy = strings.TrimSpace(v); return nil },
+	},
+	{
 		name: "AMIGO_LOOP_ENGINE", doc: "in-process GET/PUT engine: inline or async",
 		get: func(c *Config) string { return c.LoopEngine },
 		set: func(c *Config, v string) error { c.LoopEngine = strings.TrimSpace(v); return nil },
@@ -342,6 +354,9 @@ func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
 	}
 	if c.Monitor == "" {
 		c.Monitor = "auto"
+	}
+	if c.Copy == "" {
+		c.Copy = "auto"
 	}
 	if c.StopVariant == "" {
 		c.StopVariant = "auto"
@@ -405,6 +420,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("amigo: EagerPacket %d, EagerPacketMax %d: want 64 <= first <= largest", c.EagerPacket, c.EagerPacketMax)
 	case c.Monitor != "auto" && c.Monitor != "batch" && c.Monitor != "idle" && c.Monitor != "normal":
 		return fmt.Errorf("amigo: Monitor %q: want auto, batch, idle or normal", c.Monitor)
+	case !validCopy(c.Copy):
+		return fmt.Errorf("amigo: Copy %q: want auto, go or movsb", c.Copy)
 	case c.Transport != "auto" && c.Transport != "shm" && c.Transport != "tcp" && c.Transport != "ofi":
 		return fmt.Errorf("amigo: Transport %q: want auto, shm, tcp or ofi", c.Transport)
 	}
@@ -441,4 +458,10 @@ func (c *Config) packetMax() int {
 		slots = c.linkSlots
 	}
 	return ring.MaxPayload(slots)
+}
+
+// validCopy reports whether s names a Config.Copy.
+func validCopy(s string) bool {
+	_, ok := memcopy.ParseMode(s)
+	return ok
 }

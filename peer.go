@@ -2,6 +2,7 @@ package amigo
 
 import (
 	"cmp"
+	"github.com/amigo-hpc/amigo/internal/memcopy"
 
 	"github.com/amigo-hpc/amigo/internal/fifo"
 	"github.com/amigo-hpc/amigo/internal/ring"
@@ -75,6 +76,7 @@ type peer struct {
 	issued   int
 	isActive bool
 	failed   error
+	cp       *memcopy.Chooser // the context's: copies large inline data into the ring
 
 	_ [64]byte // see the padding at the top
 }
@@ -111,7 +113,7 @@ func (c *Context) connect(idx int32) *peer {
 		link.Msg, _ = ring.NewHeap(2)
 		link.Fail(err)
 	}
-	p := &peer{idx: idx, ep: ep, link: link, ring: link.Msg, bell: link.MsgBell, push: link.Push, rq: link.RDMA, records: link.Shared}
+	p := &peer{idx: idx, ep: ep, link: link, ring: link.Msg, bell: link.MsgBell, push: link.Push, rq: link.RDMA, records: link.Shared, cp: &c.cp}
 	p.msg = fifo.New(link.Msg.Slots(), link.Msg.HeadCounter(), link.Msg.TransferCounter(), nil)
 	p.rdma = fifo.New(link.RDMA.Slots(), link.RDMA.HeadCounter(), link.RDMA.TransferCounter(), link.RDMA.Status)
 	p.chunk = c.cfg.RDMAChunk
@@ -300,7 +302,7 @@ func (c *Context) injectAM(p *peer, in *inst) bool {
 		o.rdone = in.rdone
 		id = o.id()
 	}
-	wire.PutAM(b, in.disp, in.hdr, in.data, ack, id)
+	c.cp.Copy(b[wire.PutAMHead(b, in.disp, in.hdr, ack, id):], in.data)
 	if in.vec != nil {
 		at := size - dlen
 		for _, v := range in.vec {

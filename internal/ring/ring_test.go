@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/amigo-hpc/amigo/internal/memcopy"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -923,8 +924,21 @@ func TestTakeGivesLargeBack(t *testing.T) {
 // destination sometimes shorter), and checks the data, and that every
 // slot's header word position is zero once the ring is empty again: the
 // slots CopyOut zeroed and the give-back skipped are free like the others.
+// It does so with each way of copying (package memcopy): timed and chosen,
+// Go's copy, the string move.
 func TestCopyOut(t *testing.T) {
-	const slots = 512
+	for _, m := range []memcopy.Mode{memcopy.Auto, memcopy.AlwaysGo, memcopy.AlwaysMovsb} {
+		t.Run(fmt.Sprint("mode", m), func(t *testing.T) {
+			memcopy.SetMode(m)
+			t.Cleanup(func() { memcopy.SetMode(memcopy.Auto) })
+			testCopyOut(t)
+		})
+	}
+}
+
+func testCopyOut(t *testing.T) {
+	// Descriptors up to 32 KiB: past memcopy.MinSize.
+	const slots = 1024
 	r, _ := NewHeap(slots)
 	const total = 20000
 	sizes := func(seed uint64) func() int {

@@ -270,6 +270,14 @@ func putBase(b []byte, k Kind, flags uint8, dispatch uint16, hlen int) {
 // PutAM encodes an AM into b, which must be AMSize(len(header), len(data), ack)
 // bytes. op is encoded only when ack is set.
 func PutAM(b []byte, dispatch uint16, header, data []byte, ack bool, op uint64) {
+	n := PutAMHead(b, dispatch, header, ack, op)
+	copy(b[n:], data)
+}
+
+// PutAMHead is PutAM without the data: it encodes all but the data into
+// b, which must be AMSize(len(header), len(data), ack) bytes, and returns
+// the offset in b at which the data goes, for the caller to copy it there.
+func PutAMHead(b []byte, dispatch uint16, header []byte, ack bool, op uint64) int {
 	var flags uint8
 	n := BaseSize
 	if ack {
@@ -278,8 +286,7 @@ func PutAM(b []byte, dispatch uint16, header, data []byte, ack bool, op uint64) 
 		n += 8
 	}
 	putBase(b, KindAM, flags, dispatch, len(header))
-	n += copy(b[n:], header)
-	copy(b[n:], data)
+	return n + copy(b[n:], header)
 }
 
 // PutAMRecord encodes an AM without acknowledgement whose base header
