@@ -84,10 +84,10 @@ type Config struct {
 	// host, else normal. Close puts back the policy it had. See package
 	// internal/sysmon.
 	Monitor string
-	// Copy is how large inline messages (16 KiB and more) are copied into
-	// and out of descriptor buffers (AMIGO_COPY): "auto", the default,
-	// times Go's copy and the processor's string move (REP MOVSB) now and
-	// then and uses the faster, by size; "go" and "movsb" always use the
+	// Copy is how the data of inline messages is copied into and out of
+	// descriptor buffers (AMIGO_COPY): "auto", the default, with the
+	// processor's string move (REP MOVSB) from 32 KiB on where it has its
+	// fast form and with Go's copy below; "go" and "movsb" always with the
 	// one. It applies to the whole process. See package internal/memcopy.
 	Copy string
 	// SleepMax bounds one sleep of a waiting goroutine; a doorbell normally
@@ -299,7 +299,7 @@ var settings = []setting{
 		set: func(c *Config, v string) error { c.Monitor = strings.TrimSpace(v); return nil },
 	},
 	{
-		name: "AMIGO_COPY", doc: "copy of large inline messages into and out of descriptor buffers: auto (timed, the faster), go or movsb",
+		name: "AMIGO_COPY", doc: "copy of inline data into and out of descriptor buffers: auto (the string move from 32 KiB), go or movsb",
 		get: func(c *Config) string { return c.Copy },
 		set: func(c *Config, v string) error { c.Copy = strings.TrimSpace(v); return nil },
 	},

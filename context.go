@@ -92,10 +92,6 @@ type Context struct {
 	early       *earlyState
 	dispatchSet atomic.Bool
 
-	// cp copies the data of large inline messages into descriptor
-	// buffers, the way it measures faster (package memcopy).
-	cp memcopy.Chooser
-
 	_ [64]byte // see the padding at the top
 }
 
@@ -385,7 +381,7 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 	if b == nil {
 		return false
 	}
-	p.cp.Copy(b[wire.PutAMHead(b, uint16(d), header, false, 0):], data)
+	memcopy.Copy(b[wire.PutAMHead(b, uint16(d), header, false, 0):], data)
 	p.commit(nil)
 	return true
 }

@@ -20,8 +20,8 @@ import (
 // a large message out, and the give-back skips them: a mistake there
 // loses or corrupts the messages that follow.
 //
-// Both sides copy messages of 16 KiB and more either way (Config.Copy):
-// the way each measures faster, Go's copy, or the string move.
+// Both sides copy the data with each setting of Config.Copy: the string
+// move from 32 KiB on, Go's copy always, the string move always.
 func TestCopyTo(t *testing.T) {
 	for _, over := range []string{"shm", "loop"} {
 		for _, way := range []string{"auto", "go", "movsb"} {

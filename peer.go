@@ -76,7 +76,6 @@ type peer struct {
 	issued   int
 	isActive bool
 	failed   error
-	cp       *memcopy.Chooser // the context's: copies large inline data into the ring
 
 	_ [64]byte // see the padding at the top
 }
@@ -113,7 +112,7 @@ func (c *Context) connect(idx int32) *peer {
 		link.Msg, _ = ring.NewHeap(2)
 		link.Fail(err)
 	}
-	p := &peer{idx: idx, ep: ep, link: link, ring: link.Msg, bell: link.MsgBell, push: link.Push, rq: link.RDMA, records: link.Shared, cp: &c.cp}
+	p := &peer{idx: idx, ep: ep, link: link, ring: link.Msg, bell: link.MsgBell, push: link.Push, rq: link.RDMA, records: link.Shared}
 	p.msg = fifo.New(link.Msg.Slots(), link.Msg.HeadCounter(), link.Msg.TransferCounter(), nil)
 	p.rdma = fifo.New(link.RDMA.Slots(), link.RDMA.HeadCounter(), link.RDMA.TransferCounter(), link.RDMA.Status)
 	p.chunk = c.cfg.RDMAChunk
@@ -302,7 +301,7 @@ func (c *Context) injectAM(p *peer, in *inst) bool {
 		o.rdone = in.rdone
 		id = o.id()
 	}
-	c.cp.Copy(b[wire.PutAMHead(b, in.disp, in.hdr, ack, id):], in.data)
+	memcopy.Copy(b[wire.PutAMHead(b, in.disp, in.hdr, ack, id):], in.data)
 	if in.vec != nil {
 		at := size - dlen
 		for _, v := range in.vec {

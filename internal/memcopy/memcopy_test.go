@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestMove copies with both ways, between buffers at every alignment,
+// TestMove copies with and without the string move, between buffers at every alignment,
 // and checks the bytes copied and that nothing around the destination
 // changed.
 func TestMove(t *testing.T) {
@@ -13,7 +13,7 @@ func TestMove(t *testing.T) {
 	for i := range src {
 		src[i] = byte(i*7 + i>>9)
 	}
-	for _, w := range []Way{Go, Movsb} {
+	for _, w := range []bool{false, true} {
 		for _, n := range []int{0, 1, 7, 63, 64, 4095, 16384, 16385, 40000, 65536} {
 			for _, off := range []int{0, 1, 5, 33, 64} {
 				dst := make([]byte, n+off+64)
@@ -22,11 +22,11 @@ func TestMove(t *testing.T) {
 				}
 				Move(dst[off:off+n], src[off:off+n], w)
 				if !bytes.Equal(dst[off:off+n], src[off:off+n]) {
-					t.Fatalf("way %d, %d bytes at %d: wrong bytes", w, n, off)
+					t.Fatalf("string move %v, %d bytes at %d: wrong bytes", w, n, off)
 				}
 				for i, b := range dst {
 					if (i < off || i >= off+n) && b != 0xee {
-						t.Fatalf("way %d, %d bytes at %d: byte %d outside the destination changed", w, n, off, i)
+						t.Fatalf("string move %v, %d bytes at %d: byte %d outside the destination changed", w, n, off, i)
 					}
 				}
 			}
@@ -34,120 +34,33 @@ func TestMove(t *testing.T) {
 	}
 }
 
-// fakeClock makes copies take cost[way] cycles a KiB, for the Chooser's
-// decisions to be checked without timing anything.
-type fakeClock struct {
-	t    uint64
-	cost [2]uint64
-}
-
-// copyN runs k copies of n bytes through c, advancing the fake clock by
-// what each way costs, and counts the copies done each way.
-func (f *fakeClock) copyN(c *Chooser, n, k int) (ways [2]int) {
-	for range k {
-		w, t0 := c.Begin(n)
-		f.t += f.cost[w] * uint64(n) / 1024
-		c.End(n, w, t0)
-		ways[w]++
-	}
-	return ways
-}
-
-func withFakeClock(t *testing.T) *fakeClock {
-	f := &fakeClock{t: 1}
-	was, had := clock, HaveMovsb
-	clock, HaveMovsb = func() uint64 { return f.t }, true
-	t.Cleanup(func() { clock, HaveMovsb = was, had; SetMode(Auto) })
-	SetMode(Auto)
-	return f
-}
-
-// TestChooserPicksFaster checks that a class's first copies are a trial of
-// both ways and that the class then uses the faster, that it stays with
-// its way when the other is faster by less than a sixteenth, that it
-// changes back once a later trial finds the other way faster, and that
-// classes decide apart.
-func TestChooserPicksFaster(t *testing.T) {
-	f := withFakeClock(t)
-	var c Chooser
-	const small, large = 20 << 10, 48 << 10
-	f.cost = [2]uint64{1000, 800}
-	if ways := f.copyN(&c, small, 2*trialSamples); ways != [2]int{trialSamples, trialSamples} {
-		t.Fatalf("the first %d copies went %v ways, want a trial of both", 2*trialSamples, ways)
-	}
-	if c.Using(small) != Movsb {
-		t.Fatalf("after a trial where the string move took 0.8 of the time, the class uses way %d", c.Using(small))
-	}
-	if c.Using(large) != Go {
-		t.Fatal("another class changed with the first's trial")
-	}
-	// Until the next trial every copy goes the chosen way.
-	if ways := f.copyN(&c, small, trialEvery); ways != [2]int{0, trialEvery} {
-		t.Fatalf("between trials: %v copies by each way, want all by the string move", ways)
-	}
-	// Go's copy faster by less than a sixteenth: no change.
-	f.cost = [2]uint64{1000, 1050}
-	f.copyN(&c, small, 2*trialSamples+trialEvery)
-	if c.Using(small) != Movsb {
-		t.Fatal("the class changed way for a difference of 5%")
-	}
-	// Go's copy clearly faster: the next trial goes back to it.
-	f.cost = [2]uint64{700, 1000}
-	f.copyN(&c, small, 2*trialSamples)
-	if c.Using(small) != Go {
-		t.Fatal("a trial where Go's copy took 0.7 of the time left the class on the string move")
-	}
-	// Below MinSize nothing is timed or chosen.
-	if w, t0 := c.Begin(MinSize - 1); w != Go || t0 != 0 {
-		t.Fatalf("a copy below MinSize: way %d, timed %v", w, t0 != 0)
-	}
-}
-
-// TestChooserMiddleSamples checks that one slow sample in a trial (the
-// copy that was interrupted) does not decide it.
-func TestChooserMiddleSamples(t *testing.T) {
-	f := withFakeClock(t)
-	var c Chooser
-	const n = 20 << 10
-	for i := range 2 * trialSamples {
-		w, t0 := c.Begin(n)
-		cost := [2]uint64{1000, 900}[w]
-		if i == 0 {
-			cost = 100000 // the first Go sample: a copy that lost its processor
-		}
-		if i == 1 {
-			cost = 1 // and a string move that raced ahead
-		}
-		f.t += cost * n / 1024
-		c.End(n, w, t0)
-	}
-	if c.Using(n) != Movsb {
-		t.Fatal("two outlying samples decided the trial")
-	}
-}
-
-// TestModes checks that a fixed Mode overrides the Chooser and times
-// nothing, and that the string move is never forced where it is missing.
+// TestModes checks which copies use the string move in each Mode, and
+// that it is never used where it has no fast form.
 func TestModes(t *testing.T) {
-	f := withFakeClock(t)
-	var c Chooser
-	f.cost = [2]uint64{1000, 500}
-	SetMode(AlwaysGo)
-	if ways := f.copyN(&c, 20<<10, 50); ways != [2]int{50, 0} {
-		t.Fatalf("AlwaysGo: %v", ways)
-	}
-	SetMode(AlwaysMovsb)
-	if ways := f.copyN(&c, 20<<10, 50); ways != [2]int{0, 50} {
-		t.Fatalf("AlwaysMovsb: %v", ways)
-	}
-	HaveMovsb = false
-	SetMode(AlwaysMovsb)
-	if ways := f.copyN(&c, 20<<10, 50); ways != [2]int{50, 0} {
-		t.Fatalf("AlwaysMovsb without the string move: %v", ways)
-	}
-	SetMode(Auto)
-	if ways := f.copyN(&c, 20<<10, 50); ways != [2]int{50, 0} {
-		t.Fatalf("Auto without the string move: %v", ways)
+	had := HaveMovsb
+	t.Cleanup(func() { HaveMovsb = had; SetMode(Auto) })
+	for _, c := range []struct {
+		have bool
+		mode Mode
+		n    int
+		want bool
+	}{
+		{true, Auto, 8 << 10, false},
+		{true, Auto, 16 << 10, false},
+		{true, Auto, MovsbFrom - 1, false},
+		{true, Auto, MovsbFrom, true},
+		{true, Auto, 1 << 20, true},
+		{false, Auto, MovsbFrom, false},
+		{true, AlwaysGo, MovsbFrom, false},
+		{true, AlwaysMovsb, 100, true},
+		{true, AlwaysMovsb, 0, false},
+		{false, AlwaysMovsb, 100, false},
+	} {
+		HaveMovsb = c.have
+		SetMode(c.mode)
+		if got := Movsb(c.n); got != c.want {
+			t.Errorf("fast string move %v, mode %d, %d bytes: string move %v, want %v", c.have, c.mode, c.n, got, c.want)
+		}
 	}
 	for _, s := range []string{"auto", "go", "movsb"} {
 		if _, ok := ParseMode(s); !ok {
@@ -159,12 +72,30 @@ func TestModes(t *testing.T) {
 	}
 }
 
-// TestCopyAllocatesNothing checks that a large copy, timed or not,
-// allocates nothing.
+// TestCopy checks Copy's bytes and count in each mode, for sizes around
+// MovsbFrom and destinations shorter and longer than the source.
+func TestCopy(t *testing.T) {
+	t.Cleanup(func() { SetMode(Auto) })
+	src := make([]byte, 2*MovsbFrom)
+	for i := range src {
+		src[i] = byte(i*13 + i>>8)
+	}
+	for _, m := range []Mode{Auto, AlwaysGo, AlwaysMovsb} {
+		SetMode(m)
+		for _, c := range []struct{ d, s int }{{MovsbFrom, MovsbFrom}, {MovsbFrom + 3, MovsbFrom + 3}, {MovsbFrom - 1, MovsbFrom - 1}, {40000, MovsbFrom + 100}, {MovsbFrom + 100, 40000}, {10, 5}} {
+			dst := make([]byte, c.d)
+			n := Copy(dst, src[:c.s])
+			if want := min(c.d, c.s); n != want || !bytes.Equal(dst[:n], src[:n]) {
+				t.Fatalf("mode %d, %d bytes into %d: copied %d, equal %v", m, c.s, c.d, n, bytes.Equal(dst[:n], src[:n]))
+			}
+		}
+	}
+}
+
+// TestCopyAllocatesNothing checks that a large copy allocates nothing.
 func TestCopyAllocatesNothing(t *testing.T) {
-	var c Chooser
 	src, dst := make([]byte, 40<<10), make([]byte, 40<<10)
-	if a := testing.AllocsPerRun(100, func() { c.Copy(dst, src) }); a != 0 {
+	if a := testing.AllocsPerRun(100, func() { Copy(dst, src) }); a != 0 {
 		t.Fatalf("%v allocations a copy", a)
 	}
 }

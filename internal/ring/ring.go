@@ -351,7 +351,6 @@ type Reader struct {
 	// positions CopyOut zeroed, which the next give-back skips.
 	lpos, lk uint64
 	zlo, zhi uint64
-	cp       memcopy.Chooser // CopyOut's way of copying
 	_        [64]byte
 }
 
@@ -755,10 +754,10 @@ func (c *Reader) CopyOut(dst, src []byte) int {
 	// Each pass zeroes the words wholly copied, w+8 <= from+end, that is
 	// w < lim.
 	w, last := uint64(SlotSize), k*SlotSize
-	way, t0 := c.cp.Begin(n)
+	mv := memcopy.Movsb(n)
 	for off := 0; off < n; {
 		end := min(off+copyChunk, n)
-		memcopy.Move(dst[off:end], src[off:end], way)
+		memcopy.Move(dst[off:end], src[off:end], mv)
 		off = end
 		lim := last
 		if top := from + uint64(end); top < last+7 {
@@ -773,7 +772,6 @@ func (c *Reader) CopyOut(dst, src []byte) int {
 	if w < last {
 		zeroWords(unsafe.Add(first, w), uintptr((last-w)/SlotSize))
 	}
-	c.cp.End(n, way, t0)
 	c.zlo, c.zhi = c.lpos+1, c.lpos+k
 	c.lk = 0
 	return n
