@@ -252,11 +252,13 @@ func (w *lineWriter) lines() string {
 	return strings.Join(w.tail, "\n")
 }
 
-// freePort returns a port nobody listens on now, below the range the
-// kernel hands out for port 0 and for outgoing connections
+// freePort returns a port nobody listens on now and not in taken (the
+// ports given to the round's other ranks, which do not listen yet), below
+// the range the kernel hands out for port 0 and for outgoing connections
 // (ip_local_port_range), so that no socket made meanwhile (a proxy's
-// listener, a connection) takes it before the rank listens on it.
-func freePort() (int, error) {
+// listener, a connection) takes it before the rank listens on it. It adds
+// the port to taken.
+func freePort(taken map[int]bool) (int, error) {
 	lo := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
@@ -265,13 +267,21 @@ func freePort() (int, error) {
 			}
 		}
 	}
-	span := min(lo-1024, 10000)
+	return freePortBelow(lo, min(lo-1024, 10000), taken)
+}
+
+// freePortBelow is freePort among the span ports below lo.
+func freePortBelow(lo, span int, taken map[int]bool) (int, error) {
 	start := rand.IntN(span)
 	for i := range span {
 		port := lo - span + (start+i)%span
+		if taken[port] {
+			continue
+		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err == nil {
 			l.Close()
+			taken[port] = true
 			return port, nil
 		}
 	}
@@ -291,8 +301,9 @@ func runRound(o options, sc scenario, idx int, seed uint64) (*roundResult, error
 	rankEnv := func(int) []string { return nil }
 	if sc.transport == "tcp" {
 		addrs := make([][]string, n)
+		taken := map[int]bool{}
 		for r := range n {
-			port, err := freePort()
+			port, err := freePort(taken)
 			if err != nil {
 				return nil, err
 			}
