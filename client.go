@@ -3,12 +3,12 @@ package amigo
 import (
 	"errors"
 	"fmt"
-	"github.com/amigo-hpc/amigo/internal/memcopy"
 	"os"
 	"sync"
 	"sync/atomic"
 
 	"github.com/amigo-hpc/amigo/bootstrap"
+	"github.com/amigo-hpc/amigo/internal/memcopy"
 	"github.com/amigo-hpc/amigo/transport"
 	"github.com/amigo-hpc/amigo/transport/loop"
 )

@@ -2,12 +2,12 @@ package amigo
 
 import (
 	"fmt"
-	"github.com/amigo-hpc/amigo/internal/memcopy"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/amigo-hpc/amigo/internal/memcopy"
 	"github.com/amigo-hpc/amigo/internal/order"
 	"github.com/amigo-hpc/amigo/internal/ring"
 	"github.com/amigo-hpc/amigo/internal/wire"

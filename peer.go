@@ -2,9 +2,9 @@ package amigo
 
 import (
 	"cmp"
-	"github.com/amigo-hpc/amigo/internal/memcopy"
 
 	"github.com/amigo-hpc/amigo/internal/fifo"
+	"github.com/amigo-hpc/amigo/internal/memcopy"
 	"github.com/amigo-hpc/amigo/internal/ring"
 	"github.com/amigo-hpc/amigo/internal/wire"
 	"github.com/amigo-hpc/amigo/transport"

@@ -88,11 +88,11 @@ package ring
 import (
 	"errors"
 	"fmt"
-	"github.com/amigo-hpc/amigo/internal/memcopy"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/amigo-hpc/amigo/internal/memcopy"
 	"github.com/amigo-hpc/amigo/internal/order"
 )
 
@@ -717,8 +717,8 @@ func (c *Reader) CopiesOut() bool { return c.lk != 0 }
 // positions of the slots it copied out of.
 const copyChunk = 8 << 10
 
-// CopyOut copies src into dst, as copy does, and returns the number of
-// bytes copied. When src lies in the payload of the descriptor the last
+// CopyOut copies src into dst, as copy does (the way package memcopy
+// picks for the size), and returns the number of bytes copied. When src lies in the payload of the descriptor the last
 // Take returned and that descriptor is large (largeSlots), it also zeroes
 // the header word positions of the descriptor's slots after the first as
 // it goes, 8 KiB at a time, so that the give-back that follows (the next

@@ -5,11 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/amigo-hpc/amigo/internal/memcopy"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"unsafe"
+
+	"github.com/amigo-hpc/amigo/internal/memcopy"
 )
 
 func unsafeBytes(w []uint64) []byte {
