@@ -22,7 +22,12 @@
 # Measured, two ranks (processes) on this host:
 # - one-way latency of 8 bytes (osu_latency; ucx_perftest tag_lat and
 #   ucp_am_lat, which report half the round trip too), and the cross-core
-#   floor (amibench -b floor: an atomic flag between two Go processes);
+#   floor (amibench -b floor: an atomic flag between two Go processes) at
+#   the start and at the end of every round: the host alternates between
+#   two states (the floor some 0.035 or 0.19 us here), and a round whose
+#   two readings differ ran its programs in different states, so that its
+#   ratios compare the states as much as the programs. The rounds are
+#   listed by state after the table;
 # - message rate of 8 bytes, one pair, windows of 64 (osu_mbw_mr; for one
 #   pair its loop is osu_bw's, so the MPIs' rate is their bw at 8 bytes
 #   divided by 8; amibench prints both mbw_mr and bw, which must agree);
@@ -143,6 +148,7 @@ for r in $(seq "$ROUNDS"); do
   mpi_round mpich
   mpi_round ompi
   ucx_round
+  rec floor-end "$work/amibench" --json -b floor
 done
 echo "measured in $(( $(date +%s) - start )) s"
 python3 - "$work/results" "$SIZES" <<'PY'
@@ -269,6 +275,17 @@ for label, run, key, size in [
     if key == "messages_per_s":
         v = [x / 1e6 for x in v]
     print(f"  {label:<24} " + " ".join(fmt(x) for x in v))
+f0, f1 = vals("floor", "latency_us"), vals("floor-end", "latency_us")
+if f0 and f1:
+    lo = min(f0 + f1)
+    state = lambda f: "fast" if f < 2 * lo else "slow"
+    print()
+    print("cross-core floor by round, start / end (us): " + ", ".join(f"{a:.3f} / {b:.3f}" for a, b in zip(f0, f1)))
+    for name in ("fast", "slow"):
+        rr = [str(i + 1) for i, (a, b) in enumerate(zip(f0, f1)) if state(a) == state(b) == name]
+        print(f"  rounds in the {name} state at both ends (floor {'below' if name == 'fast' else 'at least'} {2 * lo:.3f} us): {', '.join(rr) or 'none'}")
+    mixed = [str(i + 1) for i, (a, b) in enumerate(zip(f0, f1)) if state(a) != state(b)]
+    print(f"  rounds that changed state: {', '.join(mixed) or 'none'}")
 fails = [r["run"] for r in rows if r.get("failed")]
 if fails:
     print("failed or timed out:", ", ".join(sorted(set(fails))))
