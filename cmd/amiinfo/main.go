@@ -35,6 +35,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/amigo-hpc/amigo"
+	"github.com/amigo-hpc/amigo/internal/memcopy"
 	"github.com/amigo-hpc/amigo/transport/shm"
 )
 
@@ -188,6 +189,11 @@ func probes() []probe {
 		mem, err = unix.Mmap(fd, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	}
 	add("huge-collapse", shm.ProbeHuge(), "Go memory collapsed into a huge page (AMIGO_SHM_HUGE pays)")
+	var movsb error
+	if !memcopy.HaveMovsb {
+		movsb = errors.New("no fast string move (ERMS): inline data is copied with Go's copy at every size")
+	}
+	add("movsb", movsb, "fast string move (ERMS): inline data from 32 KiB is copied with REP MOVSB (AMIGO_COPY)")
 	add("memfd", err, "memfd_create and a shared mapping")
 	if err != nil {
 		return out
