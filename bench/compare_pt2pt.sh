@@ -281,11 +281,14 @@ if f0 and f1:
     state = lambda f: "fast" if f < 2 * lo else "slow"
     print()
     print("cross-core floor by round, start / end (us): " + ", ".join(f"{a:.3f} / {b:.3f}" for a, b in zip(f0, f1)))
-    for name in ("fast", "slow"):
+    if max(f0 + f1) < 2 * lo:
+        print(f"  every reading within a factor of 2 of the least ({lo:.3f} us): the rounds ran in one state")
+    for name in ("fast", "slow") if max(f0 + f1) >= 2 * lo else ():
         rr = [str(i + 1) for i, (a, b) in enumerate(zip(f0, f1)) if state(a) == state(b) == name]
         print(f"  rounds in the {name} state at both ends (floor {'below' if name == 'fast' else 'at least'} {2 * lo:.3f} us): {', '.join(rr) or 'none'}")
     mixed = [str(i + 1) for i, (a, b) in enumerate(zip(f0, f1)) if state(a) != state(b)]
-    print(f"  rounds that changed state: {', '.join(mixed) or 'none'}")
+    if mixed:
+        print(f"  rounds that changed state: {', '.join(mixed)}")
 fails = [r["run"] for r in rows if r.get("failed")]
 if fails:
     print("failed or timed out:", ", ".join(sorted(set(fails))))
