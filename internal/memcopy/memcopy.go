@@ -26,7 +26,10 @@
 // side's own time does not see that.
 package memcopy
 
-import "sync/atomic"
+import (
+	"math"
+	"sync/atomic"
+)
 
 // MovsbFrom is the least copy that Auto makes with the string move.
 const MovsbFrom = 32 << 10
@@ -41,18 +44,27 @@ const (
 	AlwaysMovsb
 )
 
-// mode is the process's Mode (SetMode); a setting made at start-up, read
-// with a relaxed load on each large copy.
-var mode atomic.Int32
+// movsbAt is the least copy made with the string move under the
+// process's Mode (SetMode): MovsbFrom (Auto with the string move's fast
+// form), 1 (AlwaysMovsb), or more than any copy (AlwaysGo, or no fast
+// form). A setting made at start-up, read with a relaxed load on each copy.
+var movsbAt atomic.Int64
+
+func init() { SetMode(Auto) }
 
 // SetMode sets how copies are made from now on, in the whole process.
 // AlwaysMovsb where the string move has no fast form (or off amd64) is
 // AlwaysGo.
 func SetMode(m Mode) {
-	if m == AlwaysMovsb && !HaveMovsb {
-		m = AlwaysGo
+	at := int64(math.MaxInt64)
+	switch {
+	case !HaveMovsb || m == AlwaysGo:
+	case m == AlwaysMovsb:
+		at = 1
+	default:
+		at = MovsbFrom
 	}
-	mode.Store(int32(m))
+	movsbAt.Store(at)
 }
 
 // ParseMode reads a Mode from its name: auto, go or movsb.
@@ -69,20 +81,20 @@ func ParseMode(s string) (Mode, bool) {
 }
 
 // Movsb reports whether a copy of n bytes uses the string move.
-func Movsb(n int) bool {
-	switch Mode(mode.Load()) {
-	case AlwaysGo:
-		return false
-	case AlwaysMovsb:
-		return n > 0
-	}
-	return n >= MovsbFrom && HaveMovsb
-}
+func Movsb(n int) bool { return n > 0 && int64(n) >= movsbAt.Load() }
 
 // Copy copies src into dst as copy does, with the string move when Movsb
 // says so, and returns the number of bytes copied. dst and src must not
-// overlap.
+// overlap. A copy the string move is not for is Go's copy in place: most
+// messages a sender writes are small, and Copy inlines.
 func Copy(dst, src []byte) int {
+	if int64(len(src)) < movsbAt.Load() {
+		return copy(dst, src)
+	}
+	return copyChosen(dst, src)
+}
+
+func copyChosen(dst, src []byte) int {
 	n := min(len(dst), len(src))
 	Move(dst[:n], src[:n], Movsb(n))
 	return n
