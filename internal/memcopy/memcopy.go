@@ -34,6 +34,9 @@ import (
 // MovsbFrom is the least copy that Auto makes with the string move.
 const MovsbFrom = 32 << 10
 
+// AheadDist is how far ahead of its reads MoveAhead asks for lines.
+const AheadDist = 4096
+
 // Mode says how copies of inline data are made: Auto (the string move from
 // MovsbFrom on), or always one way.
 type Mode int32

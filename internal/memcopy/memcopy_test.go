@@ -99,3 +99,47 @@ func TestCopyAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations a copy", a)
 	}
 }
+
+// TestMoveAhead copies with MoveAhead at sizes around its 128-byte step,
+// at every alignment, with prefetching bounds before, inside and past the
+// copy, and checks the bytes copied and that nothing around the
+// destination changed.
+func TestMoveAhead(t *testing.T) {
+	src := make([]byte, 70000+2*AheadDist)
+	for i := range src {
+		src[i] = byte(i*13 + i>>8)
+	}
+	for _, n := range []int{0, 1, 127, 128, 129, 4095, 8192, 8300, 16384, 16417, 40000} {
+		for _, ahead := range []int{0, n / 2, n, n + AheadDist, n + 2*AheadDist} {
+			for _, off := range []int{0, 1, 5, 33, 64} {
+				dst := make([]byte, n+off+64)
+				for i := range dst {
+					dst[i] = 0xee
+				}
+				MoveAhead(dst[off:off+n], src[off:off+n], ahead)
+				if !bytes.Equal(dst[off:off+n], src[off:off+n]) {
+					t.Fatalf("%d bytes at %d, ahead %d: wrong bytes", n, off, ahead)
+				}
+				for i, b := range dst {
+					if (i < off || i >= off+n) && b != 0xee {
+						t.Fatalf("%d bytes at %d, ahead %d: byte %d outside the destination changed", n, off, ahead, i)
+					}
+				}
+			}
+		}
+	}
+	// A shorter destination takes what fits.
+	dst := make([]byte, 5000)
+	MoveAhead(dst, src[:9000], 9000+AheadDist)
+	if !bytes.Equal(dst, src[:5000]) {
+		t.Fatal("shorter destination: wrong bytes")
+	}
+}
+
+func TestMoveAheadAllocatesNothing(t *testing.T) {
+	src := make([]byte, 16<<10)
+	dst := make([]byte, len(src))
+	if a := testing.AllocsPerRun(100, func() { MoveAhead(dst, src, 2*len(src)) }); a != 0 {
+		t.Fatalf("%v allocations a copy", a)
+	}
+}

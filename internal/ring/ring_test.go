@@ -1071,3 +1071,70 @@ func TestCopyOutOnlyLarge(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyOutAhead checks how far CopyOut may prefetch past a large
+// descriptor: to the end of the next descriptor once the producer sealed
+// it, to its own end while the next is not written or when it ends at the
+// ring's end, and never past the ring's end, whatever the next header
+// word claims.
+func TestCopyOutAhead(t *testing.T) {
+	const slots = 1024
+	large := pattern(largeSlots*SlotSize-HeaderSize, 1)
+	k := uint64(largeSlots)
+	take := func(t *testing.T, rd *Reader) {
+		t.Helper()
+		if b, err := rd.Take(); err != nil || len(b) != len(large) || !rd.CopiesOut() {
+			t.Fatalf("Take: %d bytes, %v, copies out %v", len(b), err, rd.CopiesOut())
+		}
+	}
+	t.Run("next sealed", func(t *testing.T) {
+		r, _ := NewHeap(slots)
+		p := &producer{r: r}
+		p.put(large)
+		rd := r.NewReader()
+		take(t, rd)
+		if got, want := rd.aheadOf(HeaderSize), k*SlotSize-HeaderSize; got != want {
+			t.Fatalf("next not written: %d bytes ahead, want %d", got, want)
+		}
+		next := pattern(3*SlotSize, 2)
+		p.put(next)
+		if got, want := rd.aheadOf(HeaderSize), (k+uint64(SlotsFor(len(next))))*SlotSize-HeaderSize; got != want {
+			t.Fatalf("next sealed: %d bytes ahead, want %d", got, want)
+		}
+		if got, want := rd.aheadOf(100), (k+uint64(SlotsFor(len(next))))*SlotSize-100; got != want {
+			t.Fatalf("from byte 100: %d bytes ahead, want %d", got, want)
+		}
+	})
+	t.Run("at the ring's end", func(t *testing.T) {
+		r, _ := NewHeap(slots)
+		p := &producer{r: r}
+		// Seven large descriptors, then one that ends at the ring's end.
+		for i := 0; i < slots/largeSlots; i++ {
+			if !p.put(large) {
+				t.Fatal("no room")
+			}
+		}
+		rd := r.NewReader()
+		for i := 0; i < slots/largeSlots; i++ {
+			take(t, rd)
+		}
+		// The next descriptor, at the ring's start, is not contiguous.
+		if !p.put(pattern(3*SlotSize, 2)) {
+			t.Fatal("no room at the ring's start")
+		}
+		if got, want := rd.aheadOf(HeaderSize), k*SlotSize-HeaderSize; got != want {
+			t.Fatalf("last descriptor of the ring: %d bytes ahead, want %d", got, want)
+		}
+	})
+	t.Run("next claims too much", func(t *testing.T) {
+		r, _ := NewHeap(slots)
+		p := &producer{r: r}
+		p.put(large)
+		rd := r.NewReader()
+		take(t, rd)
+		r.word(k).Store(header(0xffff, 0, 8))
+		if got, want := rd.aheadOf(HeaderSize), uint64(slots)*SlotSize-HeaderSize; got != want {
+			t.Fatalf("a header claiming 65535 slots: %d bytes ahead, want %d (the ring's end)", got, want)
+		}
+	})
+}
