@@ -17,7 +17,13 @@
 // (lap-tagged headers; unsafe with arbitrary data, for comparison only).
 // Environment: RCP the consumer's copy (0 AVX2 loop as Go's memmove, 1 REP
 // MOVSB, 2 none, 3 glibc memcpy); SCP the producer's (0 AVX2, 1 REP MOVSB,
-// 2 none); PFD bytes the consumer's AVX2 copy prefetches ahead (0 none);
+// 2 none); PFD bytes the consumer's AVX2 copy prefetches ahead (0 none),
+// PFB how far (modes 3 and 5): 0 anywhere, 1 within the message, 2 up to
+// the producer's published tail, 3 up to the end of the next descriptor
+// when its header word is set (every descriptor of a run has the same
+// size), never past the ring's end with 2 and 3; PFN bytes of the next
+// descriptor prefetched at once, when its header word is set, before the
+// message's last chunk is copied (PFW 0) or before its first (PFW 1);
 // PH 1: the consumer gives slots back (publishes head) after every chunk;
 // PARTS: each SIZE-byte message goes as PARTS descriptors of SIZE/PARTS
 // bytes from and to halves (quarters...) of one SIZE-byte buffer.
@@ -43,9 +49,9 @@ static inline void cp_avx512(void*d,const void*s,size_t n){char*D=d;const char*S
  for(;i<n;i++)D[i]=S[i];}
 static inline void cp_movsb(void*d,const void*s,size_t n){asm volatile("rep movsb":"+D"(d),"+S"(s),"+c"(n)::"memory");}
 
-static int SCP,RCP,PH; static long PFD;
+static int SCP,RCP,PH; static long PFD; static int PFB; static size_t AV,AVC; static long PFN,PFW;
 static inline void cp_avx2_pf(void*d,const void*s,size_t n){char*D=d;const char*S=s;size_t i=0;
- for(;i+128<=n;i+=128){ if(PFD){__builtin_prefetch(S+i+PFD,0,3);__builtin_prefetch(S+i+PFD+64,0,3);}
+ for(;i+128<=n;i+=128){ if(PFD && (!PFB || i+PFD+128<=(PFB>=2?AVC:n))){__builtin_prefetch(S+i+PFD,0,3);__builtin_prefetch(S+i+PFD+64,0,3);}
  __m256i a=_mm256_loadu_si256((void*)(S+i)),b=_mm256_loadu_si256((void*)(S+i+32)),c=_mm256_loadu_si256((void*)(S+i+64)),e=_mm256_loadu_si256((void*)(S+i+96));
  _mm256_storeu_si256((void*)(D+i),a);_mm256_storeu_si256((void*)(D+i+32),b);_mm256_storeu_si256((void*)(D+i+64),c);_mm256_storeu_si256((void*)(D+i+96),e);}
  for(;i<n;i++)D[i]=S[i];}
@@ -57,7 +63,7 @@ static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t
 #define ST(p,v) __atomic_store_n(p,v,__ATOMIC_RELEASE)
 static void pin(int c){cpu_set_t s;CPU_ZERO(&s);CPU_SET(c,&s);sched_setaffinity(0,sizeof s,&s);}
 int main(int argc,char**argv){
-  int mode=atoi(argv[1]); PH=getenv("PH")?atoi(getenv("PH")):0; long PARTS=getenv("PARTS")?atol(getenv("PARTS")):1; PFD=getenv("PFD")?atol(getenv("PFD")):0; SCP=getenv("SCP")?atoi(getenv("SCP")):0; RCP=getenv("RCP")?atoi(getenv("RCP")):0; CH=argc>6?atol(argv[6]):4096; size_t full=atol(argv[2]); size_t size=full/PARTS; long iters=atol(argv[3])*PARTS;
+  int mode=atoi(argv[1]); PFB=getenv("PFB")?atoi(getenv("PFB")):0; PFN=getenv("PFN")?atol(getenv("PFN")):0; PFW=getenv("PFW")?atol(getenv("PFW")):0; PH=getenv("PH")?atoi(getenv("PH")):0; long PARTS=getenv("PARTS")?atol(getenv("PARTS")):1; PFD=getenv("PFD")?atol(getenv("PFD")):0; SCP=getenv("SCP")?atoi(getenv("SCP")):0; RCP=getenv("RCP")?atoi(getenv("RCP")):0; CH=argc>6?atol(argv[6]):4096; size_t full=atol(argv[2]); size_t size=full/PARTS; long iters=atol(argv[3])*PARTS;
   int ncells=argc>4?atoi(argv[4]):16; int nslots=argc>5?atoi(argv[5]):1024;
   size_t cellsz=(size+64+63)&~63UL;
   size_t shsz = 4096 + (mode==1? (size_t)ncells*cellsz : (size_t)nslots*64);
@@ -83,9 +89,11 @@ int main(int argc,char**argv){
         uint64_t*h=(uint64_t*)(base+(pos%nslots)*64);
         if(mode==0||mode==3||mode==5){ while(LD(h)==0) __builtin_ia32_pause(); }
         else { while(LD(h)!=pos+1) __builtin_ia32_pause(); }
-        if(mode==3||mode==5){ size_t ch=CH; size_t off=0; uint64_t j=0;
+        if(mode==3||mode==5){ AV=(PFB==3? (LD((uint64_t*)(base+((pos+k)%nslots)*64))? (k+k)*64-8 : k*64-8) : (LD(tail)-pos)*64-8); if(pos%nslots*64+AV>(size_t)nslots*64) AV=(size_t)nslots*64-pos%nslots*64-8; size_t ch=CH; size_t off=0; uint64_t j=0;
           while(off<size){ size_t end=off+ch; if(end>size) end=size;
             if(mode==5) while(LD(prog) < (((uint64_t)i<<32) | end)) __builtin_ia32_pause();
+            AVC=AV>off?AV-off:0;
+            if(PFN && ((PFW==0 && end==size) || (PFW==1 && off==0))){ uint64_t np=pos+k; char*nh=base+(np%nslots)*64; if(LD((uint64_t*)nh)!=0 && np%nslots+PFN/64+1<=(uint64_t)nslots){ for(long q=0;q<PFN;q+=64) __builtin_prefetch(nh+q,0,3);} }
             rcp(dst+off,(char*)h+8+off,end-off); off=end;
             uint64_t m=(8+off)/64; if(off==size) m=k;
             for(;j<m;j++) *(uint64_t*)((char*)h+64*j)=0;
