@@ -2,6 +2,9 @@
 // descriptor buffers: with Go's copy (memmove: 32-byte vector loads and
 // stores) below MovsbFrom bytes, and with the processor's string move
 // (REP MOVSB) from MovsbFrom on, where the processor has its fast form.
+// MoveAhead is Go's copy's loop that also asks for lines ahead of what it
+// reads, for a receiver whose next message lies just past the one it
+// copies out (package ring's CopyOut).
 //
 // # Why
 //
