@@ -86,9 +86,10 @@ type Config struct {
 	Monitor string
 	// Copy is how the data of inline messages is copied into and out of
 	// descriptor buffers (AMIGO_COPY): "auto", the default, with the
-	// processor's string move (REP MOVSB) from 32 KiB on where it has its
-	// fast form and with Go's copy below; "go" and "movsb" always with the
-	// one. It applies to the whole process. See package internal/memcopy.
+	// processor's string move (REP MOVSB) from 32 KiB on, and on the
+	// sender's side also from 2 up to 8 KiB, where it has its fast form,
+	// and with Go's copy otherwise; "go" and "movsb" always with the one.
+	// It applies to the whole process. See package internal/memcopy.
 	Copy string
 	// SleepMax bounds one sleep of a waiting goroutine; a doorbell normally
 	// ends the sleep much earlier (AMIGO_SLEEP_MAX, default 1ms).
@@ -299,7 +300,7 @@ var settings = []setting{
 		set: func(c *Config, v string) error { c.Monitor = strings.TrimSpace(v); return nil },
 	},
 	{
-		name: "AMIGO_COPY", doc: "copy of inline data into and out of descriptor buffers: auto (the string move from 32 KiB), go or movsb",
+		name: "AMIGO_COPY", doc: "copy of inline data into and out of descriptor buffers: auto (the string move from 32 KiB, the sender's also from 2 to 8 KiB), go or movsb",
 		get: func(c *Config) string { return c.Copy },
 		set: func(c *Config, v string) error { c.Copy = strings.TrimSpace(v); return nil },
 	},

@@ -2,9 +2,10 @@
 // descriptor buffers: with Go's copy (memmove: 32-byte vector loads and
 // stores) below MovsbFrom bytes, and with the processor's string move
 // (REP MOVSB) from MovsbFrom on, where the processor has its fast form.
-// MoveAhead is Go's copy's loop that also asks for lines ahead of what it
-// reads, for a receiver whose next message lies just past the one it
-// copies out (package ring's CopyOut).
+// The sender (Copy) also moves strings for data of SendMovsbFrom up to
+// SendMovsbBelow bytes. MoveAhead is Go's copy's loop that also asks for
+// lines ahead of what it reads, for a receiver whose next message lies
+// just past the one it copies out (package ring's CopyOut).
 //
 // # Why
 //
@@ -27,6 +28,21 @@
 // leaves the data in place, in the slow state too (0.83x). Each side's own
 // copy is faster with it; the other side's work after it is slower, and a
 // side's own time does not see that.
+//
+// Below 8 KiB the sender's copy is the one that changes with the host's
+// state. amibench -b bw with the sender moving strings, against Go's copy,
+// runs counted in the state the floor probe read before and after them:
+// in the slow state 1.45-1.7x as fast from 2 to 4 KiB (2, 2.5, 3, 3.5 and
+// 4 KiB; 7-16 runs each), 1.18x at 5 KiB, but 0.87x at 1 KiB and 0.75-0.78x
+// at 8 KiB (16 runs); in the fast state 0.97-1.05x at 2, 4 and 5 KiB (3
+// KiB 0.87x). The 2-4 KiB ping-pong's latency: 0.81-0.96x the time in the
+// fast state, 0.71-0.78x in the slow one. What loses is am_bw, whose
+// handler leaves the data unread: 0.89-0.94x in the fast state, 0.82x (2
+// KiB) and 0.63x (4 KiB) in the slow one. A receiver that reads what it
+// is sent (MPI_Recv's copy, a handler that uses its data) is the case
+// served. Hence the window from 2 KiB up to 8 KiB. What makes 8 KiB differ was not found (it is the least
+// size the receiver zeroes as it copies, package ring's large descriptors;
+// whether that is why was not measured in the slow state).
 package memcopy
 
 import (
@@ -36,6 +52,14 @@ import (
 
 // MovsbFrom is the least copy that Auto makes with the string move.
 const MovsbFrom = 32 << 10
+
+// SendMovsbFrom and SendMovsbBelow bound the sender's copies (Copy) that
+// Auto also makes with the string move: data of 2 KiB up to 8 KiB, which
+// the receiver copies out with Go's copy.
+const (
+	SendMovsbFrom  = 2 << 10
+	SendMovsbBelow = 8 << 10
+)
 
 // AheadDist is how far ahead of its reads MoveAhead asks for lines.
 const AheadDist = 4096
@@ -56,21 +80,26 @@ const (
 // form). A setting made at start-up, read with a relaxed load on each copy.
 var movsbAt atomic.Int64
 
+// sendAt is the least copy Copy may make with the string move:
+// SendMovsbFrom (Auto), 1 (AlwaysMovsb), or more than any copy.
+var sendAt atomic.Int64
+
 func init() { SetMode(Auto) }
 
 // SetMode sets how copies are made from now on, in the whole process.
 // AlwaysMovsb where the string move has no fast form (or off amd64) is
 // AlwaysGo.
 func SetMode(m Mode) {
-	at := int64(math.MaxInt64)
+	at, send := int64(math.MaxInt64), int64(math.MaxInt64)
 	switch {
 	case !HaveMovsb || m == AlwaysGo:
 	case m == AlwaysMovsb:
-		at = 1
+		at, send = 1, 1
 	default:
-		at = MovsbFrom
+		at, send = MovsbFrom, SendMovsbFrom
 	}
 	movsbAt.Store(at)
+	sendAt.Store(send)
 }
 
 // ParseMode reads a Mode from its name: auto, go or movsb.
@@ -89,12 +118,21 @@ func ParseMode(s string) (Mode, bool) {
 // Movsb reports whether a copy of n bytes uses the string move.
 func Movsb(n int) bool { return n > 0 && int64(n) >= movsbAt.Load() }
 
-// Copy copies src into dst as copy does, with the string move when Movsb
-// says so, and returns the number of bytes copied. dst and src must not
+// SendMovsb reports whether the sender's copy (Copy) of n bytes uses the
+// string move: where Movsb says so, and under Auto also from SendMovsbFrom
+// up to SendMovsbBelow.
+func SendMovsb(n int) bool {
+	at := sendAt.Load()
+	return Movsb(n) || n > 0 && int64(n) >= at && (at < SendMovsbFrom || n < SendMovsbBelow)
+}
+
+// Copy copies src into dst as copy does, with the string move when
+// SendMovsb says so, and returns the number of bytes copied: the sender's
+// copy of inline data into a descriptor buffer. dst and src must not
 // overlap. A copy the string move is not for is Go's copy in place: most
 // messages a sender writes are small, and Copy inlines.
 func Copy(dst, src []byte) int {
-	if int64(len(src)) < movsbAt.Load() {
+	if int64(len(src)) < sendAt.Load() {
 		return copy(dst, src)
 	}
 	return copyChosen(dst, src)
@@ -102,6 +140,6 @@ func Copy(dst, src []byte) int {
 
 func copyChosen(dst, src []byte) int {
 	n := min(len(dst), len(src))
-	Move(dst[:n], src[:n], Movsb(n))
+	Move(dst[:n], src[:n], SendMovsb(n))
 	return n
 }

@@ -62,6 +62,33 @@ func TestModes(t *testing.T) {
 			t.Errorf("fast string move %v, mode %d, %d bytes: string move %v, want %v", c.have, c.mode, c.n, got, c.want)
 		}
 	}
+	for _, c := range []struct {
+		have bool
+		mode Mode
+		n    int
+		want bool
+	}{
+		{true, Auto, 64, false},
+		{true, Auto, SendMovsbFrom - 1, false},
+		{true, Auto, SendMovsbFrom, true},
+		{true, Auto, 4 << 10, true},
+		{true, Auto, SendMovsbBelow - 1, true},
+		{true, Auto, SendMovsbBelow, false},
+		{true, Auto, 16 << 10, false},
+		{true, Auto, MovsbFrom, true},
+		{false, Auto, 4 << 10, false},
+		{true, AlwaysGo, 4 << 10, false},
+		{true, AlwaysGo, MovsbFrom, false},
+		{true, AlwaysMovsb, 100, true},
+		{true, AlwaysMovsb, 16 << 10, true},
+		{true, AlwaysMovsb, 0, false},
+	} {
+		HaveMovsb = c.have
+		SetMode(c.mode)
+		if got := SendMovsb(c.n); got != c.want {
+			t.Errorf("fast string move %v, mode %d, the sender's %d bytes: string move %v, want %v", c.have, c.mode, c.n, got, c.want)
+		}
+	}
 	for _, s := range []string{"auto", "go", "movsb"} {
 		if _, ok := ParseMode(s); !ok {
 			t.Fatalf("ParseMode(%q) refused", s)
@@ -82,7 +109,8 @@ func TestCopy(t *testing.T) {
 	}
 	for _, m := range []Mode{Auto, AlwaysGo, AlwaysMovsb} {
 		SetMode(m)
-		for _, c := range []struct{ d, s int }{{MovsbFrom, MovsbFrom}, {MovsbFrom + 3, MovsbFrom + 3}, {MovsbFrom - 1, MovsbFrom - 1}, {40000, MovsbFrom + 100}, {MovsbFrom + 100, 40000}, {10, 5}} {
+		for _, c := range []struct{ d, s int }{{MovsbFrom, MovsbFrom}, {MovsbFrom + 3, MovsbFrom + 3}, {MovsbFrom - 1, MovsbFrom - 1}, {40000, MovsbFrom + 100}, {MovsbFrom + 100, 40000}, {10, 5},
+			{SendMovsbFrom, SendMovsbFrom}, {SendMovsbFrom + 5, SendMovsbFrom + 5}, {SendMovsbBelow - 1, SendMovsbBelow - 1}, {3000, 5000}, {5000, 3000}} {
 			dst := make([]byte, c.d)
 			n := Copy(dst, src[:c.s])
 			if want := min(c.d, c.s); n != want || !bytes.Equal(dst[:n], src[:n]) {
