@@ -227,8 +227,8 @@ for s in sizes + [1 << 20, 4 << 20]:
         target += ", < smaller"
         ok = False
     row(f"bandwidth {label} (MB/s)", a, b, m, o, ut, ua, up, ref, target, ok)
-    if not big:
-        prev = a
+    if not big and a is not None:
+        prev = a if prev is None else max(prev, a)  # the fastest smaller size
 # Active-message bandwidth, without the receiver's copy of eager data.
 prev = None
 for s in sizes:
@@ -242,7 +242,8 @@ for s in sizes:
         target += ", < smaller"
         ok = False
     row(f"am_bw {s >> 10} KiB (MB/s)", a, b, None, None, None, ua, None, ua, target, ok)
-    prev = a
+    if a is not None:
+        prev = a if prev is None else max(prev, a)
 # bw with buffers from AllocMemory (MPI_Alloc_mem's), for reference.
 for s in sizes:
     a = med("amigo-shbw", "mb_per_s", s)
