@@ -2,12 +2,32 @@ package memcopy
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 )
 
-// TestMove copies with and without the string move, between buffers at every alignment,
-// and checks the bytes copied and that nothing around the destination
-// changed.
+// checkMove copies n bytes at offset off of src with mv into a
+// destination at the same offset, and checks the bytes copied and that
+// nothing around the destination changed.
+func checkMove(t *testing.T, what string, src []byte, n, off int, mv func(dst, src []byte)) {
+	t.Helper()
+	dst := make([]byte, n+off+64)
+	for i := range dst {
+		dst[i] = 0xee
+	}
+	mv(dst[off:off+n], src[off:off+n])
+	if !bytes.Equal(dst[off:off+n], src[off:off+n]) {
+		t.Fatalf("%s, %d bytes at %d: wrong bytes", what, n, off)
+	}
+	for i, b := range dst {
+		if (i < off || i >= off+n) && b != 0xee {
+			t.Fatalf("%s, %d bytes at %d: byte %d outside the destination changed", what, n, off, i)
+		}
+	}
+}
+
+// TestMove copies with and without the string move, between buffers at
+// every alignment (checkMove).
 func TestMove(t *testing.T) {
 	src := make([]byte, 70000)
 	for i := range src {
@@ -16,19 +36,7 @@ func TestMove(t *testing.T) {
 	for _, w := range []bool{false, true} {
 		for _, n := range []int{0, 1, 7, 63, 64, 4095, 16384, 16385, 40000, 65536} {
 			for _, off := range []int{0, 1, 5, 33, 64} {
-				dst := make([]byte, n+off+64)
-				for i := range dst {
-					dst[i] = 0xee
-				}
-				Move(dst[off:off+n], src[off:off+n], w)
-				if !bytes.Equal(dst[off:off+n], src[off:off+n]) {
-					t.Fatalf("string move %v, %d bytes at %d: wrong bytes", w, n, off)
-				}
-				for i, b := range dst {
-					if (i < off || i >= off+n) && b != 0xee {
-						t.Fatalf("string move %v, %d bytes at %d: byte %d outside the destination changed", w, n, off, i)
-					}
-				}
+				checkMove(t, fmt.Sprintf("string move %v", w), src, n, off, func(d, s []byte) { Move(d, s, w) })
 			}
 		}
 	}
@@ -130,8 +138,7 @@ func TestCopyAllocatesNothing(t *testing.T) {
 
 // TestMoveAhead copies with MoveAhead at sizes around its 128-byte step,
 // at every alignment, with prefetching bounds before, inside and past the
-// copy, and checks the bytes copied and that nothing around the
-// destination changed.
+// copy (checkMove).
 func TestMoveAhead(t *testing.T) {
 	src := make([]byte, 70000+2*AheadDist)
 	for i := range src {
@@ -140,19 +147,7 @@ func TestMoveAhead(t *testing.T) {
 	for _, n := range []int{0, 1, 127, 128, 129, 4095, 8192, 8300, 16384, 16417, 40000} {
 		for _, ahead := range []int{0, n / 2, n, n + AheadDist, n + 2*AheadDist} {
 			for _, off := range []int{0, 1, 5, 33, 64} {
-				dst := make([]byte, n+off+64)
-				for i := range dst {
-					dst[i] = 0xee
-				}
-				MoveAhead(dst[off:off+n], src[off:off+n], ahead)
-				if !bytes.Equal(dst[off:off+n], src[off:off+n]) {
-					t.Fatalf("%d bytes at %d, ahead %d: wrong bytes", n, off, ahead)
-				}
-				for i, b := range dst {
-					if (i < off || i >= off+n) && b != 0xee {
-						t.Fatalf("%d bytes at %d, ahead %d: byte %d outside the destination changed", n, off, ahead, i)
-					}
-				}
+				checkMove(t, fmt.Sprintf("ahead %d", ahead), src, n, off, func(d, s []byte) { MoveAhead(d, s, ahead) })
 			}
 		}
 	}

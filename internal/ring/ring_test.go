@@ -1087,12 +1087,19 @@ func TestCopyOutAhead(t *testing.T) {
 			t.Fatalf("Take: %d bytes, %v, copies out %v", len(b), err, rd.CopiesOut())
 		}
 	}
-	t.Run("next sealed", func(t *testing.T) {
+	// oneTaken returns a ring holding one large descriptor, its producer,
+	// and a reader that took it.
+	oneTaken := func(t *testing.T) (*Ring, *producer, *Reader) {
+		t.Helper()
 		r, _ := NewHeap(slots)
 		p := &producer{r: r}
 		p.put(large)
 		rd := r.NewReader()
 		take(t, rd)
+		return r, p, rd
+	}
+	t.Run("next sealed", func(t *testing.T) {
+		_, p, rd := oneTaken(t)
 		if got, want := rd.aheadOf(HeaderSize), k*SlotSize-HeaderSize; got != want {
 			t.Fatalf("next not written: %d bytes ahead, want %d", got, want)
 		}
@@ -1127,11 +1134,7 @@ func TestCopyOutAhead(t *testing.T) {
 		}
 	})
 	t.Run("next claims too much", func(t *testing.T) {
-		r, _ := NewHeap(slots)
-		p := &producer{r: r}
-		p.put(large)
-		rd := r.NewReader()
-		take(t, rd)
+		r, _, rd := oneTaken(t)
 		r.word(k).Store(header(0xffff, 0, 8))
 		if got, want := rd.aheadOf(HeaderSize), uint64(slots)*SlotSize-HeaderSize; got != want {
 			t.Fatalf("a header claiming 65535 slots: %d bytes ahead, want %d (the ring's end)", got, want)
