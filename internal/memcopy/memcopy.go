@@ -40,9 +40,10 @@
 // handler leaves the data unread: 0.89-0.94x in the fast state, 0.82x (2
 // KiB) and 0.63x (4 KiB) in the slow one. A receiver that reads what it
 // is sent (MPI_Recv's copy, a handler that uses its data) is the case
-// served. Hence the window from 2 KiB up to 8 KiB. What makes 8 KiB differ was not found (it is the least
-// size the receiver zeroes as it copies, package ring's large descriptors;
-// whether that is why was not measured in the slow state).
+// served. Hence the window from 2 KiB up to 8 KiB. What makes 8 KiB
+// differ was not found (it is the least size the receiver zeroes as it
+// copies, package ring's large descriptors, but 8 KiB given back a poll
+// later lost as much with the string move).
 package memcopy
 
 import (
