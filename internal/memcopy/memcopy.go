@@ -120,11 +120,10 @@ func ParseMode(s string) (Mode, bool) {
 func Movsb(n int) bool { return n > 0 && int64(n) >= movsbAt.Load() }
 
 // SendMovsb reports whether the sender's copy (Copy) of n bytes uses the
-// string move: where Movsb says so, and under Auto also from SendMovsbFrom
-// up to SendMovsbBelow.
+// string move: where Movsb says so, and from sendAt up to SendMovsbBelow
+// (under AlwaysMovsb, Movsb already says so for every size).
 func SendMovsb(n int) bool {
-	at := sendAt.Load()
-	return Movsb(n) || n > 0 && int64(n) >= at && (at < SendMovsbFrom || n < SendMovsbBelow)
+	return Movsb(n) || int64(n) >= sendAt.Load() && n < SendMovsbBelow
 }
 
 // Copy copies src into dst as copy does, with the string move when
