@@ -181,8 +181,18 @@ var matMul = mpi.NewOp(func(in, inout []int64) {
 	}
 }, false)
 
-// sharedNonCommutative: a product of matrices comes out in rank order.
+// sharedNonCommutative: a product of matrices comes out in rank order,
+// from a send buffer and in place.
 func sharedNonCommutative(ctx context.Context, c *mpi.Comm) error {
+	for _, inPlace := range []bool{false, true} {
+		if err := sharedMatrices(ctx, c, inPlace); err != nil {
+			return fmt.Errorf("in place %v: %w", inPlace, err)
+		}
+	}
+	return nil
+}
+
+func sharedMatrices(ctx context.Context, c *mpi.Comm, inPlace bool) error {
 	mat := func(rank, i int) []int64 {
 		return []int64{int64(rank + 1), int64(i + 2), int64(rank*i + 1), 1}
 	}
@@ -191,7 +201,12 @@ func sharedNonCommutative(ctx context.Context, c *mpi.Comm) error {
 	for i := 0; i < mats; i++ {
 		copy(in[4*i:], mat(c.Rank(), i))
 	}
-	if err := mpi.Allreduce(ctx, c, in, out, matMul); err != nil {
+	send := in
+	if inPlace {
+		copy(out, in)
+		send = nil
+	}
+	if err := mpi.Allreduce(ctx, c, send, out, matMul); err != nil {
 		return err
 	}
 	for i := 0; i < mats; i++ {
