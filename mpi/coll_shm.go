@@ -65,9 +65,9 @@ import (
 // between the cores once the writer has taken it. With the number in
 // every line the waiting rank loads all the lines it needs in each poll,
 // and their trips overlap. A 64-byte Allreduce of two ranks on a 2-core
-// host, against the arrival word (bench/SMALL_PATH.md): 0.88x the time
-// where a line's trip is short (0.126 against 0.143 us) and 0.68x where
-// it is long (0.39-0.42 against 0.58-0.61 us).
+// host, against the arrival word (bench/SMALL_PATH.md): 0.86x the time
+// where a line's trip is short (0.127 against 0.148 us) and 0.65x where
+// it is long (0.368 against 0.569 us).
 //
 // A waiting rank polls the arrivals briefly, then waits as every wait of
 // the layer does (engine.wait): it advances its context, so other traffic
