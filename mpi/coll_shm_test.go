@@ -80,7 +80,9 @@ func sharedChecks(ctx context.Context, c *mpi.Comm, shared bool) error {
 	if err := sharedBarrierOrders(ctx, c, 300); err != nil {
 		return err
 	}
-	for i, n := range []int{1, 2, 3, 7, 8, 31, 32, 33, 64} {
+	// Counts on both sides of where a segment's line fills (40 and 96
+	// bytes of data) and of its 256 bytes.
+	for i, n := range []int{1, 2, 3, 5, 6, 7, 8, 12, 13, 31, 32, 33, 64} {
 		if err := sharedAllreduce(ctx, c, i, n); err != nil {
 			return fmt.Errorf("Allreduce of %d int64: %w", n, err)
 		}
