@@ -389,8 +389,10 @@ func allreduceShared(ctx context.Context, s *shmColl, k kind, op Op, send, acc [
 	if send == nil {
 		send = acc
 	}
+	// This rank's own data, a copy: send may be acc, which the combining
+	// overwrites, and a non-commutative op overwrites its second operand.
 	own := s.own[:n]
-	copy(own, send) // send may be acc, which the combining overwrites
+	copy(own, send)
 	s.arrive(info, send)
 	if err := s.await(ctx); err != nil {
 		return err
@@ -408,11 +410,8 @@ func allreduceShared(ctx context.Context, s *shmColl, k kind, op Op, send, acc [
 		case op.commute:
 			combine(k, op, d, acc)
 		default:
-			if j == s.r {
-				copy(t, own)
-			}
-			combine(k, op, acc, t)
-			copy(acc, t)
+			combine(k, op, acc, d)
+			copy(acc, d)
 		}
 	}
 	s.c.e.flush()
