@@ -2,6 +2,7 @@ package amigo_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -118,4 +119,101 @@ func TestOFIPacketsFitLinks(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Over ofi a small Send with no done callback on a link with nothing in
+// flight goes to the provider at once, outside the descriptor buffer
+// (transport.Link.SendNow): a ping-pong's messages do, and so does the
+// first of a window, the rest going through the buffer behind it. Every
+// message arrives once, in the order sent, and a Fence after them
+// completes: the packets sent at once count as transferred once the
+// target took them.
+func TestOFISendNow(t *testing.T) {
+	if !ofi.Compiled {
+		return
+	}
+	provs := []string{"tcp;ofi_rxm", "shm"}
+	if v := os.Getenv("AMIGO_OFI_PROVIDER"); v != "" {
+		provs = []string{v}
+	}
+	const pings, window = 200, 32
+	for _, prov := range provs {
+		t.Run(prov, func(t *testing.T) {
+			cfg := amigo.Config{OFI: amigo.OFIConfig{Provider: prov}}
+			amigotest.Run(t, 2, amigotest.Options{Config: cfg, Over: "ofi"}, func(r *amigotest.Rank) error {
+				c := r.Ctx
+				peer := amigo.EndpointOf(1 - r.Rank())
+				var got []uint64
+				c.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+					got = append(got, binary.LittleEndian.Uint64(m.Data))
+				})
+				if err := r.Barrier(); err != nil {
+					return err
+				}
+				var b [8]byte
+				sent := uint64(0)
+				send := func() error {
+					sent++
+					binary.LittleEndian.PutUint64(b[:], sent)
+					return c.Send(peer, 1, nil, b[:], nil)
+				}
+				wait := func(n int) error {
+					return c.Wait(r.Deadline, func() bool { return len(got) >= n })
+				}
+				// A ping-pong: rank 0 sends, rank 1 answers.
+				for i := 1; i <= pings; i++ {
+					if r.Rank() == 0 {
+						if err := send(); err != nil {
+							return err
+						}
+						if err := wait(i); err != nil {
+							return err
+						}
+					} else {
+						if err := wait(i); err != nil {
+							return err
+						}
+						if err := send(); err != nil {
+							return err
+						}
+					}
+				}
+				// Windows from both sides at once, each fenced.
+				for w := 0; w < 4; w++ {
+					for i := 0; i < window; i++ {
+						if err := send(); err != nil {
+							return err
+						}
+					}
+					fenced := false
+					var ferr error
+					if err := c.Fence(peer, func(err error) { fenced, ferr = true, err }); err != nil {
+						return err
+					}
+					if err := c.Wait(r.Deadline, func() bool { return fenced }); err != nil {
+						return fmt.Errorf("window %d: the fence did not complete: %w", w, err)
+					}
+					if ferr != nil {
+						return fmt.Errorf("window %d: fence: %w", w, ferr)
+					}
+				}
+				if err := wait(int(sent)); err != nil {
+					return fmt.Errorf("received %d of %d: %w", len(got), sent, err)
+				}
+				for i, v := range got {
+					if v != uint64(i+1) {
+						return fmt.Errorf("message %d carries %d", i+1, v)
+					}
+				}
+				if len(got) != int(sent) {
+					return fmt.Errorf("received %d messages, want %d", len(got), sent)
+				}
+				st := c.Stats()
+				if st.SentAtOnce == 0 || st.SentAtOnce >= st.SentInline {
+					return fmt.Errorf("%d of %d inline messages sent at once: want some, not all (a window's go through the buffer)", st.SentAtOnce, st.SentInline)
+				}
+				return r.Barrier()
+			})
+		})
+	}
 }

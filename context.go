@@ -190,6 +190,11 @@ func (c *Context) Endpoint() Endpoint { return Endpoint{Rank: c.client.rank, Con
 func (c *Context) Stats() Stats {
 	s := c.stats
 	s.SentInline += c.sentDirect.Load()
+	for _, p := range c.peers {
+		if p != nil {
+			s.SentAtOnce += p.sentNow
+		}
+	}
 	return s
 }
 
@@ -358,6 +363,16 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 	}
 	p.roff = 0 // records may not follow another descriptor
 	if size <= ring.SlotSize-ring.HeaderSize {
+		if p.sendNow != nil {
+			// Offered to the adapter first, as the slot's payload would be.
+			b := p.pkt[:size]
+			binary.LittleEndian.PutUint64(b, wire.PutAMRecord(b[wire.BaseSize:], uint16(d), header, data))
+			if p.sendNow(b) {
+				p.msg.InjectOutside()
+				p.sentNow++
+				return true
+			}
+		}
 		// One slot: no pad, no callback; the position computed once.
 		pos, ok := p.msg.InjectOne()
 		if !ok {

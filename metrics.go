@@ -256,6 +256,8 @@ var promMetrics = []promMetric{
 			s := &rd.stats
 			return []promSample{{"inline", float64(s.SentInline)}, {"rendezvous", float64(s.SentRendezvous)}, {"eager", float64(s.SentEager)}, {"multicast", float64(s.MulticastsSent)}}
 		}},
+	{"amigo_messages_sent_at_once_total", "counter", "Inline active messages the adapter sent at once, without the descriptor buffer (a link with nothing in flight, over ofi); counted in amigo_messages_sent_total's inline too.", "",
+		func(rd *ctxReading) []promSample { return one(rd.stats.SentAtOnce) }},
 	{"amigo_messages_received_total", "counter", "Messages received whole, by protocol.", "protocol",
 		func(rd *ctxReading) []promSample {
 			s := &rd.stats

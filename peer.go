@@ -22,9 +22,14 @@ type peer struct {
 	ring *ring.Ring
 	bell *transport.Doorbell
 	push func() // transport.Link.Push
-	msg  *fifo.Tracker
-	k    int // slots of the descriptor reserved and not yet committed
-	size int // its payload bytes
+	// sendNow is transport.Link.SendNow; pkt is where writeAM builds a
+	// packet offered to it.
+	sendNow func(pkt []byte) bool
+	pkt     [ring.SlotSize - ring.HeaderSize]byte
+	sentNow uint64 // packets sendNow took (Stats.SentAtOnce)
+	msg     *fifo.Tracker
+	k       int // slots of the descriptor reserved and not yet committed
+	size    int // its payload bytes
 	// records: the link's consumer reads the ring with ring.Reader.Take, so
 	// small messages may share slots (writeRecord). roff is the offset of
 	// the next record in the slot of records at rpos, or 0 when there is
@@ -112,7 +117,7 @@ func (c *Context) connect(idx int32) *peer {
 		link.Msg, _ = ring.NewHeap(2)
 		link.Fail(err)
 	}
-	p := &peer{idx: idx, ep: ep, link: link, ring: link.Msg, bell: link.MsgBell, push: link.Push, rq: link.RDMA, records: link.Shared}
+	p := &peer{idx: idx, ep: ep, link: link, ring: link.Msg, bell: link.MsgBell, push: link.Push, sendNow: link.SendNow, rq: link.RDMA, records: link.Shared}
 	p.msg = fifo.New(link.Msg.Slots(), link.Msg.HeadCounter(), link.Msg.TransferCounter(), nil)
 	p.rdma = fifo.New(link.RDMA.Slots(), link.RDMA.HeadCounter(), link.RDMA.TransferCounter(), link.RDMA.Status)
 	p.chunk = c.cfg.RDMAChunk

@@ -6,6 +6,7 @@ import "time"
 // goroutine that owns the context.
 type Stats struct {
 	SentInline         uint64 // active messages injected with their data inline
+	SentAtOnce         uint64 // of those, sent by the adapter at once, not through the descriptor buffer (transport.Link.SendNow)
 	SentRendezvous     uint64 // sends announced by RTS for the receiver to fetch
 	ReceivedInline     uint64 // inline active messages delivered to handlers
 	Announced          uint64 // RTS announcements delivered to handlers

@@ -175,6 +175,17 @@ type Link struct {
 	// Progress when writing now would cost more than it saves (a window of
 	// messages that would go in one write).
 	Push func()
+	// SendNow, if set, is offered by the AMI a packet of one slot that has
+	// no done callback, from a Send on the goroutine that holds the
+	// context, before it writes the packet into Msg. An adapter that can
+	// send it at once, ahead of nothing (every descriptor of Msg sent and
+	// taken by the target), sends it and reports true; the packet then
+	// counts as a descriptor the AMI injected outside Msg
+	// (fifo.Tracker.InjectOutside), which the adapter adds to Msg's
+	// transfer counter once the target took it, in order with the rest
+	// (ring.Reader.CountOutside). Otherwise it reports false, and the AMI
+	// writes the packet into Msg. pkt is valid only during the call.
+	SendNow func(pkt []byte) bool
 	// RDMA is the FIFO of one-sided operations on To's registered memory.
 	RDMA *RDMAQueue
 	// MaxRDMA is the largest Get or Put the engine takes in one descriptor;

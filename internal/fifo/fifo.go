@@ -189,6 +189,12 @@ func (t *Tracker) InjectOne() (pos uint64, ok bool) {
 	return pos, true
 }
 
+// InjectOutside counts a descriptor the engine took without a slot of the
+// FIFO (a packet an adapter sent at once, transport.Link.SendNow): it has
+// no callback, and the engine adds it to the transfer counter once it
+// completed, in order with the descriptors of the FIFO.
+func (t *Tracker) InjectOutside() { t.injected++ }
+
 // Complete is the completion check described in the package comment. It
 // returns the number of callbacks called.
 func (t *Tracker) Complete() int {

@@ -597,6 +597,13 @@ func (c *Reader) Peek() ([]byte, error) {
 	}
 }
 
+// CountOutside adds n to the transfer counter for descriptors the engine
+// completed that never were in the ring (fifo.Tracker.InjectOutside). The
+// engine calls it in the order of completion, between releases.
+func (c *Reader) CountOutside(n uint64) {
+	order.Store64(c.xf, c.xf.Load()+n)
+}
+
 // Position returns the slot position that follows the descriptors returned by
 // Next or Peek since the last release.
 func (c *Reader) Position() uint64 { return c.head + c.k }

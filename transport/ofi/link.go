@@ -55,6 +55,10 @@ type olink struct {
 	sendDone []bool // by packet number mod len: completed out of order
 	acked    uint64 // packets the target took
 	released uint64 // packets whose slots went back to the AMI
+	// outside is the number of the packet the AMI handed to sendNow, not
+	// written into the ring, while the target has not taken it; 0 when
+	// there is none (a packet number plus one).
+	outside uint64
 
 	q       *transport.RDMAQueue
 	issued  uint64 // RDMA positions below are posted, answered or failed
@@ -98,6 +102,7 @@ func newOlink(p *port, to transport.Addr, dest C.fi_addr_t) (*olink, error) {
 	l.rdone, l.rerr, l.rpins, l.rreg = make([]bool, n), make([]error, n), make([]runtime.Pinner, n), make([]*regEntry, n)
 	l.l = &transport.Link{To: to, Msg: r, RDMA: l.q, MaxRDMA: a.opts.RDMAPiece}
 	l.l.Push = l.push
+	l.l.SendNow = l.sendNow
 	return l, nil
 }
 
@@ -127,6 +132,54 @@ func (l *olink) push() {
 		l.postPackets()
 	}
 	p.leave()
+}
+
+// sendNow sends pkt, a packet of one slot the AMI has not written into the
+// ring (transport.Link.SendNow), at once if the provider takes it as an
+// inject and nothing of the link is in flight or waiting: every packet
+// posted before was taken by the target and completed, and the ring holds
+// nothing more. It then counts as a packet of the link (its number is
+// posted's), and release adds it to the transfer counter once the target
+// took it.
+//
+// # Why
+//
+// A packet written into the ring is peeked back out of it and its
+// descriptor decoded before it is posted (push, postPackets, post); a
+// ping-pong's message has nothing of its link in flight and goes to the
+// provider without the ring (bench/ofi/LATENCY.md).
+func (l *olink) sendNow(pkt []byte) bool {
+	p := l.p
+	if p.closed.Load() || hdrSize+len(pkt) > p.a.injectSize {
+		return false
+	}
+	p.enter()
+	defer p.leave()
+	if l.failed || l.stalled != nil {
+		return false
+	}
+	// Released are the packets both taken and completed (release).
+	l.release()
+	if l.released != l.posted || l.rd.Pending() {
+		return false
+	}
+	in := p.ins[p.index(l.to)]
+	var ack uint64
+	if in != nil && !in.gone {
+		ack = in.taken
+	}
+	rc := p.injectPacket(p.e.eph, C.uintptr_t(l.hdr), C.uintptr_t(addrOf(pkt)), C.size_t(len(pkt)), C.uint64_t(ack), l.dest)
+	if rc == errAgain {
+		return false
+	}
+	if in != nil && rc >= 0 {
+		in.acked = max(in.acked, ack)
+	}
+	seq := l.posted
+	l.posted++
+	l.outside = seq + 1
+	l.sent(seq, fiErr("fi_inject", rc))
+	return true
 }
 
 // progress posts the link's packets and RDMA descriptors, gives back the
@@ -292,8 +345,18 @@ func (l *olink) ack(count uint64) {
 
 // release gives the slots of packets both acknowledged and completed
 // back to the AMI, counting them transferred: the target took them.
+//
+// A packet sent outside the ring (sendNow) was the only one in flight when
+// it went, so the packets before it were released already: it is counted
+// once the target took it, and the ring's packets after it from there.
 func (l *olink) release() {
-	if k := min(l.acked, l.doneUpTo); k > l.released {
+	k := min(l.acked, l.doneUpTo)
+	if l.outside != 0 && k >= l.outside {
+		l.outside = 0
+		l.released++
+		l.rd.CountOutside(1)
+	}
+	if k > l.released {
 		l.released += uint64(l.rd.ReleaseFirst(int(k - l.released)))
 	}
 }
