@@ -150,13 +150,18 @@ func child(dir, prov string) error {
 // A peer process that is killed makes the operations toward it fail with
 // a *transport.PeerError naming it, within the adapter's timeout: a GET in
 // flight and packets sent after the death, over each provider.
+//
+// With sendNow, the only packet toward the dead peer is one the link sent
+// at once, outside its ring (transport.Link.SendNow): the link still fails
+// once the peer stays silent.
 func TestKilledPeer(t *testing.T) {
 	for _, prov := range providers() {
-		t.Run(prov, func(t *testing.T) { testKilledPeer(t, prov) })
+		t.Run(prov, func(t *testing.T) { testKilledPeer(t, prov, false) })
+		t.Run("sendnow:"+prov, func(t *testing.T) { testKilledPeer(t, prov, true) })
 	}
 }
 
-func testKilledPeer(t *testing.T, prov string) {
+func testKilledPeer(t *testing.T, prov string, sendNow bool) {
 	dir := t.TempDir()
 	peer := startChild(t, childEnv+"="+dir, "AMIGO_OFI_PROVIDER="+prov)
 	defer peer.stop(0)
@@ -219,6 +224,20 @@ func testKilledPeer(t *testing.T, prov string) {
 	}
 	peer.kill()
 	killed := time.Now()
+	if sendNow {
+		// Nothing of the link is in flight: the packet goes at once.
+		if !l.SendNow(make([]byte, 8)) {
+			t.Fatal("SendNow refused a packet on a quiet link")
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for l.Err() == nil {
+			p.Progress()
+			p.Poll(&cnt{}, 8)
+			if time.Now().After(deadline) {
+				t.Fatal("the link to the killed peer did not fail in 60s with a packet sent at once in flight")
+			}
+		}
+	}
 	// Packets toward the dead peer and a GET: the link fails with an error
 	// naming rank 1, and the GET with it.
 	for i := 0; i < 4; i++ {
