@@ -35,9 +35,13 @@
 //     memory the provider reads in place. Progress posts each packet the
 //     AMI wrote: with fi_inject when it fits the provider's inject size
 //     (nothing to wait for), else with fi_sendv of the link's 16-byte
-//     header and the packet where it lies in the ring. Every message
-//     carries its sender (wire.go), since a reliable-datagram endpoint
-//     does not say who sent.
+//     header and the packet where it lies in the ring. A Send of one
+//     slot with no done callback on a link with nothing in flight (every
+//     packet taken by the target, the ring empty) is injected at once
+//     without the ring (transport.Link.SendNow), and counted transferred
+//     once the target took it. Every message carries its sender
+//     (wire.go), since a reliable-datagram endpoint does not say who
+//     sent.
 //  3. Each endpoint keeps room for Options.RecvBuffers of the largest
 //     packets (half a link's ring) posted: where the provider has
 //     multi-receive buffers (FI_MULTI_RECV), in a few large buffers that
@@ -51,7 +55,7 @@
 //     the next Poll (a reply), else by a message. A packet's slots go back to the AMI (its
 //     transfer counted) only once it was acknowledged: a done callback
 //     means delivered, and a link never has more in flight than its ring
-//     holds — the flow control that keeps a slow receiver from being
+//     holds (and the one packet sent at once ahead of them) — the flow control that keeps a slow receiver from being
 //     flooded, with the provider's managed resources behind it. A
 //     peer's goodbye is handled after the packets it sent before it.
 //  4. GET and PUT are fi_read and fi_write. The first access to a key
