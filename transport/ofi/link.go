@@ -163,17 +163,9 @@ func (l *olink) sendNow(pkt []byte) bool {
 	if l.released != l.posted || l.rd.Pending() {
 		return false
 	}
-	in := p.ins[p.index(l.to)]
-	var ack uint64
-	if in != nil && !in.gone {
-		ack = in.taken
-	}
-	rc := p.injectPacket(p.e.eph, C.uintptr_t(l.hdr), C.uintptr_t(addrOf(pkt)), C.size_t(len(pkt)), C.uint64_t(ack), l.dest)
+	rc := l.inject(pkt)
 	if rc == errAgain {
 		return false
-	}
-	if in != nil && rc >= 0 {
-		in.acked = max(in.acked, ack)
 	}
 	seq := l.posted
 	l.posted++
@@ -243,21 +235,9 @@ func (l *olink) post(pkt []byte) bool {
 		l.offered = seq + 1 // a packet that stalls is not offered again
 	}
 	if hdrSize+len(pkt) <= p.a.injectSize {
-		// An injected packet carries the acknowledgement of what this
-		// context took from the peer (it is copied now; a packet sent in
-		// place shares the link's header with others in flight and
-		// carries none).
-		in := p.ins[p.index(l.to)]
-		var ack uint64
-		if in != nil && !in.gone {
-			ack = in.taken
-		}
-		rc := p.injectPacket(p.e.eph, C.uintptr_t(l.hdr), C.uintptr_t(addrOf(pkt)), C.size_t(len(pkt)), C.uint64_t(ack), l.dest)
+		rc := l.inject(pkt)
 		if rc == errAgain {
 			return false
-		}
-		if in != nil && rc >= 0 {
-			in.acked = max(in.acked, ack)
 		}
 		l.posted++
 		l.sent(seq, fiErr("fi_inject", rc))
@@ -278,6 +258,24 @@ func (l *olink) post(pkt []byte) bool {
 		l.sent(seq, fiErr("fi_send", rc))
 	}
 	return true
+}
+
+// inject posts pkt with fi_inject. An injected packet carries the
+// acknowledgement of what this context took from the peer (it is copied
+// now; a packet sent in place shares the link's header with others in
+// flight and carries none).
+func (l *olink) inject(pkt []byte) C.ssize_t {
+	p := l.p
+	in := p.ins[p.index(l.to)]
+	var ack uint64
+	if in != nil && !in.gone {
+		ack = in.taken
+	}
+	rc := p.injectPacket(p.e.eph, C.uintptr_t(l.hdr), C.uintptr_t(addrOf(pkt)), C.size_t(len(pkt)), C.uint64_t(ack), l.dest)
+	if in != nil && rc >= 0 {
+		in.acked = max(in.acked, ack)
+	}
+	return rc
 }
 
 // offers are the kinds of packet that may name memory of the sender for
