@@ -154,23 +154,32 @@ func (l *olink) sendNow(pkt []byte) bool {
 		return false
 	}
 	p.enter()
-	defer p.leave()
 	if l.failed || l.stalled != nil {
+		p.leave()
 		return false
 	}
 	// Released are the packets both taken and completed (release).
 	l.release()
 	if l.released != l.posted || l.rd.Pending() {
+		p.leave()
 		return false
 	}
 	rc := l.inject(pkt)
 	if rc == errAgain {
+		p.leave()
 		return false
 	}
 	seq := l.posted
 	l.posted++
 	l.outside = seq + 1
-	l.sent(seq, fiErr("fi_inject", rc))
+	if rc >= 0 {
+		// Injected: complete at once, and every packet before it was
+		// (released).
+		l.doneUpTo = l.posted
+	} else {
+		l.sent(seq, fiErr("fi_inject", rc))
+	}
+	p.leave()
 	return true
 }
 
