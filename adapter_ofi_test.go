@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/amigo-hpc/amigo"
@@ -216,4 +218,75 @@ func TestOFISendNow(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Messages posted from another goroutine (SendImmediate) take the same
+// way at once (the poster injects them itself when it finds the context
+// free), each posted once the answer to the one before came back, and the
+// owner reads Stats meanwhile: the count of messages sent at once is
+// shared between them (run with -race).
+func TestOFISendNowFromPoster(t *testing.T) {
+	if !ofi.Compiled {
+		return
+	}
+	const n = 500
+	cfg := amigo.Config{OFI: amigo.OFIConfig{Provider: "shm"}}
+	if v := os.Getenv("AMIGO_OFI_PROVIDER"); v != "" {
+		cfg.OFI.Provider = v
+	}
+	amigotest.Run(t, 2, amigotest.Options{Config: cfg, Over: "ofi"}, func(r *amigotest.Rank) error {
+		c := r.Ctx
+		var got atomic.Int64
+		c.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+			got.Add(1)
+			if r.Rank() == 1 {
+				_ = c.SendImmediate(amigo.EndpointOf(0), 1, nil, m.Data)
+			}
+		})
+		if err := r.Barrier(); err != nil {
+			return err
+		}
+		if r.Rank() == 1 {
+			if err := c.Wait(r.Deadline, func() bool { return got.Load() == n }); err != nil {
+				return fmt.Errorf("received %d of %d: %w", got.Load(), n, err)
+			}
+			return r.Barrier()
+		}
+		posted := make(chan error, 1)
+		go func() {
+			var b [8]byte
+			for i := 0; i < n; i++ {
+				binary.LittleEndian.PutUint64(b[:], uint64(i))
+				if err := c.SendImmediate(amigo.EndpointOf(1), 1, nil, b[:]); err != nil {
+					posted <- err
+					return
+				}
+				for got.Load() <= int64(i) {
+					if r.Deadline.Err() != nil {
+						posted <- fmt.Errorf("answer %d: %w", i, r.Deadline.Err())
+						return
+					}
+					runtime.Gosched()
+				}
+			}
+			posted <- nil
+		}()
+		var perr error
+		for finished := false; !finished; {
+			select {
+			case perr = <-posted:
+				finished = true
+			default:
+			}
+			c.Advance()
+			_ = c.Stats().SentAtOnce
+		}
+		if perr != nil {
+			return perr
+		}
+		if st := c.Stats(); st.SentAtOnce == 0 {
+			return fmt.Errorf("none of %d messages (%d inline) sent at once", n, st.SentInline)
+		}
+		return r.Barrier()
+	})
 }

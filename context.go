@@ -39,6 +39,9 @@ type Context struct {
 	// sentDirect counts the active messages posters injected directly;
 	// Stats adds it to SentInline (c.stats belongs to the owner).
 	sentDirect atomic.Uint64
+	// sentNow counts the messages an adapter sent at once (peer.writeAM,
+	// transport.Link.SendNow), by the owner or a poster: Stats.SentAtOnce.
+	sentNow atomic.Uint64
 	// epoch counts advance calls: small messages to a peer with none
 	// between them are a burst (peer.writeAM).
 	epoch uint64
@@ -190,11 +193,7 @@ func (c *Context) Endpoint() Endpoint { return Endpoint{Rank: c.client.rank, Con
 func (c *Context) Stats() Stats {
 	s := c.stats
 	s.SentInline += c.sentDirect.Load()
-	for _, p := range c.peers {
-		if p != nil {
-			s.SentAtOnce += p.sentNow
-		}
-	}
+	s.SentAtOnce = c.sentNow.Load()
 	return s
 }
 
@@ -369,7 +368,7 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 			binary.LittleEndian.PutUint64(b, wire.PutAMRecord(b[wire.BaseSize:], uint16(d), header, data))
 			if p.sendNow(b) {
 				p.msg.InjectOutside()
-				p.sentNow++
+				order.Store64(p.sentNow, p.sentNow.Load()+1)
 				return true
 			}
 		}

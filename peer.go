@@ -2,6 +2,7 @@ package amigo
 
 import (
 	"cmp"
+	"sync/atomic"
 
 	"github.com/amigo-hpc/amigo/internal/fifo"
 	"github.com/amigo-hpc/amigo/internal/memcopy"
@@ -26,7 +27,7 @@ type peer struct {
 	// packet offered to it.
 	sendNow func(pkt []byte) bool
 	pkt     [ring.SlotSize - ring.HeaderSize]byte
-	sentNow uint64 // packets sendNow took (Stats.SentAtOnce)
+	sentNow *atomic.Uint64 // Context.sentNow
 	msg     *fifo.Tracker
 	k       int // slots of the descriptor reserved and not yet committed
 	size    int // its payload bytes
@@ -117,7 +118,7 @@ func (c *Context) connect(idx int32) *peer {
 		link.Msg, _ = ring.NewHeap(2)
 		link.Fail(err)
 	}
-	p := &peer{idx: idx, ep: ep, link: link, ring: link.Msg, bell: link.MsgBell, push: link.Push, sendNow: link.SendNow, rq: link.RDMA, records: link.Shared}
+	p := &peer{idx: idx, ep: ep, link: link, ring: link.Msg, bell: link.MsgBell, push: link.Push, sendNow: link.SendNow, sentNow: &c.sentNow, rq: link.RDMA, records: link.Shared}
 	p.msg = fifo.New(link.Msg.Slots(), link.Msg.HeadCounter(), link.Msg.TransferCounter(), nil)
 	p.rdma = fifo.New(link.RDMA.Slots(), link.RDMA.HeadCounter(), link.RDMA.TransferCounter(), link.RDMA.Status)
 	p.chunk = c.cfg.RDMAChunk
