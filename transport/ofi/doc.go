@@ -55,9 +55,10 @@
 //     the next Poll (a reply), else by a message. A packet's slots go back to the AMI (its
 //     transfer counted) only once it was acknowledged: a done callback
 //     means delivered, and a link never has more in flight than its ring
-//     holds (and the one packet sent at once ahead of them) — the flow control that keeps a slow receiver from being
-//     flooded, with the provider's managed resources behind it. A
-//     peer's goodbye is handled after the packets it sent before it.
+//     holds (and the one packet sent at once ahead of them) — the flow
+//     control that keeps a slow receiver from being flooded, with the
+//     provider's managed resources behind it. A peer's goodbye is
+//     handled after the packets it sent before it.
 //  4. GET and PUT are fi_read and fi_write. The first access to a key
 //     asks its owner where the region is (a request its owner's Poll
 //     answers): the owner registers the region with fi_mr_reg then, once
