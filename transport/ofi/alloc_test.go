@@ -62,6 +62,30 @@ func TestSmallPacketAllocs(t *testing.T) {
 					t.Errorf("%d-byte packet: %v allocations per round trip", size, a)
 				}
 			}
+			// Sent at once, outside the ring (the link is quiet after each).
+			pkt := make([]byte, 8)
+			now := func() {
+				if !l.SendNow(pkt) {
+					t.Fatal("SendNow refused a packet on a quiet link")
+				}
+				tr.InjectOutside()
+				want := c.n + 1
+				deadline := time.Now().Add(time.Minute)
+				for c.n < want || tr.Outstanding() > 0 {
+					src.Progress()
+					dst.Poll(&c, 64)
+					tr.Complete()
+					if time.Now().After(deadline) {
+						t.Fatalf("packet sent at once: delivered %d of %d, %d outstanding", c.n, want, tr.Outstanding())
+					}
+				}
+			}
+			for i := 0; i < 50; i++ {
+				now()
+			}
+			if a := testing.AllocsPerRun(200, now); a != 0 {
+				t.Errorf("packet sent at once: %v allocations per round trip", a)
+			}
 		})
 	}
 }
