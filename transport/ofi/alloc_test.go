@@ -27,6 +27,20 @@ func TestSmallPacketAllocs(t *testing.T) {
 			}
 			tr := fifo.New(l.Msg.Slots(), l.Msg.HeadCounter(), l.Msg.TransferCounter(), nil)
 			var c cnt
+			// delivered advances both until the packet just written
+			// arrived and counts transferred.
+			delivered := func(size int) {
+				want := c.n + 1
+				deadline := time.Now().Add(time.Minute)
+				for c.n < want || tr.Outstanding() > 0 {
+					src.Progress()
+					dst.Poll(&c, 64)
+					tr.Complete()
+					if time.Now().After(deadline) {
+						t.Fatalf("packet of %d bytes: delivered %d of %d, %d outstanding", size, c.n, want, tr.Outstanding())
+					}
+				}
+			}
 			round := func(size int) {
 				k := ring.SlotsFor(size)
 				tail := tr.Tail()
@@ -43,16 +57,7 @@ func TestSmallPacketAllocs(t *testing.T) {
 				l.Msg.Seal(tail, size)
 				tr.Inject(k, nil)
 				l.Msg.Publish(tr.Tail())
-				want := c.n + 1
-				deadline := time.Now().Add(time.Minute)
-				for c.n < want || tr.Outstanding() > 0 {
-					src.Progress()
-					dst.Poll(&c, 64)
-					tr.Complete()
-					if time.Now().After(deadline) {
-						t.Fatalf("packet of %d bytes: delivered %d of %d", size, c.n, want)
-					}
-				}
+				delivered(size)
 			}
 			for _, size := range []int{8, 200} { // injected; sent from the ring
 				for i := 0; i < 50; i++ {
@@ -69,16 +74,7 @@ func TestSmallPacketAllocs(t *testing.T) {
 					t.Fatal("SendNow refused a packet on a quiet link")
 				}
 				tr.InjectOutside()
-				want := c.n + 1
-				deadline := time.Now().Add(time.Minute)
-				for c.n < want || tr.Outstanding() > 0 {
-					src.Progress()
-					dst.Poll(&c, 64)
-					tr.Complete()
-					if time.Now().After(deadline) {
-						t.Fatalf("packet sent at once: delivered %d of %d, %d outstanding", c.n, want, tr.Outstanding())
-					}
-				}
+				delivered(len(pkt))
 			}
 			for i := 0; i < 50; i++ {
 				now()
