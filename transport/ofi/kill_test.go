@@ -225,11 +225,18 @@ func testKilledPeer(t *testing.T, prov string, sendNow bool) {
 	peer.kill()
 	killed := time.Now()
 	if sendNow {
-		// Nothing of the link is in flight: the packet goes at once.
-		if !l.SendNow(make([]byte, 8)) {
-			t.Fatal("SendNow refused a packet on a quiet link")
+		// Nothing of the link is in flight: the packet goes at once,
+		// unless the provider has no room for it yet (it is offered again)
+		// or already failed the link.
+		deadline := time.Now().Add(10 * time.Second)
+		for !l.SendNow(make([]byte, 8)) && l.Err() == nil {
+			p.Progress()
+			p.Poll(&cnt{}, 8)
+			if time.Now().After(deadline) {
+				t.Fatal("SendNow refused a packet on a quiet link for 10s")
+			}
 		}
-		deadline := time.Now().Add(60 * time.Second)
+		deadline = time.Now().Add(60 * time.Second)
 		for l.Err() == nil {
 			p.Progress()
 			p.Poll(&cnt{}, 8)
