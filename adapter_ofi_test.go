@@ -221,10 +221,11 @@ func TestOFISendNow(t *testing.T) {
 }
 
 // Messages posted from another goroutine (SendImmediate) take the same
-// way at once (the poster injects them itself when it finds the context
-// free), each posted once the answer to the one before came back, and the
-// owner reads Stats meanwhile: the count of messages sent at once is
-// shared between them (run with -race).
+// way at once: the poster injects each itself while the owner reads Stats
+// (it advances only while the poster waits for an answer, so the context
+// is free when the poster sends), each once the answer to the one before
+// came back. The count of messages sent at once is shared between the two
+// goroutines (run with -race).
 func TestOFISendNowFromPoster(t *testing.T) {
 	if !ofi.Compiled {
 		return
@@ -252,16 +253,20 @@ func TestOFISendNowFromPoster(t *testing.T) {
 			}
 			return r.Barrier()
 		}
+		// sent is how many the poster sent; answered how many answers
+		// the owner saw through.
+		var sent, answered atomic.Int64
 		posted := make(chan error, 1)
 		go func() {
 			var b [8]byte
-			for i := 0; i < n; i++ {
+			for i := int64(0); i < n; i++ {
 				binary.LittleEndian.PutUint64(b[:], uint64(i))
 				if err := c.SendImmediate(amigo.EndpointOf(1), 1, nil, b[:]); err != nil {
 					posted <- err
 					return
 				}
-				for got.Load() <= int64(i) {
+				sent.Store(i + 1)
+				for answered.Load() <= i {
 					if r.Deadline.Err() != nil {
 						posted <- fmt.Errorf("answer %d: %w", i, r.Deadline.Err())
 						return
@@ -278,14 +283,19 @@ func TestOFISendNowFromPoster(t *testing.T) {
 				finished = true
 			default:
 			}
-			c.Advance()
+			if k := sent.Load(); k > answered.Load() {
+				if err := c.Wait(r.Deadline, func() bool { return got.Load() >= k }); err != nil {
+					return fmt.Errorf("answer %d: %w", k, err)
+				}
+				answered.Store(k)
+			}
 			_ = c.Stats().SentAtOnce
 		}
 		if perr != nil {
 			return perr
 		}
-		if st := c.Stats(); st.SentAtOnce == 0 {
-			return fmt.Errorf("none of %d messages (%d inline) sent at once", n, st.SentInline)
+		if st := c.Stats(); st.SentAtOnce < n/2 {
+			return fmt.Errorf("%d of %d messages (%d inline) sent at once, want most", st.SentAtOnce, n, st.SentInline)
 		}
 		return r.Barrier()
 	})
