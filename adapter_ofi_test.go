@@ -225,7 +225,9 @@ func TestOFISendNow(t *testing.T) {
 // (it advances only while the poster waits for an answer, so the context
 // is free when the poster sends), each once the answer to the one before
 // came back. The count of messages sent at once is shared between the two
-// goroutines (run with -race).
+// goroutines (run with -race). Then the same with the context held by the
+// owner: the poster's messages (SendImmediate and Send) are queued, and
+// injected at once from the queue.
 func TestOFISendNowFromPoster(t *testing.T) {
 	if !ofi.Compiled {
 		return
@@ -248,8 +250,8 @@ func TestOFISendNowFromPoster(t *testing.T) {
 			return err
 		}
 		if r.Rank() == 1 {
-			if err := c.Wait(r.Deadline, func() bool { return got.Load() == n }); err != nil {
-				return fmt.Errorf("received %d of %d: %w", got.Load(), n, err)
+			if err := c.Wait(r.Deadline, func() bool { return got.Load() == 2*n }); err != nil {
+				return fmt.Errorf("received %d of %d: %w", got.Load(), 2*n, err)
 			}
 			return r.Barrier()
 		}
@@ -294,8 +296,38 @@ func TestOFISendNowFromPoster(t *testing.T) {
 		if perr != nil {
 			return perr
 		}
-		if st := c.Stats(); st.SentAtOnce < n/2 {
+		st := c.Stats()
+		if st.SentAtOnce < n/2 {
 			return fmt.Errorf("%d of %d messages (%d inline) sent at once, want most", st.SentAtOnce, n, st.SentInline)
+		}
+		// Now the poster finds the context held: its message is queued,
+		// and the owner's next pass injects it, at once as well.
+		for i := int64(n); i < 2*n; i++ {
+			h := c.Hold()
+			go func() {
+				b := binary.LittleEndian.AppendUint64(nil, uint64(i))
+				if i%2 == 0 {
+					posted <- c.SendImmediate(amigo.EndpointOf(1), 1, nil, b)
+				} else {
+					posted <- c.Send(amigo.EndpointOf(1), 1, nil, b, nil) // b stays amigo's
+				}
+			}()
+			if err := <-posted; err != nil {
+				h.Release()
+				return err
+			}
+			if !h.Queued() {
+				h.Release()
+				return fmt.Errorf("message %d: not queued behind the holder", i)
+			}
+			err := h.Wait(r.Deadline, func() bool { return got.Load() > i })
+			h.Release()
+			if err != nil {
+				return fmt.Errorf("answer %d: %w", i, err)
+			}
+		}
+		if queued := c.Stats().SentAtOnce - st.SentAtOnce; queued < 3*n/4 {
+			return fmt.Errorf("%d of %d queued messages (SendImmediate and Send) sent at once, want most", queued, n)
 		}
 		return r.Barrier()
 	})

@@ -362,15 +362,8 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 	}
 	p.roff = 0 // records may not follow another descriptor
 	if size <= ring.SlotSize-ring.HeaderSize {
-		if p.sendNow != nil {
-			// Offered to the adapter first, as the slot's payload would be.
-			b := p.pkt[:size]
-			binary.LittleEndian.PutUint64(b, wire.PutAMRecord(b[wire.BaseSize:], uint16(d), header, data))
-			if p.sendNow(b) {
-				p.msg.InjectOutside()
-				order.Store64(p.sentNow, p.sentNow.Load()+1)
-				return true
-			}
+		if p.sendNow != nil && p.sendAtOnce(uint16(d), header, data, size) {
+			return true
 		}
 		// One slot: no pad, no callback; the position computed once.
 		pos, ok := p.msg.InjectOne()
@@ -397,6 +390,23 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 	}
 	memcopy.Copy(b[wire.PutAMHead(b, uint16(d), header, false, 0):], data)
 	p.commit(nil)
+	return true
+}
+
+// sendAtOnce offers an active message of one slot (size bytes, header
+// and packet) with no callback to the link's SendNow, built in the peer's
+// scratch as the slot's payload would be, and reports whether the adapter
+// sent it: then it counts as injected outside the descriptor buffer.
+// Every way a small message without a callback is injected (writeAM, a
+// queued SendImmediate or Send) offers it first.
+func (p *peer) sendAtOnce(d uint16, header, data []byte, size int) bool {
+	b := p.pkt[:size]
+	binary.LittleEndian.PutUint64(b, wire.PutAMRecord(b[wire.BaseSize:], d, header, data))
+	if !p.sendNow(b) {
+		return false
+	}
+	p.msg.InjectOutside()
+	order.Store64(p.sentNow, p.sentNow.Load()+1)
 	return true
 }
 

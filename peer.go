@@ -252,6 +252,10 @@ func (c *Context) inject(p *peer, in *inst) bool {
 		return true
 	case instImm:
 		size := wire.AMSize(int(in.hlen), int(in.dlen), false)
+		if p.sendNow != nil && size <= ring.SlotSize-ring.HeaderSize && p.sendAtOnce(in.disp, in.imm[:in.hlen], in.imm[in.hlen:in.hlen+in.dlen], size) {
+			c.stats.SentInline++
+			return true
+		}
 		b := p.reserve(size)
 		if b == nil {
 			return false
@@ -297,6 +301,10 @@ func (c *Context) injectAM(p *peer, in *inst) bool {
 		dlen = rmaSize(in) // SendV: gathered into the descriptor
 	}
 	size := wire.AMSize(len(in.hdr), dlen, ack)
+	if p.sendNow != nil && !ack && in.vec == nil && in.done == nil && size <= ring.SlotSize-ring.HeaderSize && p.sendAtOnce(in.disp, in.hdr, in.data, size) {
+		c.stats.SentInline++
+		return true
+	}
 	b := p.reserve(size)
 	if b == nil {
 		return false

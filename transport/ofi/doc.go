@@ -35,7 +35,7 @@
 //     memory the provider reads in place. Progress posts each packet the
 //     AMI wrote: with fi_inject when it fits the provider's inject size
 //     (nothing to wait for), else with fi_sendv of the link's 16-byte
-//     header and the packet where it lies in the ring. A Send of one
+//     header and the packet where it lies in the ring. A message of one
 //     slot with no done callback on a link with nothing in flight (every
 //     packet taken by the target, the ring empty) is injected at once
 //     without the ring (transport.Link.SendNow), and counted transferred
