@@ -393,13 +393,17 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 	return true
 }
 
-// sendAtOnce offers an active message of one slot (size bytes, header
-// and packet) with no callback to the link's SendNow, built in the peer's
-// scratch as the slot's payload would be, and reports whether the adapter
-// sent it: then it counts as injected outside the descriptor buffer.
-// Every way a small message without a callback is injected (writeAM, a
-// queued SendImmediate or Send) offers it first.
+// sendAtOnce offers an active message with no callback (size bytes,
+// header and packet) that fits one slot to the link's SendNow, built in
+// the peer's scratch as the slot's payload would be, and reports whether
+// the adapter sent it: then it counts as injected outside the descriptor
+// buffer. Every way a small message without a callback is injected
+// (writeAM, a queued SendImmediate or Send) offers it first, where the
+// link has SendNow.
 func (p *peer) sendAtOnce(d uint16, header, data []byte, size int) bool {
+	if size > len(p.pkt) {
+		return false
+	}
 	b := p.pkt[:size]
 	binary.LittleEndian.PutUint64(b, wire.PutAMRecord(b[wire.BaseSize:], d, header, data))
 	if !p.sendNow(b) {

@@ -252,7 +252,8 @@ func (c *Context) inject(p *peer, in *inst) bool {
 		return true
 	case instImm:
 		size := wire.AMSize(int(in.hlen), int(in.dlen), false)
-		if p.sendNow != nil && size <= ring.SlotSize-ring.HeaderSize && p.sendAtOnce(in.disp, in.imm[:in.hlen], in.imm[in.hlen:in.hlen+in.dlen], size) {
+		hdr, data := in.imm[:in.hlen], in.imm[in.hlen:in.hlen+in.dlen]
+		if p.sendNow != nil && p.sendAtOnce(in.disp, hdr, data, size) {
 			c.stats.SentInline++
 			return true
 		}
@@ -260,7 +261,7 @@ func (c *Context) inject(p *peer, in *inst) bool {
 		if b == nil {
 			return false
 		}
-		wire.PutAM(b, in.disp, in.imm[:in.hlen], in.imm[in.hlen:in.hlen+in.dlen], false, 0)
+		wire.PutAM(b, in.disp, hdr, data, false, 0)
 		p.commit(nil)
 		c.stats.SentInline++
 		return true
@@ -301,7 +302,7 @@ func (c *Context) injectAM(p *peer, in *inst) bool {
 		dlen = rmaSize(in) // SendV: gathered into the descriptor
 	}
 	size := wire.AMSize(len(in.hdr), dlen, ack)
-	if p.sendNow != nil && !ack && in.vec == nil && in.done == nil && size <= ring.SlotSize-ring.HeaderSize && p.sendAtOnce(in.disp, in.hdr, in.data, size) {
+	if p.sendNow != nil && !ack && in.vec == nil && in.done == nil && p.sendAtOnce(in.disp, in.hdr, in.data, size) {
 		c.stats.SentInline++
 		return true
 	}
