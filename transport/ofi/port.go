@@ -163,14 +163,34 @@ type inlink struct {
 }
 
 // pinnedBytes returns n bytes of zeroed, 64-byte aligned Go memory pinned
-// by pin: the provider may keep its address until pin is unpinned.
+// by pin: the provider may keep its address until pin is unpinned. Every
+// page of it is mapped (touchPages).
 func pinnedBytes(pin *runtime.Pinner, n int) []byte {
 	words := make([]uint64, (n+127)/8)
 	b := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)
 	off := (64 - int(uintptr(unsafe.Pointer(&b[0]))&63)) & 63
 	b = b[off : off+n : off+n]
 	pin.Pin(unsafe.Pointer(&words[0]))
+	touchPages(b)
 	return b
+}
+
+// touchPages writes every page of b once, so that its pages are mapped
+// before messages pass through them.
+//
+// # Why
+//
+// A large Go allocation takes fresh pages from the system, mapped at
+// their first write. The multi-receive buffers (2 MiB a port by default)
+// fill one small message after the other: untouched, the first pass
+// through them took a page fault every few dozen messages, each as long
+// as a few of them, on the message path of both ranks (8-byte latency
+// runs of 10,000 round trips, as osu_latency runs them, read some 2-7%
+// longer; bench/ofi/LATENCY.md).
+func touchPages(b []byte) {
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 0
+	}
 }
 
 func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
