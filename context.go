@@ -45,6 +45,12 @@ type Context struct {
 	// epoch counts advance calls: small messages to a peer with none
 	// between them are a burst (peer.writeAM).
 	epoch uint64
+	// progressDue is set when a descriptor was written into the buffer of
+	// a link whose consumer does not read it in place (no MsgBell: the
+	// adapter moves it in its Progress) since the last pass began: the
+	// message may wait in this process until the next Advance
+	// (Held.Unsent). A pass clears it right before the ports' Progress.
+	progressDue bool
 
 	bell  *transport.Doorbell
 	ports []transport.Port
@@ -379,8 +385,11 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 		p.ring.Publish(pos + 1)
 		if p.bell != nil {
 			p.bell.Ring()
-		} else if p.push != nil {
-			p.push()
+		} else {
+			if p.push != nil {
+				p.push()
+			}
+			*p.due = true
 		}
 		return true
 	}
@@ -447,6 +456,8 @@ func (p *peer) writeRecord(d Dispatch, header, data []byte, size int) bool {
 	}
 	if p.bell != nil {
 		p.bell.Ring()
+	} else {
+		*p.due = true
 	}
 	return true
 }
@@ -556,6 +567,7 @@ func (c *Context) advanceUntil(cond func() bool) int {
 	if c.earlyN != 0 {
 		n += c.serviceEarly()
 	}
+	c.progressDue = false
 	for _, p := range c.ports {
 		n += p.Progress()
 	}

@@ -102,6 +102,15 @@ func (h *Held) Wait(ctx context.Context, cond func() bool) error { return h.c.wa
 // is about to stop advancing for a while advances once if it reports true.
 func (h *Held) Queued() bool { return h.c.inq.nonEmpty() }
 
+// Unsent reports whether a message the holder sent since the context last
+// advanced may still wait in this process for an Advance to move it:
+// instructions in the queue (Queued), or a descriptor written into the
+// buffer of a link whose adapter sends it out in Progress (TCP, libfabric)
+// and not sent at once. A message written into a shared-memory descriptor
+// buffer is in the peer's memory already. A holder that is about to stop
+// advancing for a while advances once if it reports true.
+func (h *Held) Unsent() bool { return h.c.progressDue || h.c.inq.nonEmpty() }
+
 // SendImmediate is Context.SendImmediate for the holder: the message is
 // written into ep's descriptor buffer at once unless instructions posted
 // earlier still wait in the queue or behind a full FIFO, in which case it

@@ -377,3 +377,66 @@ func TestTryHold(t *testing.T) {
 		})
 	}
 }
+
+// Unsent: a holder's message written into a shared-memory descriptor
+// buffer is in the peer's memory at once; one written for a TCP link waits
+// for the context's next Advance, and one queued behind the instruction
+// queue waits on any link. Each reported so, and each arrives.
+func TestHeldUnsent(t *testing.T) {
+	for _, tc := range []struct {
+		over   string
+		unsent bool // after a SendImmediate written at once
+	}{{"loop", false}, {"shm", false}, {"tcp", true}} {
+		t.Run(tc.over, func(t *testing.T) {
+			cl := openOver(t, 2, amigo.Config{}, tc.over)
+			c0, c1 := cl[0].Context(0), cl[1].Context(0)
+			got := 0
+			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) { got++ })
+			ep1 := amigo.EndpointOf(1)
+			h := c0.Hold()
+			// The first message to a peer may queue while its link is
+			// made; the next are written at once.
+			if err := h.SendImmediate(ep1, 1, nil, []byte{0}); err != nil {
+				t.Fatal(err)
+			}
+			h.Advance()
+			if h.Unsent() {
+				t.Fatal("Unsent right after an Advance")
+			}
+			if err := h.SendImmediate(ep1, 1, nil, []byte{1}); err != nil {
+				t.Fatal(err)
+			}
+			if h.Queued() {
+				t.Fatal("a message to a connected peer was queued")
+			}
+			if h.Unsent() != tc.unsent {
+				t.Errorf("after a SendImmediate written at once: Unsent %v, want %v", h.Unsent(), tc.unsent)
+			}
+			h.Advance()
+			if h.Unsent() {
+				t.Error("Unsent after an Advance")
+			}
+			// The plain API while holding queues: unsent on every link.
+			if err := c0.SendImmediate(ep1, 1, nil, []byte{2}); err != nil {
+				t.Fatal(err)
+			}
+			if !h.Unsent() {
+				t.Error("Unsent is false with a message in the queue")
+			}
+			h.Advance()
+			if h.Unsent() {
+				t.Error("Unsent after the Advance that injected the queue")
+			}
+			if err := h.SendImmediate(ep1, 1, nil, []byte{3}); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.unsent {
+				// In the peer's memory: it arrives with this context
+				// never advancing again until it did.
+				advanceUntil(t, func() bool { return got == 4 }, c1)
+			}
+			h.Release()
+			advanceUntil(t, func() bool { return got == 4 }, c0, c1)
+		})
+	}
+}

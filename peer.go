@@ -23,6 +23,7 @@ type peer struct {
 	ring *ring.Ring
 	bell *transport.Doorbell
 	push func() // transport.Link.Push
+	due  *bool  // Context.progressDue
 	// sendNow is transport.Link.SendNow; pkt is where writeAM builds a
 	// packet offered to it.
 	sendNow func(pkt []byte) bool
@@ -118,7 +119,7 @@ func (c *Context) connect(idx int32) *peer {
 		link.Msg, _ = ring.NewHeap(2)
 		link.Fail(err)
 	}
-	p := &peer{idx: idx, ep: ep, link: link, ring: link.Msg, bell: link.MsgBell, push: link.Push, sendNow: link.SendNow, sentNow: &c.sentNow, rq: link.RDMA, records: link.Shared}
+	p := &peer{idx: idx, ep: ep, link: link, ring: link.Msg, bell: link.MsgBell, push: link.Push, due: &c.progressDue, sendNow: link.SendNow, sentNow: &c.sentNow, rq: link.RDMA, records: link.Shared}
 	p.msg = fifo.New(link.Msg.Slots(), link.Msg.HeadCounter(), link.Msg.TransferCounter(), nil)
 	p.rdma = fifo.New(link.RDMA.Slots(), link.RDMA.HeadCounter(), link.RDMA.TransferCounter(), link.RDMA.Status)
 	p.chunk = c.cfg.RDMAChunk
@@ -169,6 +170,8 @@ func (p *peer) commit(cb fifo.Done) {
 	p.ring.Publish(p.msg.Tail())
 	if p.bell != nil {
 		p.bell.Ring()
+	} else {
+		*p.due = true
 	}
 }
 

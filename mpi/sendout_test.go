@@ -1,0 +1,65 @@
+package mpi_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/amigo-hpc/amigo"
+	"github.com/amigo-hpc/amigo/amigotest"
+	"github.com/amigo-hpc/amigo/mpi"
+)
+
+// A blocking Send of a small message returns with the message on its way:
+// the receiver gets a window of them while the sender makes no further
+// call, on every adapter (over shared memory each is in the receiver's
+// memory when Send returns; over TCP, where the link's Push leaves all but
+// the first of a window to the adapter's Progress, Send advances once).
+// The TCP adapter's own goroutines, which take the sockets of a context
+// that stopped advancing, are held off for the test's length, so that what
+// rank 1 receives is what Send moved.
+func TestSendLeavesWithoutAnotherCall(t *testing.T) {
+	const window = 64
+	for _, over := range []string{"loop", "shm", "tcp"} {
+		t.Run(over, func(t *testing.T) {
+			received := make(chan struct{})
+			cfg := amigo.Config{SpinIterations: 50, YieldIterations: 50}
+			cfg.TCP.Timeout, cfg.TCP.Handoff = 2*time.Minute, 30*time.Second
+			amigotest.Run(t, 2, amigotest.Options{Config: cfg, Timeout: time.Minute, Over: over}, func(r *amigotest.Rank) error {
+				w, err := mpi.World(r.Deadline, r.Ctx, nil)
+				if err != nil {
+					return err
+				}
+				defer w.Free()
+				buf := make([]byte, 8)
+				switch w.Rank() {
+				case 0:
+					for i := 0; i < window; i++ {
+						buf[0] = byte(i)
+						if err := w.Send(r.Deadline, buf, 1, 5); err != nil {
+							return err
+						}
+					}
+					// No call into the library until rank 1 has them all.
+					select {
+					case <-received:
+					case <-time.After(10 * time.Second):
+						return fmt.Errorf("rank 1 did not receive the %d messages while rank 0 made no call", window)
+					}
+				case 1:
+					for i := 0; i < window; i++ {
+						if _, err := w.Recv(r.Deadline, buf, 0, 5); err != nil {
+							return err
+						}
+						if buf[0] != byte(i) {
+							return fmt.Errorf("message %d carries %d", i, buf[0])
+						}
+					}
+					close(received)
+				}
+				return w.Barrier(context.Background())
+			})
+		})
+	}
+}
