@@ -199,6 +199,31 @@ func TestOFISendNow(t *testing.T) {
 						return fmt.Errorf("window %d: fence: %w", w, ferr)
 					}
 				}
+				// A holder's message sent at once is still unsent for
+				// Held.Unsent: the provider may keep it until its
+				// progress, which the next Advance runs.
+				h := c.Hold()
+				h.Advance()
+				before := c.Stats().SentAtOnce
+				sent++
+				binary.LittleEndian.PutUint64(b[:], sent)
+				if err := h.SendImmediate(peer, 1, nil, b[:]); err != nil {
+					h.Release()
+					return err
+				}
+				atOnce, unsent := c.Stats().SentAtOnce-before, h.Unsent()
+				h.Advance()
+				after := h.Unsent()
+				h.Release()
+				if atOnce != 1 {
+					return fmt.Errorf("the holder's message on a quiet link: %d sent at once, want 1", atOnce)
+				}
+				if !unsent {
+					return errors.New("a message sent at once was not unsent for Held.Unsent")
+				}
+				if after {
+					return errors.New("Held.Unsent after an Advance")
+				}
 				if err := wait(int(sent)); err != nil {
 					return fmt.Errorf("received %d of %d: %w", len(got), sent, err)
 				}

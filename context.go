@@ -47,9 +47,10 @@ type Context struct {
 	epoch uint64
 	// progressDue is set when a descriptor was written into the buffer of
 	// a link whose consumer does not read it in place (no MsgBell: the
-	// adapter moves it in its Progress) since the last pass began: the
-	// message may wait in this process until the next Advance
-	// (Held.Unsent). A pass clears it right before the ports' Progress.
+	// adapter moves it in its Progress), or handed to the adapter at once
+	// (SendNow), since the last pass began: the message may wait in this
+	// process until the next Advance (Held.Unsent). A pass clears it right
+	// before the ports' Progress.
 	progressDue bool
 
 	bell  *transport.Doorbell
@@ -420,6 +421,9 @@ func (p *peer) sendAtOnce(d uint16, header, data []byte, size int) bool {
 	}
 	p.msg.InjectOutside()
 	order.Store64(p.sentNow, p.sentNow.Load()+1)
+	// The provider may hold it until its progress (a socket that was
+	// full, under tcp;ofi_rxm): the next Advance runs that.
+	*p.due = true
 	return true
 }
 

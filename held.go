@@ -104,11 +104,12 @@ func (h *Held) Queued() bool { return h.c.inq.nonEmpty() }
 
 // Unsent reports whether a message the holder sent since the context last
 // advanced may still wait in this process for an Advance to move it:
-// instructions in the queue (Queued), or a descriptor written into the
-// buffer of a link whose adapter sends it out in Progress (TCP, libfabric)
-// and not sent at once. A message written into a shared-memory descriptor
-// buffer is in the peer's memory already. A holder that is about to stop
-// advancing for a while advances once if it reports true.
+// instructions in the queue (Queued), or a message for a link whose
+// adapter moves it in its Progress (TCP, libfabric: written into the
+// link's descriptor buffer, or handed to the provider at once, which may
+// keep it until its progress). A message written into a shared-memory
+// descriptor buffer is in the peer's memory already. A holder that is
+// about to stop advancing for a while advances once if it reports true.
 func (h *Held) Unsent() bool { return h.c.progressDue || h.c.inq.nonEmpty() }
 
 // SendImmediate is Context.SendImmediate for the holder: the message is

@@ -60,8 +60,8 @@ func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
 	if r == nil {
 		// Copied: push it out now rather than at the next call, unless it
 		// is in the peer's memory already (a shared-memory descriptor
-		// buffer, or sent at once): a whole pass of every port after each
-		// such Send was a tenth of a ping-pong's round trip.
+		// buffer): a whole pass of every port after each such Send was a
+		// tenth of a ping-pong's round trip.
 		if e.unflushed || e.held.Unsent() {
 			e.advanceOnce()
 		}
