@@ -5,26 +5,8 @@ import (
 	"testing"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/amigo-hpc/amigo/internal/pages"
 )
-
-// mapped returns how many of the pages under the n bytes at p are mapped.
-func mapped(t *testing.T, p unsafe.Pointer, n uintptr) (in, all int) {
-	t.Helper()
-	page := uintptr(unix.Getpagesize())
-	start := uintptr(p) &^ (page - 1)
-	end := uintptr(p) + n
-	vec := make([]byte, (end-start+page-1)/page)
-	if _, _, e := unix.Syscall(unix.SYS_MINCORE, start, end-start, uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-		t.Fatal(e)
-	}
-	for _, v := range vec {
-		if v&1 != 0 {
-			in++
-		}
-	}
-	return in, len(vec)
-}
 
 // A new tracker's lists are mapped before the first descriptor, so that
 // the first lap of the FIFO takes no page fault.
@@ -33,10 +15,20 @@ func TestTrackerListsMapped(t *testing.T) {
 	// package left mapped in the heap.
 	var head, xfer atomic.Uint64
 	tr := New(1<<20, &head, &xfer, nil)
-	if in, all := mapped(t, unsafe.Pointer(&tr.list[0]), uintptr(len(tr.list))*unsafe.Sizeof(tr.list[0])); in != all {
-		t.Errorf("entries: %d of %d pages mapped", in, all)
-	}
-	if in, all := mapped(t, unsafe.Pointer(&tr.order[0]), uintptr(len(tr.order))*unsafe.Sizeof(tr.order[0])); in != all {
-		t.Errorf("order: %d of %d pages mapped", in, all)
+	for _, l := range []struct {
+		name string
+		p    unsafe.Pointer
+		n    uintptr
+	}{
+		{"entries", unsafe.Pointer(&tr.list[0]), uintptr(len(tr.list)) * unsafe.Sizeof(tr.list[0])},
+		{"order", unsafe.Pointer(&tr.order[0]), uintptr(len(tr.order)) * unsafe.Sizeof(tr.order[0])},
+	} {
+		in, all, err := pages.Mapped(l.p, l.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in != all {
+			t.Errorf("%s: %d of %d pages mapped", l.name, in, all)
+		}
 	}
 }

@@ -8,28 +8,9 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/amigo-hpc/amigo/internal/pages"
 	"github.com/amigo-hpc/amigo/transport"
 )
-
-// resident returns how many of the pages that b covers are mapped.
-func resident(t *testing.T, b []byte) (in, all int) {
-	t.Helper()
-	page := uintptr(unix.Getpagesize())
-	start := uintptr(unsafe.Pointer(unsafe.SliceData(b))) &^ (page - 1)
-	end := uintptr(unsafe.Pointer(unsafe.SliceData(b))) + uintptr(len(b))
-	vec := make([]byte, (end-start+page-1)/page)
-	if _, _, e := unix.Syscall(unix.SYS_MINCORE, start, end-start, uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-		t.Fatal(e)
-	}
-	for _, v := range vec {
-		if v&1 != 0 {
-			in++
-		}
-	}
-	return in, len(vec)
-}
 
 // A port's receive buffers and its links' rings are mapped when it opens,
 // not page by page as the first messages pass through them.
@@ -60,7 +41,11 @@ func TestPortMemoryResident(t *testing.T) {
 				name string
 				b    []byte
 			}{{"receive buffers", p.rxMem}, {"control buffers", p.ctrlMem}, {"link ring", ol.mem}} {
-				if in, all := resident(t, m.b); in != all {
+				in, all, err := pages.Mapped(unsafe.Pointer(unsafe.SliceData(m.b)), uintptr(len(m.b)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if in != all {
 					t.Errorf("%s: %d of %d pages mapped", m.name, in, all)
 				}
 			}
