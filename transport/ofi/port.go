@@ -181,12 +181,12 @@ func pinnedBytes(pin *runtime.Pinner, n int) []byte {
 // # Why
 //
 // A large Go allocation takes fresh pages from the system, mapped at
-// their first write. The multi-receive buffers (2 MiB a port by default)
-// fill one small message after the other: untouched, the first pass
-// through them took a page fault every few dozen messages, each as long
-// as a few of them, on the message path of both ranks (8-byte latency
-// runs of 10,000 round trips, as osu_latency runs them, read some 2-7%
-// longer; bench/ofi/LATENCY.md).
+// their first write. The multi-receive buffers (2 MiB a port by default
+// over shm) fill one small message after the other: untouched, the first
+// pass through them took a page fault every few dozen messages, each as
+// long as a few of them, on the message path of both ranks (8-byte
+// latency runs of 10,000 round trips, as osu_latency runs them, read up
+// to 7% longer; bench/ofi/LATENCY.md).
 func touchPages(b []byte) {
 	for i := 0; i < len(b); i += 4096 {
 		b[i] = 0
