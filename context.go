@@ -589,6 +589,23 @@ func (c *Context) advanceUntil(cond func() bool) int {
 	return n
 }
 
+// push is Held.Push: advanceUntil without the polls, the service of the
+// peers and the callbacks.
+func (c *Context) push() int {
+	if c.closed.Load() {
+		return 0
+	}
+	n := 0
+	if c.inq.nonEmpty() {
+		n = c.drain()
+	}
+	c.progressDue = false
+	for _, p := range c.ports {
+		n += p.Progress()
+	}
+	return n
+}
+
 // drain injects the instructions posted since the last Advance.
 func (c *Context) drain() int {
 	n := 0

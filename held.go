@@ -112,6 +112,15 @@ func (h *Held) Queued() bool { return h.c.inq.nonEmpty() }
 // about to stop advancing for a while advances once if it reports true.
 func (h *Held) Unsent() bool { return h.c.progressDue || h.c.inq.nonEmpty() }
 
+// Push moves on what Unsent reports, without looking for arrivals: it
+// injects the queued instructions and runs every port's Progress (the TCP
+// adapter writes what its links hold to their sockets, the libfabric
+// adapter runs the provider's progress), but polls no port, so no handler
+// runs. It is the cheaper call for a holder about to stop advancing for a
+// while; callbacks that become due run in the next Advance. It returns the
+// number of instructions and descriptors processed.
+func (h *Held) Push() int { return h.c.push() }
+
 // SendImmediate is Context.SendImmediate for the holder: the message is
 // written into ep's descriptor buffer at once unless instructions posted
 // earlier still wait in the queue or behind a full FIFO, in which case it
@@ -126,6 +135,28 @@ func (h *Held) SendImmediate(ep Endpoint, d Dispatch, header, data []byte) error
 		return nil
 	}
 	return c.postImmediate(idx, d, header, data)
+}
+
+// SendInline writes a message that travels inline (header and data within
+// Config.InlineMax) into ep's descriptor buffer at once, and reports
+// whether it did. When it did, header and data were copied and may be
+// reused at once: no callback follows, on every adapter, where Send's done
+// over a link that still moves the bytes (TCP, libfabric) waits for the
+// peer to take the descriptor. When it did not (a larger message,
+// instructions queued before it, no room in the FIFO or the descriptor
+// buffer, a failed peer) nothing was sent and the holder sends the message
+// with Send. It is SendImmediate's way for messages above ImmediateMax,
+// which the queue cannot copy.
+func (h *Held) SendInline(ep Endpoint, d Dispatch, header, data []byte) (bool, error) {
+	c := h.c
+	idx, err := c.sendTo(ep, d, header)
+	if err != nil {
+		return false, err
+	}
+	if len(header)+len(data) > c.cfg.InlineMax || c.closed.Load() {
+		return false, nil
+	}
+	return c.injectOwned(idx, d, header, data), nil
 }
 
 // Send is Context.Send for the holder: a message that travels inline is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/amigo-hpc/amigo"
 )
@@ -437,6 +438,87 @@ func TestHeldUnsent(t *testing.T) {
 			}
 			h.Release()
 			advanceUntil(t, func() bool { return got == 4 }, c0, c1)
+		})
+	}
+}
+
+// SendInline copies a message that travels inline into the descriptor
+// buffer at once, on every adapter, so its buffers may be reused as it
+// returns; it declines, sending nothing, what it cannot write now. Push
+// moves what Unsent reports without running a handler.
+func TestHeldSendInline(t *testing.T) {
+	for _, over := range []string{"loop", "shm", "tcp"} {
+		t.Run(over, func(t *testing.T) {
+			// The TCP adapter's own hand-off of a context that stopped
+			// advancing is held off: what leaves c0 is what Push moved.
+			cfg := amigo.Config{}
+			cfg.TCP.Timeout, cfg.TCP.Handoff = 2*time.Minute, 30*time.Second
+			cl := openOver(t, 2, cfg, over)
+			c0, c1 := cl[0].Context(0), cl[1].Context(0)
+			inline := cl[0].Config().InlineMax
+			var got [][]byte
+			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+				got = append(got, append([]byte(nil), m.Data...))
+			})
+			answered := 0
+			c0.SetDispatch(2, func(c *amigo.Context, m *amigo.Message) { answered++ })
+			ep1 := amigo.EndpointOf(1)
+			h := c0.Hold()
+			// The first message to a peer may queue while its link is made.
+			if err := h.SendImmediate(ep1, 1, nil, []byte{0}); err != nil {
+				t.Fatal(err)
+			}
+			h.Advance()
+			data := make([]byte, 1000) // above ImmediateMax, inline
+			for i := range data {
+				data[i] = 1
+			}
+			ok, err := h.SendInline(ep1, 1, []byte("hdr"), data)
+			if err != nil || !ok {
+				t.Fatalf("SendInline of %d bytes: %v, %v; want true", len(data), ok, err)
+			}
+			for i := range data {
+				data[i] = 2 // the message was copied
+			}
+			// Too large for inline: declined, nothing sent.
+			if ok, err := h.SendInline(ep1, 1, nil, make([]byte, inline+1)); ok || err != nil {
+				t.Fatalf("SendInline of %d bytes (InlineMax %d): %v, %v; want false, nil", inline+1, inline, ok, err)
+			}
+			if _, err := h.SendInline(ep1, amigo.MaxDispatch, nil, data); err == nil {
+				t.Fatal("SendInline to dispatch MaxDispatch: no error")
+			}
+			// Behind a queued instruction: declined, so that order holds.
+			if err := c0.SendImmediate(ep1, 1, nil, []byte{3}); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := h.SendInline(ep1, 1, nil, data); ok || err != nil {
+				t.Fatalf("SendInline behind a queued message: %v, %v; want false, nil", ok, err)
+			}
+			// Push injects the queue (and runs the ports' Progress: over
+			// TCP mpi's TestCollectiveLeavesWithoutAnotherCall depends on
+			// it) and runs no handler: the peer's answer waits for an
+			// Advance.
+			h.Push()
+			if h.Unsent() {
+				t.Error("Unsent after Push")
+			}
+			advanceUntil(t, func() bool { return len(got) == 3 }, c1)
+			if err := c1.SendImmediate(amigo.EndpointOf(0), 2, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			c1.Advance() // the answer leaves c1 (over TCP, its Progress writes it)
+			h.Push()
+			if answered != 0 {
+				t.Error("Push ran a handler")
+			}
+			h.Release()
+			advanceUntil(t, func() bool { return answered == 1 }, c0, c1)
+			if len(got[1]) != len(data) || got[1][0] != 1 || got[1][len(data)-1] != 1 {
+				t.Errorf("the inline message arrived as %d bytes starting %v; want %d bytes of 1", len(got[1]), got[1][:1], len(data))
+			}
+			if got[2][0] != 3 {
+				t.Errorf("third message %v, want the queued one", got[2])
+			}
 		})
 	}
 }
