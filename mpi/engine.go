@@ -68,8 +68,9 @@ type engine struct {
 	rank int // world rank
 	size int
 	cidx int // context index, the same on every rank
-	// immMax is the most data a message carries by SendImmediate.
-	immMax int
+	// immMax is the most data a message carries by SendImmediate;
+	// inlineMax the most it carries inline (Held.SendInline).
+	immMax, inlineMax int
 	// oversub: the host runs more ranks than processors
 	// (amigo.Context.Oversubscribed). It decides how this rank waits.
 	oversub bool
@@ -139,7 +140,7 @@ type engine struct {
 // Stats counts what the mpi layer of a context did.
 type Stats struct {
 	Sent          uint64 // messages sent
-	SentImmediate uint64 // of which copied at once by SendImmediate
+	SentImmediate uint64 // of which copied at once (SendImmediate, SendInline)
 	Received      uint64 // messages delivered to receives
 	Unexpected    uint64 // messages that arrived before their receive
 	Deferred      uint64 // of which announcements kept for a later fetch
@@ -195,14 +196,15 @@ func World(ctx context.Context, ac *amigo.Context, opts *Options) (*Comm, error)
 		return nil, errorf("mpi: amigo InlineMax %d is below the layer's %d-byte header", inline, hdrLen)
 	}
 	e = &engine{
-		ac:      ac,
-		opts:    o,
-		disp:    o.Dispatch,
-		rank:    cl.Rank(),
-		size:    cl.Size(),
-		cidx:    ac.Index(),
-		immMax:  min(amigo.ImmediateMax, inline) - hdrLen,
-		oversub: ac.Oversubscribed(),
+		ac:        ac,
+		opts:      o,
+		disp:      o.Dispatch,
+		rank:      cl.Rank(),
+		size:      cl.Size(),
+		cidx:      ac.Index(),
+		immMax:    min(amigo.ImmediateMax, inline) - hdrLen,
+		inlineMax: inline - hdrLen,
+		oversub:   ac.Oversubscribed(),
 	}
 	e.helloOver = e.oversub
 	e.posted.init(o.MatchBuckets)
@@ -622,6 +624,20 @@ func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []
 		}
 		return nil, err
 	}
+	if len(buf) <= e.inlineMax && !sync {
+		// Copied into the peer's descriptor buffer at once if it can be:
+		// the Send is complete then, on every adapter, where the AMI's
+		// done callback waits for the peer to take it over TCP.
+		putHdr(&e.hdr, ctx, src, tag)
+		ok, err := e.held.SendInline(dest, e.disp, e.hdr[:], buf)
+		if err != nil {
+			return nil, e.peerFailure(err)
+		}
+		if ok {
+			e.stats.SentImmediate++
+			return nil, nil
+		}
+	}
 	r := e.allocReq(reqSend)
 	putHdr(&r.hdr, ctx, src, tag)
 	r.buf = buf
@@ -633,13 +649,18 @@ func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []
 	return r, nil
 }
 
-// flush makes sure messages copied outside Advance have been handed to the
-// AMI's injection FIFOs, by advancing once: a rank that completed an
-// operation without advancing since it posted them (its last receive had
-// already arrived) might otherwise leave them queued while it computes.
+// flush makes sure the messages this rank sent have left it, by advancing
+// once when some may still wait for an Advance: copied outside Advance
+// and queued (unflushed), or written for a link whose adapter moves them
+// in its Progress (Held.Unsent: TCP, libfabric), by a call's last steps or
+// by the handlers of its last pass (a schedule's next step). A rank that
+// completed an operation and then computes would otherwise leave them
+// there until its next call, or, over TCP, until the adapter's own
+// hand-off takes its sockets (Config.TCP.Handoff). Over shared memory a
+// message is in the peer's memory once written, and nothing is due.
 func (e *engine) flush() {
-	if e.unflushed {
+	if e.unflushed || e.held.Unsent() {
 		e.unflushed = false
-		e.held.Advance()
+		e.held.Push()
 	}
 }

@@ -290,7 +290,8 @@ func (q *Request) Test() (bool, Status, error) {
 }
 
 // test is Test with the engine locked; it advances the context only if
-// advance is set or messages wait to be pushed out.
+// advance is set or messages wait to be pushed out (flush), and pushes out
+// what the pass sent.
 func (q *Request) test(advance bool) (bool, Status, error) {
 	if q.r == nil {
 		return true, Status{}, nil
@@ -303,9 +304,10 @@ func (q *Request) test(advance bool) (bool, Status, error) {
 		return true, Status{}, nil
 	}
 	e := r.e
-	if !r.done || e.unflushed {
-		if advance || e.unflushed {
+	if !r.done || e.unflushed || e.held.Unsent() {
+		if advance || e.unflushed || e.held.Unsent() {
 			e.advanceOnce()
+			e.flush()
 		}
 		if !r.done {
 			return false, Status{}, nil

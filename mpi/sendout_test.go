@@ -63,3 +63,53 @@ func TestSendLeavesWithoutAnotherCall(t *testing.T) {
 		})
 	}
 }
+
+// A blocking Send of a message that travels inline (above what
+// SendImmediate copies, within the AMI's InlineMax) completes once copied,
+// on every adapter, with the receiver making no call meanwhile: over TCP
+// it used to wait for the receiver's acknowledgement, a round trip a
+// message (mpi_latency at 256 B: 7.1 us, against 3.9 at 128 B).
+func TestInlineSendCompletesLocally(t *testing.T) {
+	const count = 16
+	for _, over := range []string{"loop", "shm", "tcp"} {
+		t.Run(over, func(t *testing.T) {
+			sent := make(chan struct{})
+			cfg := amigo.Config{SpinIterations: 50, YieldIterations: 50}
+			cfg.TCP.Timeout, cfg.TCP.Handoff = 2*time.Minute, 30*time.Second
+			amigotest.Run(t, 2, amigotest.Options{Config: cfg, Timeout: time.Minute, Over: over}, func(r *amigotest.Rank) error {
+				w, err := mpi.World(r.Deadline, r.Ctx, nil)
+				if err != nil {
+					return err
+				}
+				defer w.Free()
+				buf := make([]byte, 1024)
+				switch w.Rank() {
+				case 0:
+					for i := 0; i < count; i++ {
+						buf[0], buf[len(buf)-1] = byte(i), byte(i)
+						if err := w.Send(r.Deadline, buf, 1, 5); err != nil {
+							return err
+						}
+					}
+					close(sent)
+				case 1:
+					// No call into the library until rank 0's Sends returned.
+					select {
+					case <-sent:
+					case <-time.After(10 * time.Second):
+						return fmt.Errorf("rank 0's Sends of %d bytes did not return while rank 1 made no call", len(buf))
+					}
+					for i := 0; i < count; i++ {
+						if _, err := w.Recv(r.Deadline, buf, 0, 5); err != nil {
+							return err
+						}
+						if buf[0] != byte(i) || buf[len(buf)-1] != byte(i) {
+							return fmt.Errorf("message %d carries %d...%d", i, buf[0], buf[len(buf)-1])
+						}
+					}
+				}
+				return w.Barrier(context.Background())
+			})
+		})
+	}
+}
