@@ -211,6 +211,11 @@ func TestCollectiveLeavesWithoutAnotherCall(t *testing.T) {
 						return err
 					}
 					defer w.Free()
+					// Both ranks' links made first (as in
+					// TestInlineSendCompletesLocally).
+					if err := w.Barrier(r.Deadline); err != nil {
+						return err
+					}
 					for i := 0; i < rounds; i++ {
 						if err := k.run(r.Deadline, w, i); err != nil {
 							return err

@@ -82,6 +82,14 @@ func TestInlineSendCompletesLocally(t *testing.T) {
 					return err
 				}
 				defer w.Free()
+				// Both ranks' links made first: rank 1's first message
+				// to rank 0 (its part of the last Barrier) is not what
+				// the test is about, and over TCP a message sent while its
+				// connection is still being set up waits for the sender's
+				// next call or the adapter's hand-off, held off here.
+				if err := w.Barrier(r.Deadline); err != nil {
+					return err
+				}
 				buf := make([]byte, 1024)
 				switch w.Rank() {
 				case 0:
