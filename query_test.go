@@ -57,11 +57,11 @@ func TestQuery(t *testing.T) {
 // Left to its default, InlineMax is the adapters' choice: shared memory
 // carries a 16 KiB message inline (its done callback runs at once, the
 // handler sees the data in place), and a 32 KiB one over descriptor
-// buffers of 4096 slots (up to 8 ranks on the host); TCP and the in-process
-// adapter keep the default, and a value the program sets wins over the
-// choice.
+// buffers of 4096 slots (up to 8 ranks on the host); TCP a 16 KiB one; the
+// in-process adapter keeps the default, and a value the program sets wins
+// over the choice.
 func TestInlineByAdapter(t *testing.T) {
-	const shmInline, shmInlineLarge = 16<<10 + 512, 32<<10 + 512
+	const shmInline, shmInlineLarge, tcpInline = 16<<10 + 512, 32<<10 + 512, 16<<10 + 512
 	for _, c := range []struct {
 		over      string
 		inlineMax int // Config.InlineMax
@@ -74,7 +74,9 @@ func TestInlineByAdapter(t *testing.T) {
 		{"shm", 0, 2048, shmInline, 32 << 10},
 		{"shm", 8192, 0, 8192, 16 << 10},
 		{"shm", 20000, 0, 20000, 16 << 10},
-		{"tcp", 0, 0, 8192, 16 << 10},
+		{"tcp", 0, 0, tcpInline, 16 << 10},
+		{"tcp", 0, 0, tcpInline, 32 << 10},
+		{"tcp", 8192, 0, 8192, 16 << 10},
 		{"loop", 0, 0, 8192, 16 << 10},
 	} {
 		t.Run(fmt.Sprintf("%s/%d/%d/%d", c.over, c.inlineMax, c.ringSlots, c.size), func(t *testing.T) {
