@@ -649,11 +649,12 @@ func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []
 	return r, nil
 }
 
-// flush makes sure the messages this rank sent have left it, by advancing
-// once when some may still wait for an Advance: copied outside Advance
-// and queued (unflushed), or written for a link whose adapter moves them
-// in its Progress (Held.Unsent: TCP, libfabric), by a call's last steps or
-// by the handlers of its last pass (a schedule's next step). A rank that
+// flush makes sure the messages this rank sent have left it, by pushing
+// once (Held.Push) when some may still wait for an Advance: copied
+// outside Advance and queued (unflushed), or written for a link whose
+// adapter moves them in its Progress (Held.Unsent: TCP, libfabric), by a
+// call's last steps or by the handlers of its last pass (a schedule's
+// next step). A rank that
 // completed an operation and then computes would otherwise leave them
 // there until its next call, or, over TCP, until the adapter's own
 // hand-off takes its sockets (Config.TCP.Handoff). Over shared memory a

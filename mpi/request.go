@@ -304,8 +304,8 @@ func (q *Request) test(advance bool) (bool, Status, error) {
 		return true, Status{}, nil
 	}
 	e := r.e
-	if !r.done || e.unflushed || e.held.Unsent() {
-		if advance || e.unflushed || e.held.Unsent() {
+	if unsent := e.unflushed || e.held.Unsent(); !r.done || unsent {
+		if advance || unsent {
 			e.advanceOnce()
 			e.flush()
 		}
