@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amigo-hpc/amigo"
 	"github.com/amigo-hpc/amigo/amigotest"
 	"github.com/amigo-hpc/amigo/mpi"
 )
@@ -203,14 +202,7 @@ func TestCollectiveLeavesWithoutAnotherCall(t *testing.T) {
 		for _, k := range kinds {
 			t.Run(over+"/"+k.name, func(t *testing.T) {
 				done := make(chan struct{})
-				cfg := amigo.Config{SpinIterations: 50, YieldIterations: 50}
-				cfg.TCP.Timeout, cfg.TCP.Handoff = 2*time.Minute, 30*time.Second
-				amigotest.Run(t, 2, amigotest.Options{Config: cfg, Timeout: time.Minute, Over: over}, func(r *amigotest.Rank) error {
-					w, err := mpi.World(r.Deadline, r.Ctx, nil)
-					if err != nil {
-						return err
-					}
-					defer w.Free()
+				runHandoffOff(t, over, func(r *amigotest.Rank, w *mpi.Comm) error {
 					// Both ranks' links made first (as in
 					// TestInlineSendCompletesLocally).
 					if err := w.Barrier(r.Deadline); err != nil {
@@ -233,11 +225,9 @@ func TestCollectiveLeavesWithoutAnotherCall(t *testing.T) {
 					}
 					if win := wins[w.Rank()]; win != nil {
 						wins[w.Rank()] = nil
-						if err := win.Free(r.Deadline); err != nil {
-							return err
-						}
+						return win.Free(r.Deadline)
 					}
-					return w.Barrier(context.Background())
+					return nil
 				})
 			})
 		}
