@@ -142,10 +142,10 @@ func (h *Held) SendImmediate(ep Endpoint, d Dispatch, header, data []byte) error
 // whether it did. When it did, header and data were copied and may be
 // reused at once: no callback follows, on every adapter, where Send's done
 // over a link that still moves the bytes (TCP, libfabric) waits for the
-// peer to take the descriptor. When it did not (a larger message,
-// instructions queued before it, no room in the FIFO or the descriptor
-// buffer, a failed peer) nothing was sent and the holder sends the message
-// with Send. It is SendImmediate's way for messages above ImmediateMax,
+// peer to take the descriptor. When it did not (a larger message, a peer
+// not connected yet, instructions queued before it, no room in the FIFO or
+// the descriptor buffer, a failed peer) nothing was sent and the holder
+// sends the message with Send. It is SendImmediate's way for messages above ImmediateMax,
 // which the queue cannot copy.
 func (h *Held) SendInline(ep Endpoint, d Dispatch, header, data []byte) (bool, error) {
 	c := h.c
