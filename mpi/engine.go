@@ -649,6 +649,10 @@ func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []
 	return r, nil
 }
 
+// unsent reports whether a message this rank sent may still wait in this
+// process for an Advance (see flush).
+func (e *engine) unsent() bool { return e.unflushed || e.held.Unsent() }
+
 // flush makes sure the messages this rank sent have left it, by pushing
 // once (Held.Push) when some may still wait for an Advance: copied
 // outside Advance and queued (unflushed), or written for a link whose
@@ -660,7 +664,7 @@ func (e *engine) sendMsg(dest amigo.Endpoint, ctx uint32, src, tag int32, buf []
 // hand-off takes its sockets (Config.TCP.Handoff). Over shared memory a
 // message is in the peer's memory once written, and nothing is due.
 func (e *engine) flush() {
-	if e.unflushed || e.held.Unsent() {
+	if e.unsent() {
 		e.unflushed = false
 		e.held.Push()
 	}

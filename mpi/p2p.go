@@ -62,7 +62,7 @@ func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
 		// is in the peer's memory already (a shared-memory descriptor
 		// buffer): a whole pass of every port after each such Send was a
 		// tenth of a ping-pong's round trip.
-		if e.unflushed || e.held.Unsent() {
+		if e.unsent() {
 			e.advanceOnce()
 		}
 		return nil

@@ -304,7 +304,7 @@ func (q *Request) test(advance bool) (bool, Status, error) {
 		return true, Status{}, nil
 	}
 	e := r.e
-	if unsent := e.unflushed || e.held.Unsent(); !r.done || unsent {
+	if unsent := e.unsent(); !r.done || unsent {
 		if advance || unsent {
 			e.advanceOnce()
 			e.flush()
