@@ -571,10 +571,7 @@ func (c *Context) advanceUntil(cond func() bool) int {
 	if c.earlyN != 0 {
 		n += c.serviceEarly()
 	}
-	c.progressDue = false
-	for _, p := range c.ports {
-		n += p.Progress()
-	}
+	n += c.progress()
 	n += c.service()
 	for _, p := range c.ports {
 		k := p.Poll(&c.rcv, c.cfg.PollBudget)
@@ -599,7 +596,15 @@ func (c *Context) push() int {
 	if c.inq.nonEmpty() {
 		n = c.drain()
 	}
+	return n + c.progress()
+}
+
+// progress runs every port's Progress, the step of a pass that moves what
+// the links hold (progressDue is cleared first: a descriptor written from
+// here on waits for the next).
+func (c *Context) progress() int {
 	c.progressDue = false
+	n := 0
 	for _, p := range c.ports {
 		n += p.Progress()
 	}
