@@ -361,7 +361,7 @@ func (e *engine) handle(_ *amigo.Context, m *amigo.Message) {
 		return
 	}
 	if e.exp.on && ctx == e.exp.ctx && src == e.exp.src && tag == e.exp.tag {
-		e.takeExpected(m)
+		e.takeExpected(m, sync)
 		return
 	}
 	if r := e.posted.match(ctx, src, tag); r != nil {
@@ -508,7 +508,8 @@ func (e *engine) recvSmall(ctx context.Context, cid uint32, src, tag int32, buf 
 	return err
 }
 
-// expected is the receive of recvSmall while it waits.
+// expected is the receive of recvSmall, or of Recv's way without a
+// request (recvExpected), while it waits.
 type expected struct {
 	on       bool // waiting
 	done     bool
@@ -516,14 +517,94 @@ type expected struct {
 	src, tag int32
 	buf      []byte
 	err      error
+	// comm is Recv's communicator (nil for recvSmall); count is the
+	// length of the message it took, or r the request it was handed to.
+	comm  *Comm
+	count int
+	r     *request
 }
 
-// takeExpected hands message m to the waiting recvSmall. A message of
-// another length, or not inline, is refused with an error (an announced
-// one is left unclaimed, which fails the sender's send).
-func (e *engine) takeExpected(m *amigo.Message) {
+// canExpect reports whether a blocking receive of (ctx, src, tag), with
+// neither a wildcard, may wait in e.exp instead of the posted queue: the
+// slot is free (no collective runs without a schedule and no other such
+// receive waits, on this goroutine or one asleep in a wait: inDirect) and
+// no posted receive could match the messages it matches. The handler looks at e.exp before the posted queue, so a
+// receive posted while it waits, which is later, cannot take its message.
+func (e *engine) canExpect(ctx uint32, src, tag int32) bool {
+	return !e.inDirect && (e.posted.n == 0 || e.posted.wild.head == nil && !e.posted.has(ctx, src, tag))
+}
+
+// recvExpected is Comm.Recv of a message from src with tag, neither a
+// wildcard, when canExpect allows it: the receive waits in e.exp, and the
+// handler copies an inline message that fits into buf with no request,
+// no posted queue and no completion (a tenth of the instructions of a
+// ping-pong's Recv went to those). A larger message, one that does not
+// fit, and one announced for a fetch are handed to a request, as a posted
+// receive would be, which Recv then waits for.
+func (c *Comm) recvExpected(ctx context.Context, buf []byte, src, tag int32) (Status, error) {
+	e := c.e
+	if e.unexp.n > 0 {
+		if u := e.unexp.find(c.p2p, src, tag); u != nil {
+			r := c.newRecv(c.p2p, buf, int(src), int(tag))
+			e.unexp.remove(u)
+			e.recvUnexpected(r, u)
+			return c.recvWait(ctx, r)
+		}
+	}
+	if e.ft.on {
+		if err := e.ftRecv(c.p2p, src); err != nil {
+			return Status{}, err
+		}
+	}
+	c.inflight++ // as track: the handler moves it to a request it makes
+	// inDirect keeps a collective of another goroutine, which would use
+	// e.exp too, on its schedule while this receive waits.
+	e.inDirect = true
+	e.exp = expected{on: true, ctx: c.p2p, src: src, tag: tag, buf: buf, comm: c}
+	err := e.waitDone(ctx, &e.exp.done, e.expCond)
+	x := e.exp
+	e.exp = expected{}
+	e.inDirect = false
+	switch {
+	case x.r != nil:
+		// Handed to a request: wait for it (if the wait above ended
+		// with an error, the request is given up there).
+		return c.recvWait(ctx, x.r)
+	case x.done:
+		// Taken (or failed, x.err), whatever the wait returned.
+		c.untrack()
+		if x.err != nil {
+			return Status{}, x.err
+		}
+		return Status{Source: int(src), Tag: int(tag), Count: x.count}, nil
+	}
+	c.untrack()
+	return Status{}, e.waitErr(err, "Recv from", int(src), int(tag))
+}
+
+// takeExpected hands message m to the waiting recvSmall or recvExpected.
+// For recvSmall, a message of another length, or not inline, is refused
+// with an error (an announced one is left unclaimed, which fails the
+// sender's send).
+func (e *engine) takeExpected(m *amigo.Message, sync bool) {
 	x := &e.exp
 	x.on, x.done = false, true
+	if c := x.comm; c != nil {
+		if sync {
+			e.sendAck(m.Source, m.Header)
+		}
+		if size := m.Size(); m.Inline() && size <= len(x.buf) {
+			x.count = m.CopyTo(x.buf)
+			e.stats.Received++
+			return
+		}
+		r := e.allocReq(reqRecv)
+		r.ctx, r.src, r.tag, r.buf = x.ctx, x.src, x.tag, x.buf
+		r.counted = c // the count recvExpected took
+		x.r = r
+		e.deliver(r, m, x.src, x.tag)
+		return
+	}
 	if size := m.Size(); !m.Inline() || size != len(x.buf) {
 		x.err = e.smallErr(size, len(x.buf))
 		return

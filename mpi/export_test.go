@@ -73,3 +73,11 @@ func WinInPlaceUpdates(w *Win) uint64 {
 // to its copy of the target's memory and putting the copy back; nil
 // removes it.
 func SetRescueHook(f func()) { rescueHook = f }
+
+// RecvWaiting reports whether a Recv on c waits in the engine's expected
+// slot (recvExpected) rather than as a posted request.
+func RecvWaiting(c *Comm) bool {
+	c.e.lock()
+	defer c.e.unlock()
+	return c.e.exp.on && c.e.exp.comm == c
+}

@@ -92,6 +92,16 @@ func (q *postedQueue) remove(r *request) {
 	q.n--
 }
 
+// has reports whether a receive of exactly (ctx, src, tag) is posted.
+func (q *postedQueue) has(ctx uint32, src, tag int32) bool {
+	for r := q.buckets[hashMatch(ctx, src, tag)&q.mask].head; r != nil; r = r.next {
+		if r.ctx == ctx && r.src == src && r.tag == tag {
+			return true
+		}
+	}
+	return false
+}
+
 // match removes and returns the earliest posted receive that a message
 // (ctx, src, tag) fits, or nil.
 func (q *postedQueue) match(ctx uint32, src, tag int32) *request {
@@ -99,7 +109,9 @@ func (q *postedQueue) match(ctx uint32, src, tag int32) *request {
 		return nil
 	}
 	var best *request
-	for r := q.buckets[hashMatch(ctx, src, tag)&q.mask].head; r != nil; r = r.next {
+	b := &q.buckets[hashMatch(ctx, src, tag)&q.mask]
+	from := b
+	for r := b.head; r != nil; r = r.next {
 		if r.ctx == ctx && r.src == src && r.tag == tag {
 			best = r
 			break
@@ -110,12 +122,16 @@ func (q *postedQueue) match(ctx uint32, src, tag int32) *request {
 			break
 		}
 		if r.fits(ctx, src, tag) {
-			best = r
+			best, from = r, &q.wild
 			break
 		}
 	}
 	if best != nil {
-		q.remove(best)
+		// Unlinked from the list it was found in: remove would hash
+		// its match data again.
+		from.remove(best)
+		best.posted = false
+		q.n--
 	}
 	return best
 }

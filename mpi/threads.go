@@ -81,8 +81,10 @@ type engineLock struct {
 	sleepers int
 	wakeCh   chan struct{} // closed to wake the sleepers
 	// inDirect is set while a collective runs without a schedule
-	// (holdDirect): its scratch (small, partial, exp) is the engine's
-	// own, so a concurrent collective takes the schedule path.
+	// (holdDirect), or a Recv waits in exp (recvExpected): the scratch
+	// (small, partial, exp) is the engine's own, so a concurrent
+	// collective takes the schedule path and a concurrent Recv the
+	// posted queue.
 	inDirect bool
 }
 
