@@ -127,6 +127,12 @@ func (h *Held) Push() int { return h.c.push() }
 // is queued behind them and the next Advance injects it.
 func (h *Held) SendImmediate(ep Endpoint, d Dispatch, header, data []byte) error {
 	c := h.c
+	// A message that fits a slot goes as the holder's Send of one does,
+	// checks and write in one call (sendSmall accepts nothing above
+	// ImmediateMax); the rest, and what it declines, as below.
+	if c.sendSmall(ep, d, header, data, nil) {
+		return nil
+	}
 	idx, err := c.immediateTo(ep, d, header, data)
 	if err != nil {
 		return err
