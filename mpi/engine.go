@@ -47,10 +47,8 @@ const (
 )
 
 func putHdr(b *[hdrLen]byte, ctx uint32, src, tag int32) {
-	binary.LittleEndian.PutUint32(b[0:], ctx)
-	binary.LittleEndian.PutUint32(b[4:], uint32(src))
-	binary.LittleEndian.PutUint32(b[8:], uint32(tag))
-	b[12], b[13], b[14], b[15] = kindMsg, 0, 0, 0
+	binary.LittleEndian.PutUint64(b[0:], uint64(ctx)|uint64(uint32(src))<<32)
+	binary.LittleEndian.PutUint64(b[8:], uint64(uint32(tag))|uint64(kindMsg)<<32)
 }
 
 // engine is the mpi layer of one amigo context: the dispatch handler, the
