@@ -526,8 +526,9 @@ type expected struct {
 // neither a wildcard, may wait in e.exp instead of the posted queue: the
 // slot is free (no collective runs without a schedule and no other such
 // receive waits, on this goroutine or one asleep in a wait: inDirect) and
-// no posted receive could match the messages it matches. The handler looks at e.exp before the posted queue, so a
-// receive posted while it waits, which is later, cannot take its message.
+// no posted receive could match the messages it matches. The handler
+// looks at e.exp before the posted queue, so a receive posted while it
+// waits, which is later, cannot take its message.
 func (e *engine) canExpect(ctx uint32, src, tag int32) bool {
 	return !e.inDirect && (e.posted.n == 0 || e.posted.wild.head == nil && !e.posted.has(ctx, src, tag))
 }
