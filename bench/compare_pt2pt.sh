@@ -73,15 +73,7 @@ BASE_REV=${BASE_REV:-}
 PORT=${PORT:-13411}
 bench_work
 need_debs ucx-utils
-if ! command -v mpicc.mpich >/dev/null || ! command -v mpicc.openmpi >/dev/null; then
-  before=$(readlink -f /usr/bin/mpicc 2>/dev/null || true)
-  need_debs mpich libmpich-dev openmpi-bin libopenmpi-dev
-  # Installing Open MPI may make it the default MPI; keep MPICH if it was.
-  if [ "$before" = /usr/bin/mpicc.mpich ]; then
-    update-alternatives --set mpi /usr/bin/mpicc.mpich >/dev/null
-    update-alternatives --set mpirun /usr/bin/mpirun.mpich >/dev/null
-  fi
-fi
+need_mpis
 cflags="-O2 -Wall -Wno-stringop-overflow"
 mpicc.mpich $cflags -o "$work/osu-mpich" bench/osu/osu.c
 mpicc.openmpi $cflags -o "$work/osu-ompi" bench/osu/osu.c

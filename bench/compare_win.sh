@@ -18,14 +18,7 @@ bench_lock "$@"
 ROUNDS=${ROUNDS:-5}
 SIZES=${SIZES:-"8 64 1024 4096"}
 bench_work
-if ! command -v mpicc.mpich >/dev/null || ! command -v mpicc.openmpi >/dev/null; then
-  before=$(readlink -f /usr/bin/mpicc 2>/dev/null || true)
-  need_debs mpich libmpich-dev openmpi-bin libopenmpi-dev
-  if [ "$before" = /usr/bin/mpicc.mpich ]; then
-    update-alternatives --set mpi /usr/bin/mpicc.mpich >/dev/null
-    update-alternatives --set mpirun /usr/bin/mpirun.mpich >/dev/null
-  fi
-fi
+need_mpis
 cflags="-O2 -Wall"
 mpicc.mpich $cflags -o "$work/rma-mpich" bench/osu/osu_rma.c
 mpicc.openmpi $cflags -o "$work/rma-ompi" bench/osu/osu_rma.c

@@ -4,6 +4,7 @@
 #   . bench/lib.sh
 #   bench_lock "$@"           # re-run the script holding /tmp/amigo-bench.lock
 #   need_debs mpich libmpich-dev
+#   need_mpis                 # MPICH and Open MPI, MPICH kept the default
 #   bench_work                # $work: a temporary directory, removed on exit
 #   bench_priority            # after bench_work: what rec and ucx_run run
 #                             # takes the processors first (see below)
@@ -34,6 +35,22 @@ need_debs() {
     echo "installing ${missing[*]}" >&2
     DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+# need_mpis installs Debian's MPICH and Open MPI with their compilers if
+# either is missing. Installing Open MPI may make it the default MPI; a
+# default MPICH is kept.
+need_mpis() {
+  if command -v mpicc.mpich >/dev/null && command -v mpicc.openmpi >/dev/null; then
+    return 0
+  fi
+  local before
+  before=$(readlink -f /usr/bin/mpicc 2>/dev/null || true)
+  need_debs mpich libmpich-dev openmpi-bin libopenmpi-dev
+  if [ "$before" = /usr/bin/mpicc.mpich ]; then
+    update-alternatives --set mpi /usr/bin/mpicc.mpich >/dev/null
+    update-alternatives --set mpirun /usr/bin/mpirun.mpich >/dev/null
   fi
 }
 
