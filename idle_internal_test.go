@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+
+	"github.com/amigo-hpc/amigo/transport"
 )
 
 // The idle policy: the spin the program set wins, except on an
@@ -62,5 +64,73 @@ func TestOversubscribedIdleRunsGoroutines(t *testing.T) {
 		if !ran.Load() {
 			t.Fatalf("round %d: a runnable goroutine did not run in %d idle rounds", round, n)
 		}
+	}
+}
+
+// countPort counts a port's Poll and Progress calls; poll, if set, runs
+// in each Poll.
+type countPort struct {
+	transport.Port
+	polls, progs int
+	poll         func()
+}
+
+func (p *countPort) Poll(r transport.Receiver, budget int) int {
+	p.polls++
+	if p.poll != nil {
+		p.poll()
+	}
+	return p.Port.Poll(r, budget)
+}
+
+func (p *countPort) Progress() int {
+	p.progs++
+	return p.Port.Progress()
+}
+
+// A waiting context whose only possible work is an arrival (quiet) runs
+// its ports' Progress, the service of its peers and its callbacks in one
+// idle pass of four while it spins, and only polls in the others; one with
+// anything that Progress moves (progressDue: a descriptor a link's adapter
+// moves in its Progress) runs whole passes, and so does one that does not
+// spin (an oversubscribed host's, whose every idle pass is followed by a
+// yield).
+func TestQuietWaitPolls(t *testing.T) {
+	for _, tc := range []struct {
+		due, over bool
+	}{{false, false}, {true, false}, {false, true}} {
+		due := tc.due || tc.over // every pass whole
+		cl, err := NewLocal(1, Config{SpinIterations: 1 << 20, YieldIterations: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := cl[0].Context(0)
+		if tc.over {
+			c.spin, c.osYield = idlePolicy(0, []bool{true})
+		}
+		var ports []*countPort
+		for i, p := range c.ports {
+			cp := &countPort{Port: p}
+			if tc.due {
+				cp.poll = func() { c.progressDue = true }
+			}
+			ports = append(ports, cp)
+			c.ports[i] = cp
+		}
+		calls := 0
+		if err := c.Wait(nil, func() bool { calls++; return calls > 400 }); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ports {
+			switch {
+			case p.polls < 390:
+				t.Errorf("%+v: %d polls in a wait of 400 idle passes", tc, p.polls)
+			case due && p.progs != p.polls:
+				t.Errorf("%+v: Progress ran %d times in %d passes, want every pass", tc, p.progs, p.polls)
+			case !due && (p.progs > p.polls/4+1 || p.progs < p.polls/4-1):
+				t.Errorf("quiet: Progress ran %d times in %d passes, want one pass of four", p.progs, p.polls)
+			}
+		}
+		cl[0].Close()
 	}
 }
