@@ -31,7 +31,7 @@ echo "== shared memory, two ranks (bench/compare_pt2pt.sh)"
 BASE_REV=${BASE_REV:-fa72c74} bash bench/compare_pt2pt.sh
 echo
 echo "== 8 B latency by the host's state (bench/compare_lat.sh)"
-bash bench/compare_lat.sh
+ROUNDS=${LAT_ROUNDS:-20} bash bench/compare_lat.sh
 echo
 echo "== collectives, 2 to 16 ranks (bench/compare_coll.sh)"
 RANKS="2 4 8 16" BENCHES="allreduce barrier" SIZES=64 ITERS=${ITERS:-10000} MPICH_MAX=2 bash bench/compare_coll.sh
