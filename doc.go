@@ -87,7 +87,9 @@
 // issues a barrier across processors before it looks for work a last time.
 //
 // Wait advances until a condition holds or a context.Context ends: it spins
-// on Advance, then yields the processor, then sleeps until the context's
+// on Advance (while nothing but an arrival can end the wait, three idle
+// rounds of four only poll the ports), then yields the processor, then
+// sleeps until the context's
 // doorbell is rung by a peer that delivered a packet, an engine that
 // completed a transfer, or a goroutine that posted an instruction. Every
 // sleep is bounded (Config.SleepMax). A Driver is a goroutine that owns a
