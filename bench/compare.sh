@@ -27,10 +27,8 @@ if [ "${1:-}" = small ]; then
   shift
   exec bash bench/all.sh "$@"
 fi
-if [ -z "${AMIGO_BENCH_LOCKED:-}" ]; then
-  exec env AMIGO_BENCH_LOCKED=1 flock /tmp/amigo-bench.lock bash "$0" "$@"
-fi
-export PATH=$PATH:/usr/local/go/bin
+. bench/lib.sh
+bench_lock "$@"
 ROUNDS=${ROUNDS:-3}
 FULL=${FULL:-0}
 A2A_TIMEOUT=${A2A_TIMEOUT:-600}
@@ -38,25 +36,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # ---- install and build ------------------------------------------------------
-missing=()
-for p in mpich libmpich-dev openmpi-bin libopenmpi-dev; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing ${missing[*]}" >&2
-  before=$(readlink -f /usr/bin/mpicc 2>/dev/null || true)
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  # Installing Open MPI may make it the default MPI; keep MPICH if it was.
-  if [ "$before" = /usr/bin/mpicc.mpich ]; then
-    update-alternatives --set mpi /usr/bin/mpicc.mpich >/dev/null
-    update-alternatives --set mpirun /usr/bin/mpirun.mpich >/dev/null
-  fi
-fi
-cflags="-O2 -Wall -Wno-stringop-overflow"
-mpicc.mpich $cflags -o "$work/osu-mpich" bench/osu/osu.c
-mpicc.openmpi $cflags -o "$work/osu-ompi" bench/osu/osu.c
+need_mpis
+build_osu
 go build -o "$work/amibench" ./cmd/amibench
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1

@@ -32,9 +32,7 @@ PORT=${PORT:-13411}
 bench_work
 need_debs ucx-utils
 need_mpis
-cflags="-O2 -Wall -Wno-stringop-overflow"
-mpicc.mpich $cflags -o "$work/osu-mpich" bench/osu/osu.c
-mpicc.openmpi $cflags -o "$work/osu-ompi" bench/osu/osu.c
+build_osu
 go build -o "$work/amibench" ./cmd/amibench
 bench_priority
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

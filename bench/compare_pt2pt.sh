@@ -74,9 +74,7 @@ PORT=${PORT:-13411}
 bench_work
 need_debs ucx-utils
 need_mpis
-cflags="-O2 -Wall -Wno-stringop-overflow"
-mpicc.mpich $cflags -o "$work/osu-mpich" bench/osu/osu.c
-mpicc.openmpi $cflags -o "$work/osu-ompi" bench/osu/osu.c
+build_osu
 go build -o "$work/amibench" ./cmd/amibench
 # BASE_REV: the same amibench as it was at that commit, for the rows that must
 # not regress (1 and 4 MiB); only those are measured with it.

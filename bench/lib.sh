@@ -5,6 +5,7 @@
 #   bench_lock "$@"           # re-run the script holding /tmp/amigo-bench.lock
 #   need_debs mpich libmpich-dev
 #   need_mpis                 # MPICH and Open MPI, MPICH kept the default
+#   build_osu                 # $work/osu-mpich, $work/osu-ompi
 #   bench_work                # $work: a temporary directory, removed on exit
 #   bench_priority            # after bench_work: what rec and ucx_run run
 #                             # takes the processors first (see below)
@@ -52,6 +53,14 @@ need_mpis() {
     update-alternatives --set mpi /usr/bin/mpicc.mpich >/dev/null
     update-alternatives --set mpirun /usr/bin/mpirun.mpich >/dev/null
   fi
+}
+
+# build_osu builds bench/osu/osu.c against each MPI: $work/osu-mpich and
+# $work/osu-ompi (after bench_work and need_mpis).
+build_osu() {
+  local cflags="-O2 -Wall -Wno-stringop-overflow"
+  mpicc.mpich $cflags -o "$work/osu-mpich" bench/osu/osu.c
+  mpicc.openmpi $cflags -o "$work/osu-ompi" bench/osu/osu.c
 }
 
 bench_work() {
