@@ -150,6 +150,7 @@ type Adapter struct {
 	kick  chan struct{}
 	pace  atomic.Int64  // the watcher's tick, as set at its last tick (ns)
 	kicks atomic.Uint64 // kicks sent
+	ticks atomic.Uint64 // the watcher's ticks, twice: odd while one runs
 }
 
 // endpoint is one context's reliable-datagram endpoint and its completion

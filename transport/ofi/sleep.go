@@ -237,6 +237,7 @@ func (a *Adapter) watch() {
 		case <-a.kick:
 			t.Stop() // the timer's channel holds no stale tick after Stop (Go 1.23)
 		}
+		a.ticks.Add(1)
 		a.mu.Lock()
 		ports = append(ports[:0], a.ports...)
 		a.mu.Unlock()
@@ -296,6 +297,7 @@ func (a *Adapter) watch() {
 				a.slow.Store(false)
 			}
 		}
+		a.ticks.Add(1) // before pace: a reader of this pace sees the tick ended
 		a.pace.Store(int64(tick))
 		t.Reset(tick)
 	}
