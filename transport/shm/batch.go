@@ -37,12 +37,19 @@ const (
 	// batchMax is the most descriptors one call gathers.
 	batchMax = 64
 	// batchBelow is the size from which a descriptor goes alone: such
-	// transfers are offered to the owner as a cooperative copy, and backed
-	// with huge pages first (huge.go). Windows of 256 KiB messages moved
-	// 35-45 GB/s four to a call, against 12-27 one by one, when the
-	// owner did not take half of each (helpPieceCMAMid); with it they
-	// moved more one by one.
-	batchBelow = 256 << 10
+	// transfers are timed and offered to the owner as a cooperative copy
+	// (choose.go, helpPiece). Windows of 256 KiB messages moved 35-45
+	// GB/s four to a call, against 12-27 one by one, when the owner did
+	// not take half of each (helpPieceCMAMid); with it, on an Intel
+	// 2-core machine, they moved more one by one (26.0 against 20.5
+	// GB/s). On an AMD one, one by one in halves moved 29.6 GB/s, a
+	// batch four to a call 38.2 whether split with the owner or not
+	// (coopSplitBelow), and 128 KiB, batched, 37.3: a window of 256 KiB
+	// moved less than one of 128 (medians of 6 interleaved rounds). On
+	// the Intel machine a batch split with the owner had moved 1.28
+	// times a batch by the receiver alone at 128 KiB, as halves did at
+	// 256 KiB; so 256 KiB up to 512 KiB is batched and split too.
+	batchBelow = 512 << 10
 	// batchBytes bounds the bytes of one call, so that a batch holds up
 	// message polling no longer than one piece of a large transfer does.
 	batchBytes = 1 << 20

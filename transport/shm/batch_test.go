@@ -180,32 +180,10 @@ func TestBatchedCoop(t *testing.T) {
 			b[j] = byte(seed*13 + j*7 + j>>12)
 		}
 	}
-	q := l.RDMA
 	var tail uint64
 	run := func(kind transport.RDMAKind, local [][]byte) {
 		t.Helper()
-		start := tail
-		for i := range local {
-			op := q.Slot(tail)
-			op.Kind, op.Local, op.Key, op.Off = kind, local[i], keys[i], 8
-			tail++
-		}
-		q.Publish(tail)
-		deadline := time.Now().Add(30 * time.Second)
-		for q.TransferCounter().Load() != tail {
-			if time.Now().After(deadline) {
-				t.Fatal("transfers did not complete")
-			}
-			p0.Progress()
-		}
-		for i := range local {
-			if err := q.Status(start + uint64(i)); err != nil {
-				t.Fatalf("%v %d: %v", kind, i, err)
-			}
-			if !bytes.Equal(local[i], mems[i][8:]) {
-				t.Fatalf("%v %d moved the wrong bytes", kind, i)
-			}
-		}
+		runWindow(t, p0, l.RDMA, &tail, kind, local, keys, mems)
 	}
 	local := make([][]byte, k)
 	for i := range local {
@@ -258,5 +236,100 @@ func TestBatchedCoop(t *testing.T) {
 	run(transport.Get, local)
 	if ads[0].Stats().CoopBatches == s0.CoopBatches {
 		t.Fatal("GETs toward an idle owner were not offered to it")
+	}
+}
+
+// runWindow queues one descriptor of kind a buffer of local, toward keys at
+// offset 8, publishes them together (so that the engine finds them queued
+// one after the other), drives p0 until they complete, and checks that
+// each succeeded and that local and mems[8:] hold the same bytes.
+func runWindow(t *testing.T, p0 transport.Port, q *transport.RDMAQueue, tail *uint64, kind transport.RDMAKind, local [][]byte, keys []transport.Key, mems [][]byte) {
+	t.Helper()
+	start := *tail
+	for i := range local {
+		op := q.Slot(*tail)
+		op.Kind, op.Local, op.Key, op.Off = kind, local[i], keys[i], 8
+		*tail++
+	}
+	q.Publish(*tail)
+	deadline := time.Now().Add(30 * time.Second)
+	for q.TransferCounter().Load() != *tail {
+		if time.Now().After(deadline) {
+			t.Fatal("transfers did not complete")
+		}
+		p0.Progress()
+	}
+	for i := range local {
+		if err := q.Status(start + uint64(i)); err != nil {
+			t.Fatalf("%v %d: %v", kind, i, err)
+		}
+		if !bytes.Equal(local[i], mems[i][8:]) {
+			t.Fatalf("%v %d moved the wrong bytes", kind, i)
+		}
+	}
+}
+
+// Descriptors from 256 KiB up to 512 KiB queued together go in batches
+// split with the owner, as smaller ones do; from 512 KiB each goes alone.
+func TestBatchedCoopLarge(t *testing.T) {
+	ads, regs := world(t, 2, shm.Options{RDMASlots: 64})
+	defer ads[0].Close()
+	defer ads[1].Close()
+	p0, p1 := ports(t, ads)
+	l, err := p0.Link(transport.Addr{Rank: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				p1.Progress()
+			}
+		}
+	}()
+	defer func() { close(stop); <-served }()
+	defer shm.CoopOwnerOnly()()
+	var tail uint64
+	for _, c := range []struct {
+		sizes   []int
+		batched bool
+	}{
+		{[]int{256 << 10, 256 << 10, 256 << 10, 256 << 10, 256 << 10, 256 << 10, 256 << 10, 256 << 10}, true},
+		{[]int{300 << 10, 384 << 10, 512<<10 - 4096, 320 << 10}, true},
+		{[]int{512 << 10, 512 << 10, 600 << 10}, false},
+	} {
+		mems := make([][]byte, len(c.sizes))
+		keys := make([]transport.Key, len(c.sizes))
+		local := make([][]byte, len(c.sizes))
+		for i, n := range c.sizes {
+			mems[i] = make([]byte, n+8)
+			for j := range mems[i] {
+				mems[i][j] = byte(i*11 + j*7 + j>>12)
+			}
+			if keys[i], err = regs[1].Register(mems[i]); err != nil {
+				t.Fatal(err)
+			}
+			local[i] = make([]byte, n)
+		}
+		s0, s1 := ads[0].Stats(), ads[1].Stats()
+		runWindow(t, p0, l.RDMA, &tail, transport.Get, local, keys, mems)
+		batches, helped := ads[0].Stats().CoopBatches-s0.CoopBatches, ads[1].Stats().Helped-s1.Helped
+		switch {
+		case c.batched && (batches == 0 || helped == 0):
+			t.Fatalf("GETs of %v: %d batches split with the owner, the owner moved %d bytes; want both", c.sizes, batches, helped)
+		case !c.batched && batches != 0:
+			t.Fatalf("GETs of %v: %d batches split with the owner, want each alone", c.sizes, batches)
+		}
+		for _, k := range keys {
+			if err := regs[1].Deregister(k); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

@@ -65,8 +65,8 @@ const coopSplitMin = 3 * pageSize
 // rounds) while the owner wrote its parts into small pages (see
 // startCoop), 1.28 times as much (23.5 -> 30.1 GB/s, 10 rounds) since it
 // writes into a huge page; windows of 64 KiB messages 1.04-1.43 times.
-// Messages from 256 KiB go alone (batchBelow).
-const coopSplitBelow = 192 << 10
+// Every descriptor a batch gathers (up to batchBelow) is split.
+const coopSplitBelow = batchBelow
 
 // coopShare is the owner's share of each descriptor: the back part,
 // whole pages, of coopBack. The owner's process_vm_writev of a batch of

@@ -76,7 +76,7 @@
 // process_vm_readv stream on a 2-core machine).
 //
 // Small transfers by cross-memory attach are gathered: the GETs (or PUTs)
-// queued one after the other toward one owner, each under 256 KiB, move in
+// queued one after the other toward one owner, each under 512 KiB, move in
 // one vectored system call of up to 1 MiB (batch.go), since a call costs
 // more than copying a few kilobytes. A window of messages that their
 // receiver fetches (amigo's STOP, see stopWorth there) becomes a few calls.
@@ -94,7 +94,8 @@
 // also offered to the owner as a cooperative copy: when the owner advances
 // (or its engine runs), it copies pieces from the back while the initiator
 // copies from the front, both cores at once (channel.go); a cma transfer of
-// 256 to 512 KiB in halves (helpPieceCMAMid). Options.Way forces
+// 256 to 512 KiB that is not batched (none queued next to it) in halves
+// (helpPieceCMAMid). Options.Way forces
 // one way, so that each is tested alone.
 //
 // # Peers that die

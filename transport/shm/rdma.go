@@ -32,13 +32,14 @@ const (
 // pages; measured on a 2-core machine, these sizes moved the most at 1 and
 // 4 MiB (CMA at 32 KiB pieces: 30 GB/s; at 256 KiB: 45 GB/s).
 //
-// A transfer by cross-memory attach of batchBelow to twice helpPieceCMA
-// bytes is split in pieces of helpPieceCMAMid: the two halves of a
-// 256 KiB message, each side copying its own half of every message of a
-// window. Windows of 256 KiB messages moved 26.0 GB/s so, against 20.5
-// batched four to a call by the receiver alone (medians of 8 interleaved
-// rounds, two ranks on a loaded 2-core machine); halves of 128 KiB
-// messages, 64 KiB each, moved half as much as their batches.
+// A transfer by cross-memory attach of less than twice helpPieceCMA bytes
+// that goes alone (one of 256 KiB to 512 KiB with no other queued next to
+// it, see batchBelow) is split in pieces of helpPieceCMAMid: the two
+// halves of a 256 KiB message, each side copying its own. Windows of
+// 256 KiB messages moved 26.0 GB/s so, against 20.5 batched four to a
+// call by the receiver alone (medians of 8 interleaved rounds, two ranks
+// on a loaded Intel 2-core machine); halves of 128 KiB messages, 64 KiB
+// each, moved half as much as their batches.
 const (
 	helpPieceSegment = 64 << 10
 	helpPieceCMA     = 256 << 10
