@@ -191,19 +191,7 @@ func TestBatchedCoop(t *testing.T) {
 	}
 
 	// The owner advances, and the initiator leaves it the back halves.
-	stop := make(chan struct{})
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				p1.Progress()
-			}
-		}
-	}()
+	stopOwner := advanceOwner(p1)
 	restore := shm.CoopOwnerOnly()
 	for round := range 3 {
 		for i := range mems {
@@ -225,8 +213,7 @@ func TestBatchedCoop(t *testing.T) {
 		}
 	}
 	restore()
-	close(stop)
-	<-served
+	stopOwner()
 
 	// The owner's contexts do not advance: the initiator moves it all.
 	for i := range mems {
@@ -280,20 +267,7 @@ func TestBatchedCoopLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				p1.Progress()
-			}
-		}
-	}()
-	defer func() { close(stop); <-served }()
+	defer advanceOwner(p1)()
 	defer shm.CoopOwnerOnly()()
 	var tail uint64
 	for _, c := range []struct {
@@ -332,4 +306,23 @@ func TestBatchedCoopLarge(t *testing.T) {
 			}
 		}
 	}
+}
+
+// advanceOwner runs p's Progress in a loop, as an owner that advances,
+// until the returned function is called; that returns once the loop ended.
+func advanceOwner(p transport.Port) (stop func()) {
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+				p.Progress()
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
 }
