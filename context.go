@@ -457,6 +457,7 @@ func (p *peer) writeRecord(d Dispatch, header, data []byte, size int) bool {
 		p.roff = ring.OpenRecords(s, w)
 		p.rpos = pos
 		p.ring.Publish(pos + 1)
+		p.ring.Prepare(pos + 1) // the line the next slot's first store needs
 	}
 	if p.bell != nil {
 		p.bell.Ring()

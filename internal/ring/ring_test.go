@@ -692,6 +692,7 @@ func TestRecords(t *testing.T) {
 		off := OpenRecords(s, recordWord(2))
 		p.tail++
 		r.Publish(p.tail)
+		r.Prepare(p.tail) // as the producer of package amigo does
 		take("r0")
 		take("") // nothing yet, and the producer may append
 		if rd.Pending() != true || rd.Count() != false {
@@ -712,6 +713,33 @@ func TestRecords(t *testing.T) {
 			t.Fatalf("lap %d: %d descriptors counted, want 2 (the slot of records and the next)", lap, got)
 		}
 		rd.Flush()
+	}
+}
+
+// Prepare is a hint: at any position, over laps of the ring, it leaves
+// every byte of every slot as it was.
+func TestPrepare(t *testing.T) {
+	r, err := NewHeap(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pos := uint64(0); pos < 8; pos++ {
+		s := r.Small(pos)
+		for i := range s {
+			s[i] = byte(pos*SlotSize) + byte(i)
+		}
+	}
+	for pos := uint64(0); pos < 3*8; pos++ {
+		r.Prepare(pos)
+		r.Prepare(^uint64(0) - pos)
+	}
+	for pos := uint64(0); pos < 8; pos++ {
+		s := r.Small(pos)
+		for i := range s {
+			if s[i] != byte(pos*SlotSize)+byte(i) {
+				t.Fatalf("slot %d byte %d changed to %#x", pos, i, s[i])
+			}
+		}
 	}
 }
 
