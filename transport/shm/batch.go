@@ -43,8 +43,8 @@ const (
 	// not take half of each (helpPieceCMAMid); with it, on an Intel
 	// 2-core machine, they moved more one by one (26.0 against 20.5
 	// GB/s). On an AMD one, one by one in halves moved 29.6 GB/s, a
-	// batch four to a call 38.2 whether split with the owner or not
-	// (coopSplitBelow), and 128 KiB, batched, 37.3: a window of 256 KiB
+	// batch four to a call 38.2 whether split with the owner or not,
+	// and 128 KiB, batched, 37.3: a window of 256 KiB
 	// moved less than one of 128 (medians of 6 interleaved rounds). On
 	// the Intel machine a batch split with the owner had moved 1.28
 	// times a batch by the receiver alone at 128 KiB, as halves did at

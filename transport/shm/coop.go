@@ -56,17 +56,13 @@ var coopSteal = true
 
 // coopSplitMin is the smallest descriptor a batched cooperative copy
 // splits (its back part is a page at least); smaller ones go whole with
-// the fronts.
-const coopSplitMin = 3 * pageSize
-
-// coopSplitBelow bounds the descriptors a batched cooperative copy
-// splits. Windows of 128 KiB messages moved 0.82 times as much split as
+// the fronts. Every larger one a batch gathers (up to batchBelow) is
+// split: windows of 128 KiB messages moved 0.82 times as much split as
 // fetched by the initiator alone in one call (medians of 7 interleaved
 // rounds) while the owner wrote its parts into small pages (see
 // startCoop), 1.28 times as much (23.5 -> 30.1 GB/s, 10 rounds) since it
 // writes into a huge page; windows of 64 KiB messages 1.04-1.43 times.
-// Every descriptor a batch gathers (up to batchBelow) is split.
-const coopSplitBelow = batchBelow
+const coopSplitMin = 3 * pageSize
 
 // coopShare is the owner's share of each descriptor: the back part,
 // whole pages, of coopBack. The owner's process_vm_writev of a batch of
@@ -98,7 +94,7 @@ func (p *port) startCoop(l *link, h uint64, k, total int) bool {
 	}
 	back := 0
 	for i := 0; i < k; i++ {
-		if n := int(p.batch.l[i].Len); n >= coopSplitMin && n < coopSplitBelow {
+		if n := int(p.batch.l[i].Len); n >= coopSplitMin {
 			back += coopBack(n)
 		}
 	}
@@ -110,7 +106,7 @@ func (p *port) startCoop(l *link, h uint64, k, total int) bool {
 	nb := 0
 	for i := 0; i < k; i++ {
 		n := int(p.batch.l[i].Len)
-		if n < coopSplitMin || n >= coopSplitBelow {
+		if n < coopSplitMin {
 			continue
 		}
 		half := coopBack(n)
