@@ -1,9 +1,6 @@
 package ring
 
-import (
-	"time"
-	"unsafe"
-)
+import "time"
 
 // pause executes the PAUSE instruction n times: a wait that touches no
 // memory (pause_amd64.s).
@@ -29,9 +26,3 @@ func calibratePause(d time.Duration) int {
 	per := max(best/n, time.Nanosecond)
 	return int(min(max(d/per, 1), 64))
 }
-
-// prefetchw asks for the cache line at p for writing (PREFETCHW,
-// pause_amd64.s): a hint, which neither faults nor changes memory.
-//
-//go:noescape
-func prefetchw(p unsafe.Pointer)

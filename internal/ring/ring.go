@@ -256,9 +256,10 @@ func (r *Ring) Small(pos uint64) *[SlotSize]byte {
 // fills a slot of records (writeRecord in package amigo) asks for the
 // next slot's line when it opens one, and the line travels while it
 // appends the records. On a 2-core AMD host whose cores were 0.35 us
-// apart, windows of 8-byte messages moved 1.28-1.40x as many (osu_bw and
-// osu_mbw_mr, 6-8 interleaved runs), 32-byte ones 1.28-1.39x, with
-// 8-byte latency unchanged (0.99x).
+// apart, windows of 8-byte messages moved 1.28x as many (osu_bw and
+// osu_mbw_mr, 6-8 interleaved runs), 32-byte ones 1.21-1.39x, package
+// mpi's 1.6x, with 8-byte latency within its spread (1.00-1.03x the
+// time); with its cores 0.08 us apart, 0.95-1.02x (bench/SMALL_PATH.md).
 func (r *Ring) Prepare(pos uint64) {
 	prefetchw(unsafe.Pointer(&r.slots[(pos&r.mask)*SlotSize]))
 }
