@@ -94,8 +94,7 @@ func (p *port) runBatch(l *link) int {
 	if kind != transport.Get && kind != transport.Put {
 		return 0
 	}
-	slot := pr.seg.access(a.li, p.ctx)
-	slot.Store(accessAll)
+	pr.seg.access(a.li, p.ctx).Store(accessAll)
 	k, total := 0, 0
 	for ; k < batchMax; k++ {
 		op := q.At(h + uint64(k))
@@ -124,7 +123,7 @@ func (p *port) runBatch(l *link) int {
 		total += n
 	}
 	if k < 2 {
-		slot.Store(0)
+		p.endAll(pr)
 		p.batch.clear(k)
 		return 0
 	}
@@ -132,7 +131,7 @@ func (p *port) runBatch(l *link) int {
 		return 0
 	}
 	got, err := vmCopyAll(kind == transport.Put, pr.pub.pid, p.batch.l[:k], p.batch.r[:k])
-	slot.Store(0)
+	p.endAll(pr)
 	p.batch.clear(k)
 	if err != nil || got != total {
 		// Each goes the usual way, which says what went wrong.
@@ -145,6 +144,16 @@ func (p *port) runBatch(l *link) int {
 		q.Done(nil)
 	}
 	return k
+}
+
+// endAll ends this context's claim of every key of pr (accessAll). It
+// counts the end in the slot's word accessEnds before it clears the slot:
+// the next batch claims the slot again within microseconds, and an owner
+// waiting for this claim to end (waitAccess) might never find the slot
+// clear between two batches, but sees the count move.
+func (p *port) endAll(pr *peer) {
+	pr.seg.accessEnds(p.a.li, p.ctx).Add(1)
+	pr.seg.access(p.a.li, p.ctx).Store(0)
 }
 
 // vmCopyAll is vmCopy, made again while interrupted.

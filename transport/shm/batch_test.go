@@ -152,6 +152,48 @@ func TestDeregisterWaitsForBatch(t *testing.T) {
 	}
 }
 
+// A deregistration waits for the batch under way when it withdrew the
+// key, not for a moment with no batch: a window of messages fetched in
+// batches claims the slot again as soon as a batch ends, and a
+// deregistration that waited for the slot to be clear waited as long as
+// the window lasted. Here the slot is never clear: the batches end and
+// start again until the deregistration returns.
+func TestDeregisterSeesBatchEnd(t *testing.T) {
+	ads, regs := world(t, 2, shm.Options{})
+	defer ads[0].Close()
+	defer ads[1].Close()
+	key, err := regs[1].Register(make([]byte, 4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := shm.ClaimAll(ads[0], 1, 0)
+	defer release()
+	done := make(chan error, 1)
+	go func() { done <- regs[1].Deregister(key) }()
+	for shm.MirrorState(ads[1], uint64(key)) != 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("deregistration returned (%v) while the batch under way held its claim", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	deadline := time.After(30 * time.Second)
+	for batches := 1; ; batches++ {
+		shm.ReclaimAll(ads[0], 1, 0)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		case <-deadline:
+			t.Fatalf("deregistration still waiting after %d batches, the slot never clear between them", batches)
+		case <-time.After(100 * time.Microsecond):
+		}
+	}
+}
+
 // A window of mid-size GETs or PUTs toward an owner that is advancing is
 // split with it: the initiator moves the front half of each descriptor in
 // one call and the owner the back halves in one of its own, and every byte

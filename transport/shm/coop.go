@@ -199,7 +199,7 @@ func (p *port) cmaFailed(pr *peer, err error) {
 // a piece failed or the link did. It returns how many it completed.
 func (p *port) endCoop(l *link, x *xfer) int {
 	a, pr := p.a, x.pr
-	pr.seg.access(a.li, p.ctx).Store(0)
+	p.endAll(pr)
 	p.batch.clear(x.batch)
 	p.chanBy[pr.li] = nil
 	q := l.tl.RDMA

@@ -18,6 +18,16 @@ func ClaimAll(a *Adapter, owner, ctx int) (release func()) {
 	return func() { slot.Store(0) }
 }
 
+// ReclaimAll ends the claim of every key that ClaimAll stored for a's
+// context ctx at the owner rank and claims them again, as one batch's end
+// and the next one's start (endAll, runBatch), with the slot never clear
+// in between.
+func ReclaimAll(a *Adapter, owner, ctx int) {
+	pr := a.peers[a.localOf[owner]]
+	pr.seg.accessEnds(a.li, ctx).Add(1)
+	pr.seg.access(a.li, ctx).Store(accessAll)
+}
+
 // MirrorState returns the state word of the owner's mirror entry for key.
 func MirrorState(a *Adapter, key uint64) uint64 {
 	return a.self.mirrorEntry(int(key & keyIndexMask)).state.Load()

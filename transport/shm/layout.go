@@ -32,7 +32,9 @@ import (
 //	  +0  bell u32       futex word of the owner's engine goroutine
 //	  +64 work u32       set by an initiator that posted a request
 //	mirror[entries] (64 bytes each) the owner's registered regions
-//	access[nlocal*nctx] (64 each)   key a peer context is accessing
+//	access[nlocal*nctx] (64 each)   key a peer context is accessing; at
+//	                                +8 how many of its claims of every
+//	                                key (accessAll) ended (mirror.go)
 //	allocs[entries] (64 bytes each) shared segments made by Alloc
 //	rings[nctx][nlocal][nctx]       descriptor buffers into the owner's
 //	                                contexts: a 64-byte link header, then
@@ -268,6 +270,12 @@ func (s *segment) mirrorEntry(i int) *mirrorEntry {
 // access returns the access slot of peer context (li, d).
 func (s *segment) access(li, d int) *atomic.Uint64 {
 	return s.u64(s.l.accessOff + (li*s.l.nctx+d)*accessSlotSize)
+}
+
+// accessEnds returns the word of peer context (li, d)'s access slot that
+// counts its claims of every key that ended (see waitAccess).
+func (s *segment) accessEnds(li, d int) *atomic.Uint64 {
+	return s.u64(s.l.accessOff + (li*s.l.nctx+d)*accessSlotSize + 8)
 }
 
 // allocEntry returns entry i of the alloc table.

@@ -99,6 +99,20 @@ func (a *Adapter) Deregistered(index int, key transport.Key) {
 }
 
 // waitAccess waits until no access slot of a live peer holds key.
+//
+// A peer's claim of every key (accessAll, a batch: batch.go) covers key
+// only if the batch loaded key's state before Deregistered stored zero
+// into it, that is, only a batch under way when the slot is first
+// loaded here: one that claims the slot later finds state zero and
+// leaves key out. So for accessAll the wait ends when that batch ends,
+// which the slot's word accessEnds counts (endAll) before the slot is
+// cleared: a window of messages fetched in batches claims the slot
+// again microseconds after it clears it, and an owner waiting to find
+// it clear waited for a gap between batches (a window of 256 KiB
+// messages whose sender deregisters each buffer as its message
+// completes moved 9-28 GB/s so, its sender asleep in the wait). The
+// count is loaded after the slot: if the batch seen ended in between,
+// the wait lasts for one more batch, which is bounded as well.
 func (a *Adapter) waitAccess(key uint64) {
 	for li := range a.local {
 		if li == a.li {
@@ -106,9 +120,14 @@ func (a *Adapter) waitAccess(key uint64) {
 		}
 		pr := a.peers[li]
 		for d := 0; d < a.self.l.nctx; d++ {
-			slot := a.self.access(li, d)
+			slot, ends := a.self.access(li, d), a.self.accessEnds(li, d)
+			v := slot.Load()
+			if v != key && v != accessAll {
+				continue
+			}
+			n := ends.Load()
 			for spins := 0; ; spins++ {
-				if v := slot.Load(); v != key && v != accessAll {
+				if w := slot.Load(); w != v || v == accessAll && ends.Load() != n {
 					break
 				}
 				if pr == nil || pr.gone() {
