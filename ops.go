@@ -81,6 +81,7 @@ type op struct {
 	bottom       uint64   // bytes from bottom up are fetched by GET
 	frozen       bool     // an eager packet was dropped: contig stays
 	stopped      bool     // STOP sent (receiver) or received (sender)
+	busy         bool     // the SEND said its sender had others in progress
 	variant      uint32
 	ctsSeen      bool
 	finSeen      bool

@@ -200,14 +200,14 @@ func TestStopEarlyReceiver(t *testing.T) {
 	}
 }
 
-// With StopAbove left zero, each link uses its adapter's choice: 256 KiB
-// over shared memory, 64 KiB elsewhere; a message with more still to come
-// is stopped, a smaller one streams whole.
+// With StopAbove left zero, each link uses its adapter's choice (64 KiB
+// over shared memory and TCP, and the default, 64 KiB, in process); a
+// message with more still to come is stopped, a smaller one streams whole.
 func TestStopAboveByAdapter(t *testing.T) {
-	limit := map[string]int{"loop": 64 << 10, "shm": 256 << 10, "tcp": 64 << 10}
+	limit := map[string]int{"loop": 64 << 10, "shm": 64 << 10, "tcp": 64 << 10}
 	for _, over := range []string{"loop", "shm", "tcp"} {
 		t.Run(over, func(t *testing.T) {
-			for _, size := range []int{100 << 10, 200 << 10, 300 << 10} {
+			for _, size := range []int{40 << 10, 64 << 10, 100 << 10, 300 << 10} {
 				func() {
 					rigTransport = over
 					defer func() { rigTransport = "loop" }()
@@ -623,10 +623,70 @@ func TestStopWindowFetched(t *testing.T) {
 	stops := w1.Stops - s1.Stops
 	streamed := w0.EagerBytesSent - s0.EagerBytesSent
 	fetched := w1.FetchedBytes - s1.FetchedBytes
-	// The first message of the window, and the second if the first was
-	// over when its announcement came, find nothing else in progress.
-	if stops < n-2 || streamed > 2*size || fetched < (n-2)*size {
+	// Every message of the window is stopped and fetched: the first,
+	// which looked alone when it was sent, streams its first packet at
+	// once and the rest only from the sender's next Advance, behind the
+	// other announcements, and the receiver stops it at the second one;
+	// the second, which may find the first over, says its sender had
+	// another in progress (wire.FlagBusy).
+	kept := w1.EagerBytesKept - s1.EagerBytesKept
+	t.Logf("window of %d: %d STOPs, %d bytes streamed, %d kept, %d fetched", n, stops, streamed, kept, fetched)
+	if stops != n || fetched != n*size || streamed > size {
 		t.Fatalf("window of %d: %d STOPs, %d bytes streamed, %d fetched", n, stops, streamed, fetched)
+	}
+}
+
+// A message sent while the sender's previous one to the peer is still in
+// progress is stopped and fetched, though the previous one is over on the
+// receiver's side by the time the second is announced: the SEND says its
+// sender has another in progress (wire.FlagBusy). Here the sender does not
+// advance between the first message's landing and the second Send, so it
+// has not seen the first one's acknowledgement.
+func TestStopBusySender(t *testing.T) {
+	const size = 48 << 10 // above the inline limit of two ranks (32 KiB), below StopAbove
+	cl := openOver(t, 2, amigo.Config{}, "shm")
+	c0, c1 := cl[0].Context(0), cl[1].Context(0)
+	bufs := make([][]byte, 2)
+	got, sent := 0, 0
+	c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+		i := int(m.Header[0])
+		bufs[i] = make([]byte, m.Size())
+		if err := m.Receive(bufs[i], func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			got++
+		}); err != nil {
+			t.Error(err)
+		}
+	})
+	onSent := func(err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		sent++
+	}
+	datas := [][]byte{fill(make([]byte, size), 1), fill(make([]byte, size), 2)}
+	if err := c0.Send(amigo.EndpointOf(1), 1, []byte{0}, datas[0], onSent); err != nil {
+		t.Fatal(err)
+	}
+	advanceUntil(t, func() bool { return c0.Stats().EagerBytesSent == size }, c0)
+	advanceUntil(t, func() bool { return got == 1 }, c1)
+	if s := c1.Stats(); s.Stops != 0 || sent != 0 {
+		t.Fatalf("first message: %d STOPs, sent %d: want it streamed whole, its acknowledgement not yet seen", s.Stops, sent)
+	}
+	if err := c0.Send(amigo.EndpointOf(1), 1, []byte{1}, datas[1], onSent); err != nil {
+		t.Fatal(err)
+	}
+	advanceUntil(t, func() bool { return got == 2 && sent == 2 }, c0, c1)
+	for i := range datas {
+		if !bytes.Equal(bufs[i], datas[i]) {
+			t.Fatalf("message %d differs", i)
+		}
+	}
+	s0, s1 := c0.Stats(), c1.Stats()
+	if s1.Stops != 1 || s1.FetchedBytes != size || s0.EagerBytesSent != size {
+		t.Fatalf("second message: %d STOPs, %d bytes fetched, %d streamed in all: want it stopped at its announcement and fetched", s1.Stops, s1.FetchedBytes, s0.EagerBytesSent)
 	}
 }
 

@@ -22,7 +22,7 @@
 //	AM    [FlagAck: op uint64]                      header data...
 //	RTS   op uint64, size uint64, key uint64        header
 //	ACK   op uint64, status uint32, reserved uint32
-//	SEND  op uint64, size uint64, key uint64        header
+//	SEND  op uint64, size uint64, key uint64        header  [FlagBusy]
 //	EAGER op uint64, offset uint64                  data...
 //	STOP  op uint64, variant uint32, reserved uint32, key uint64, from uint64
 //	CTS   op uint64, sent uint64
@@ -111,8 +111,13 @@ func (k Kind) String() string {
 const (
 	// FlagAck asks the receiver of an AM to answer with an ACK carrying op.
 	FlagAck uint8 = 1 << 0
+	// FlagBusy on a SEND says that its sender has other messages to the
+	// receiver in progress: a window, whose messages the receiver fetches
+	// together rather than let stream (amigo's stopWorth), though the one
+	// before may be over by the time this one is announced.
+	FlagBusy uint8 = 1 << 1
 
-	flagsKnown = FlagAck
+	flagsKnown = FlagAck | FlagBusy
 )
 
 // Status codes carried by an ACK.
@@ -328,10 +333,14 @@ func PutACK(b []byte, op uint64, status uint32) {
 	binary.LittleEndian.PutUint32(b[20:], 0)
 }
 
-// PutSEND encodes a SEND into b, which must be SENDSize(len(header)) bytes.
-func PutSEND(b []byte, dispatch uint16, header []byte, op, size, key uint64) {
+// PutSEND encodes a SEND into b, which must be SENDSize(len(header)) bytes,
+// with FlagBusy when busy.
+func PutSEND(b []byte, dispatch uint16, header []byte, op, size, key uint64, busy bool) {
 	PutRTS(b, dispatch, header, op, size, key)
 	b[0] = byte(KindSEND)
+	if busy {
+		b[1] = FlagBusy
+	}
 }
 
 // PutEager encodes the header of an EAGER packet into b and returns the area
@@ -418,7 +427,7 @@ func ParseAM(b []byte) (dispatch uint16, header, data []byte, ok bool) {
 // Packet: only Kind, Flags, Dispatch, Op, Header and Data are meaningful
 // for it, and only those are written. Any other kind is decoded by Parse.
 func ParseInto(p *Packet, b []byte) error {
-	if len(b) >= BaseSize && Kind(b[0]) == KindAM && b[1]&^flagsKnown == 0 && amLengthOK(b) {
+	if len(b) >= BaseSize && Kind(b[0]) == KindAM && b[1]&^FlagAck == 0 && amLengthOK(b) {
 		hlen := int(binary.LittleEndian.Uint16(b[4:]))
 		n := BaseSize
 		op := uint64(0)
@@ -473,6 +482,9 @@ func Parse(b []byte) (Packet, error) {
 	}
 	switch p.Kind {
 	case KindAM:
+		if p.Flags&^FlagAck != 0 {
+			return p, ErrMalformed
+		}
 		if p.Flags&FlagAck != 0 {
 			if len(b) < n+8 {
 				return p, ErrMalformed
@@ -486,7 +498,7 @@ func Parse(b []byte) (Packet, error) {
 		p.Header = b[n : n+hlen : n+hlen]
 		p.Data = b[n+hlen:]
 	case KindRTS, KindSEND:
-		if p.Flags != 0 || len(b) != n+24+hlen {
+		if p.Kind == KindRTS && p.Flags != 0 || p.Flags&^FlagBusy != 0 || len(b) != n+24+hlen {
 			return p, ErrMalformed
 		}
 		p.Op = binary.LittleEndian.Uint64(b[n:])

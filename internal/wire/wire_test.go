@@ -37,9 +37,11 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("ACK: %+v %v", p, err)
 	}
 	b = make([]byte, SENDSize(len(hdr)))
-	PutSEND(b, 4, hdr, 8, 1<<30, 99)
-	if p, err = Parse(b); err != nil || p.Kind != KindSEND || p.Size != 1<<30 || p.Key != 99 || p.Op != 8 || !bytes.Equal(p.Header, hdr) {
-		t.Fatalf("SEND: %+v %v", p, err)
+	for _, busy := range []bool{false, true} {
+		PutSEND(b, 4, hdr, 8, 1<<30, 99, busy)
+		if p, err = Parse(b); err != nil || p.Kind != KindSEND || p.Size != 1<<30 || p.Key != 99 || p.Op != 8 || !bytes.Equal(p.Header, hdr) || (p.Flags == FlagBusy) != busy {
+			t.Fatalf("SEND busy=%v: %+v %v", busy, p, err)
+		}
 	}
 	b = make([]byte, EagerSize(len(data)))
 	copy(PutEager(b, 8, 4096), data)
@@ -103,10 +105,18 @@ func TestParseRejects(t *testing.T) {
 		"rts short":       {2, 0, 0, 0, 0, 0, 0, 0, 1},
 		"ack long":        append(append([]byte{}, good...), 0),
 		"ack status":      func() []byte { b := make([]byte, ACKSize); PutACK(b, 1, 99); return b }(),
+		// FlagBusy belongs to a SEND alone.
+		"busy am":  {1, FlagBusy, 0, 0, 0, 0, 0, 0, 1},
+		"busy rts": func() []byte { b := make([]byte, RTSSize(0)); PutRTS(b, 1, nil, 1, 2, 3); b[1] = FlagBusy; return b }(),
+		"busy ack": func() []byte { b := make([]byte, ACKSize); PutACK(b, 1, 0); b[1] = FlagBusy; return b }(),
 	}
 	for name, b := range cases {
 		if _, err := Parse(b); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: err %v", name, err)
+		}
+		var p Packet
+		if err := ParseInto(&p, b); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: ParseInto: err %v", name, err)
 		}
 	}
 }
@@ -191,7 +201,7 @@ func FuzzParse(f *testing.F) {
 			PutRTS(out, p.Dispatch, p.Header, p.Op, p.Size, p.Key)
 		case KindSEND:
 			out = make([]byte, SENDSize(len(p.Header)))
-			PutSEND(out, p.Dispatch, p.Header, p.Op, p.Size, p.Key)
+			PutSEND(out, p.Dispatch, p.Header, p.Op, p.Size, p.Key, p.Flags&FlagBusy != 0)
 		case KindACK:
 			out = make([]byte, ACKSize)
 			PutACK(out, p.Op, p.Status)
