@@ -72,6 +72,9 @@ type ShmConfig struct {
 // (shmInlineLarge), an eighth of the buffer: 32 KiB moved 1.28x as fast
 // inline as by cross-memory attach (medians of 6 interleaved rounds, OSU's
 // counts, by round 1.13-1.34x; 1-16 KiB and 64-128 KiB did not move).
+// That holds for a lone message; in a window, above 16 KiB, a message goes
+// inline only when the peer has taken the ones before it
+// (transport.Link.InlineBusyMax, set by package shm).
 const (
 	shmInline      = 16<<10 + 512
 	shmInlineLarge = 32<<10 + 512

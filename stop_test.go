@@ -636,6 +636,84 @@ func TestStopWindowFetched(t *testing.T) {
 	}
 }
 
+// Over shared memory, a Send of 32 KiB, within the inline limit of two
+// ranks, goes inline when the peer has taken everything sent to it (a
+// lone message, the one a peer waits for), and as a large message,
+// stopped and fetched with the others, while earlier ones are not yet
+// taken (a window: transport.Link.InlineBusyMax). A program that sets
+// InlineMax has every such Send inline.
+func TestInlineBusyWindow(t *testing.T) {
+	const n, size = 16, 32 << 10
+	for _, set := range []bool{false, true} {
+		t.Run(fmt.Sprintf("InlineMax set %v", set), func(t *testing.T) {
+			var cfg amigo.Config
+			if set {
+				cfg.InlineMax, cfg.RingSlots = 32<<10+512, 8192
+			}
+			cl := openOver(t, 2, cfg, "shm")
+			c0, c1 := cl[0].Context(0), cl[1].Context(0)
+			if q := cl[0].Limits(); q.InlineMax < size {
+				t.Fatalf("InlineMax %d: want 32 KiB and more for two ranks", q.InlineMax)
+			}
+			bufs := make([][]byte, n)
+			got, sent := 0, 0
+			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+				i := int(m.Header[0])
+				if m.Inline() {
+					bufs[i] = append([]byte(nil), m.Data...)
+					got++
+					return
+				}
+				bufs[i] = make([]byte, m.Size())
+				if err := m.Receive(bufs[i], func(err error) {
+					if err != nil {
+						t.Error(err)
+					}
+					got++
+				}); err != nil {
+					t.Error(err)
+				}
+			})
+			onSent := func(err error) {
+				if err != nil {
+					t.Error(err)
+				}
+				sent++
+			}
+			datas := make([][]byte, n)
+			for i := range datas {
+				datas[i] = fill(make([]byte, size), i)
+			}
+			// The lone message, then the window, posted before the
+			// receiver advances.
+			if err := c0.Send(amigo.EndpointOf(1), 1, []byte{0}, datas[0], onSent); err != nil {
+				t.Fatal(err)
+			}
+			advanceUntil(t, func() bool { return got == 1 && sent == 1 }, c0, c1)
+			s0 := c0.Stats()
+			if s0.SentInline != 1 {
+				t.Fatalf("lone message: %d sent inline, want 1", s0.SentInline)
+			}
+			for i := range datas {
+				if err := c0.Send(amigo.EndpointOf(1), 1, []byte{byte(i)}, datas[i], onSent); err != nil {
+					t.Fatal(err)
+				}
+			}
+			advanceUntil(t, func() bool { return got == n+1 && sent == n+1 }, c0, c1)
+			for i := range datas {
+				if !bytes.Equal(bufs[i], datas[i]) {
+					t.Fatalf("message %d of the window differs", i)
+				}
+			}
+			w0, w1 := c0.Stats(), c1.Stats()
+			inline := w0.SentInline - s0.SentInline
+			if want := map[bool]uint64{false: 1, true: n}[set]; inline != want || !set && (w1.Stops != n-1 || w1.FetchedBytes != (n-1)*size) {
+				t.Fatalf("window of %d: %d sent inline (want %d), %d STOPs, %d bytes fetched", n, inline, want, w1.Stops, w1.FetchedBytes)
+			}
+		})
+	}
+}
+
 // A message sent while the sender's previous one to the peer is still in
 // progress is stopped and fetched, though the previous one is over on the
 // receiver's side by the time the second is announced: the SEND says its

@@ -203,6 +203,15 @@ type Link struct {
 	// that may pay from a much smaller size than for a lone message. Zero
 	// means StopAbove.
 	StopBusyAbove int
+	// InlineBusyMax is the most header plus data of a Send that travels
+	// inline while descriptors sent earlier to the same peer are not yet
+	// taken (a window of messages): a larger one goes as a large message,
+	// which the receiver may stop and fetch together with the others
+	// (StopBusyAbove). A lone message, the one a peer waits for, still
+	// goes inline up to amigo.Config.InlineMax. Zero means no such limit;
+	// the AMI applies it only where the program left Config.InlineMax to
+	// its adapters' choice.
+	InlineBusyMax int
 	// Shared says that Msg lies in memory the consumer reads directly (the
 	// same process, or a segment both processes map): a descriptor is in
 	// the consumer's hands once published, and the AMI completes an inline

@@ -145,6 +145,7 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 		// window of 64 messages of 12 to 256 KiB moved 1.1 to 2 times
 		// more stopped at once and fetched than streamed.
 		tl.StopBusyAbove = 8 << 10
+		tl.InlineBusyMax = 16<<10 + 512
 	}
 	tl.RDMA.Work = &p.work
 	// Connect, then look whether the consumer closed: see linkHeader.
