@@ -355,10 +355,10 @@ func (c *Context) injectDirectDone(idx int32, d Dispatch, header, data []byte, d
 // writeAM writes an inline active message with no callback into p's
 // descriptor buffer, if it has room and the message is to go inline now
 // (busyFor); the caller holds the context, whose epoch it passes, and
-// queues the message otherwise. Messages to p with no Advance between them (a window
-// of sends, the replies of one poll) go as records (writeRecord); any
-// other takes a slot of its own, which its consumer, waiting for it,
-// reads in fewer steps.
+// queues the message otherwise. Messages to p with no Advance between
+// them (a window of sends, the replies of one poll) go as records
+// (writeRecord); any other takes a slot of its own, which its consumer,
+// waiting for it, reads in fewer steps.
 func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 	size := wire.AMSize(len(header), len(data), false)
 	if p.records && size <= ring.MaxRecord {
