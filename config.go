@@ -33,8 +33,14 @@ type Config struct {
 	// InlineMax is the largest header plus data a Send carries inline in the
 	// descriptor buffer; larger sends go by rendezvous (AMIGO_INLINE_MAX,
 	// default 8192, or the adapters' choice in a job that Open starts:
-	// 16896 when every other rank shares the host). It is at most half
-	// the descriptor buffer.
+	// 16896 when every other rank shares the host, 33280 where there are
+	// at most 8 ranks on it). It is at most half the descriptor buffer.
+	// Left to the adapters, a link may carry less inline while messages
+	// sent before are not yet taken by the peer (a window: shared memory
+	// carries 16896 then, and announces larger ones, which the receiver
+	// fetches together), so whether such a message arrives inline
+	// (Message.Inline) depends on the link; with InlineMax set, every Send
+	// within it goes inline.
 	InlineMax int
 	// inlineAuto says InlineMax is the default, not the program's.
 	inlineAuto bool

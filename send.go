@@ -25,7 +25,8 @@ type SendParams struct {
 
 // Send posts an active message to dispatch d of ep: header and data, with
 // done called once both buffers may be reused. Data up to Config.InlineMax
-// travels inline in the descriptor buffer; larger data is announced to the
+// travels inline in the descriptor buffer (in a window, over some links,
+// less: see Config.InlineMax); larger data is announced to the
 // receiver, which fetches it from the registered send buffer (rendezvous),
 // and done is called once the receiver acknowledged it. The buffers belong to
 // amigo until done is called. Send never blocks; it is safe from any

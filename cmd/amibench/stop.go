@@ -24,7 +24,7 @@ func bwLate(e *Env) error {
 		return err
 	}
 	sender, recv := e.Rank == 0, e.Rank == 1
-	acks, got := 0, 0
+	acks, got, seen := 0, 0, 0
 	var defd []amigo.Deferred
 	var src amigo.Endpoint
 	landed := func(err error) {
@@ -34,24 +34,30 @@ func bwLate(e *Env) error {
 			e.Fail(e.Ctx.SendImmediate(src, e.D(1), nil, nil))
 		}
 	}
+	// The window's messages that arrive inline are copied at once, the
+	// others deferred until the window's last message arrived: within
+	// Config.InlineMax, a window over shared memory has its first message
+	// inline and the rest announced.
 	e.Ctx.SetDispatch(e.D(0), func(c *amigo.Context, m *amigo.Message) {
 		src = m.Source
+		seen++
 		if m.Inline() {
 			m.CopyTo(rbuf)
 			landed(nil)
-			return
+		} else {
+			d, err := m.Defer()
+			if err != nil {
+				e.Fail(err)
+				return
+			}
+			defd = append(defd, d)
 		}
-		d, err := m.Defer()
-		if err != nil {
-			e.Fail(err)
-			return
-		}
-		defd = append(defd, d)
-		if len(defd) == e.Opts.Window {
+		if seen == e.Opts.Window {
 			for _, d := range defd {
 				e.Fail(c.Accept(d, rbuf, landed))
 			}
 			defd = defd[:0]
+			seen = 0
 		}
 	})
 	e.Ctx.SetDispatch(e.D(1), func(c *amigo.Context, m *amigo.Message) { acks++ })
