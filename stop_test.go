@@ -563,6 +563,45 @@ func TestStopCrossedStreams(t *testing.T) {
 	}
 }
 
+// indexed is dispatch 1 of a receiver that keeps each message in
+// bufs[its header's first byte]: inline data copied, an announced message
+// received into a buffer of its size; got counts the messages landed, and
+// onSent, a sender's done callback, counts sent.
+type indexed struct {
+	t         *testing.T
+	bufs      [][]byte
+	got, sent int
+}
+
+func newIndexed(t *testing.T, c *amigo.Context, n int) *indexed {
+	x := &indexed{t: t, bufs: make([][]byte, n)}
+	c.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+		i := int(m.Header[0])
+		if m.Inline() {
+			x.bufs[i] = append([]byte(nil), m.Data...)
+			x.got++
+			return
+		}
+		x.bufs[i] = make([]byte, m.Size())
+		if err := m.Receive(x.bufs[i], func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			x.got++
+		}); err != nil {
+			t.Error(err)
+		}
+	})
+	return x
+}
+
+func (x *indexed) onSent(err error) {
+	if err != nil {
+		x.t.Error(err)
+	}
+	x.sent++
+}
+
 // Over shared memory, a window of mid-size messages to a receiver that
 // names its buffers at once is fetched, not streamed: each message that
 // arrives while another of the window is in progress is stopped at its
@@ -573,33 +612,14 @@ func TestStopWindowFetched(t *testing.T) {
 	const n, size = 32, 48 << 10 // above the inline limit of two ranks (32 KiB)
 	cl := openOver(t, 2, amigo.Config{}, "shm")
 	c0, c1 := cl[0].Context(0), cl[1].Context(0)
-	bufs := make([][]byte, n)
-	got := 0
-	c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
-		i := int(m.Header[0])
-		bufs[i] = make([]byte, m.Size())
-		if err := m.Receive(bufs[i], func(err error) {
-			if err != nil {
-				t.Error(err)
-			}
-			got++
-		}); err != nil {
-			t.Error(err)
-		}
-	})
-	sent := 0
-	onSent := func(err error) {
-		if err != nil {
-			t.Error(err)
-		}
-		sent++
-	}
+	x := newIndexed(t, c1, n)
+	bufs, onSent := x.bufs, x.onSent
 	// The lone message.
 	data := fill(make([]byte, size), n)
 	if err := c0.Send(amigo.EndpointOf(1), 1, []byte{0}, data, onSent); err != nil {
 		t.Fatal(err)
 	}
-	advanceUntil(t, func() bool { return got == 1 && sent == 1 }, c0, c1)
+	advanceUntil(t, func() bool { return x.got == 1 && x.sent == 1 }, c0, c1)
 	s0, s1 := c0.Stats(), c1.Stats()
 	if s1.Stops != 0 || s0.EagerBytesSent != size || !bytes.Equal(bufs[0], data) {
 		t.Fatalf("lone message: %d STOPs, %d of %d bytes streamed", s1.Stops, s0.EagerBytesSent, size)
@@ -613,7 +633,7 @@ func TestStopWindowFetched(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	advanceUntil(t, func() bool { return got == n+1 && sent == n+1 }, c0, c1)
+	advanceUntil(t, func() bool { return x.got == n+1 && x.sent == n+1 }, c0, c1)
 	for i := range datas {
 		if !bytes.Equal(bufs[i], datas[i]) {
 			t.Fatalf("message %d of the window differs", i)
@@ -655,31 +675,8 @@ func TestInlineBusyWindow(t *testing.T) {
 			if q := cl[0].Limits(); q.InlineMax < size {
 				t.Fatalf("InlineMax %d: want 32 KiB and more for two ranks", q.InlineMax)
 			}
-			bufs := make([][]byte, n)
-			got, sent := 0, 0
-			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
-				i := int(m.Header[0])
-				if m.Inline() {
-					bufs[i] = append([]byte(nil), m.Data...)
-					got++
-					return
-				}
-				bufs[i] = make([]byte, m.Size())
-				if err := m.Receive(bufs[i], func(err error) {
-					if err != nil {
-						t.Error(err)
-					}
-					got++
-				}); err != nil {
-					t.Error(err)
-				}
-			})
-			onSent := func(err error) {
-				if err != nil {
-					t.Error(err)
-				}
-				sent++
-			}
+			x := newIndexed(t, c1, n)
+			bufs, onSent := x.bufs, x.onSent
 			datas := make([][]byte, n)
 			for i := range datas {
 				datas[i] = fill(make([]byte, size), i)
@@ -689,7 +686,7 @@ func TestInlineBusyWindow(t *testing.T) {
 			if err := c0.Send(amigo.EndpointOf(1), 1, []byte{0}, datas[0], onSent); err != nil {
 				t.Fatal(err)
 			}
-			advanceUntil(t, func() bool { return got == 1 && sent == 1 }, c0, c1)
+			advanceUntil(t, func() bool { return x.got == 1 && x.sent == 1 }, c0, c1)
 			s0 := c0.Stats()
 			if s0.SentInline != 1 {
 				t.Fatalf("lone message: %d sent inline, want 1", s0.SentInline)
@@ -699,7 +696,7 @@ func TestInlineBusyWindow(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			advanceUntil(t, func() bool { return got == n+1 && sent == n+1 }, c0, c1)
+			advanceUntil(t, func() bool { return x.got == n+1 && x.sent == n+1 }, c0, c1)
 			for i := range datas {
 				if !bytes.Equal(bufs[i], datas[i]) {
 					t.Fatalf("message %d of the window differs", i)
@@ -724,39 +721,21 @@ func TestStopBusySender(t *testing.T) {
 	const size = 48 << 10 // above the inline limit of two ranks (32 KiB), below StopAbove
 	cl := openOver(t, 2, amigo.Config{}, "shm")
 	c0, c1 := cl[0].Context(0), cl[1].Context(0)
-	bufs := make([][]byte, 2)
-	got, sent := 0, 0
-	c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
-		i := int(m.Header[0])
-		bufs[i] = make([]byte, m.Size())
-		if err := m.Receive(bufs[i], func(err error) {
-			if err != nil {
-				t.Error(err)
-			}
-			got++
-		}); err != nil {
-			t.Error(err)
-		}
-	})
-	onSent := func(err error) {
-		if err != nil {
-			t.Error(err)
-		}
-		sent++
-	}
+	x := newIndexed(t, c1, 2)
+	bufs, onSent := x.bufs, x.onSent
 	datas := [][]byte{fill(make([]byte, size), 1), fill(make([]byte, size), 2)}
 	if err := c0.Send(amigo.EndpointOf(1), 1, []byte{0}, datas[0], onSent); err != nil {
 		t.Fatal(err)
 	}
 	advanceUntil(t, func() bool { return c0.Stats().EagerBytesSent == size }, c0)
-	advanceUntil(t, func() bool { return got == 1 }, c1)
-	if s := c1.Stats(); s.Stops != 0 || sent != 0 {
-		t.Fatalf("first message: %d STOPs, sent %d: want it streamed whole, its acknowledgement not yet seen", s.Stops, sent)
+	advanceUntil(t, func() bool { return x.got == 1 }, c1)
+	if s := c1.Stats(); s.Stops != 0 || x.sent != 0 {
+		t.Fatalf("first message: %d STOPs, sent %d: want it streamed whole, its acknowledgement not yet seen", s.Stops, x.sent)
 	}
 	if err := c0.Send(amigo.EndpointOf(1), 1, []byte{1}, datas[1], onSent); err != nil {
 		t.Fatal(err)
 	}
-	advanceUntil(t, func() bool { return got == 2 && sent == 2 }, c0, c1)
+	advanceUntil(t, func() bool { return x.got == 2 && x.sent == 2 }, c0, c1)
 	for i := range datas {
 		if !bytes.Equal(bufs[i], datas[i]) {
 			t.Fatalf("message %d differs", i)

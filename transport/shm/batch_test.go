@@ -119,12 +119,16 @@ func TestBatchedCMA(t *testing.T) {
 	}
 }
 
-// A deregistration waits while a peer holds the claim of a batch, which
-// covers every key of the owner, and returns once it is released.
-func TestDeregisterWaitsForBatch(t *testing.T) {
+// deregisterUnderBatch registers a region of rank 1, has rank 0 hold the
+// claim of a batch toward it (accessAll), deregisters the region on
+// another goroutine and checks that the deregistration waits. It returns
+// rank 0's adapter, the deregistration's outcome and the claim's release.
+func deregisterUnderBatch(t *testing.T) (*shm.Adapter, <-chan error, func()) {
 	ads, regs := world(t, 2, shm.Options{})
-	defer ads[0].Close()
-	defer ads[1].Close()
+	t.Cleanup(func() {
+		ads[0].Close()
+		ads[1].Close()
+	})
 	key, err := regs[1].Register(make([]byte, 4096))
 	if err != nil {
 		t.Fatal(err)
@@ -138,9 +142,17 @@ func TestDeregisterWaitsForBatch(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		t.Fatalf("deregistration returned (%v) while a batch claim was held", err)
+		release()
+		t.Fatalf("deregistration returned (%v) while the batch under way held its claim", err)
 	case <-time.After(50 * time.Millisecond):
 	}
+	return ads[0], done, release
+}
+
+// A deregistration waits while a peer holds the claim of a batch, which
+// covers every key of the owner, and returns once it is released.
+func TestDeregisterWaitsForBatch(t *testing.T) {
+	_, done, release := deregisterUnderBatch(t)
 	release()
 	select {
 	case err := <-done:
@@ -159,28 +171,11 @@ func TestDeregisterWaitsForBatch(t *testing.T) {
 // the window lasted. Here the slot is never clear: the batches end and
 // start again until the deregistration returns.
 func TestDeregisterSeesBatchEnd(t *testing.T) {
-	ads, regs := world(t, 2, shm.Options{})
-	defer ads[0].Close()
-	defer ads[1].Close()
-	key, err := regs[1].Register(make([]byte, 4096))
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := shm.ClaimAll(ads[0], 1, 0)
+	a0, done, release := deregisterUnderBatch(t)
 	defer release()
-	done := make(chan error, 1)
-	go func() { done <- regs[1].Deregister(key) }()
-	for shm.MirrorState(ads[1], uint64(key)) != 0 {
-		time.Sleep(100 * time.Microsecond)
-	}
-	select {
-	case err := <-done:
-		t.Fatalf("deregistration returned (%v) while the batch under way held its claim", err)
-	case <-time.After(50 * time.Millisecond):
-	}
 	deadline := time.After(30 * time.Second)
 	for batches := 1; ; batches++ {
-		shm.ReclaimAll(ads[0], 1, 0)
+		shm.ReclaimAll(a0, 1, 0)
 		select {
 		case err := <-done:
 			if err != nil {
