@@ -602,6 +602,25 @@ func (x *indexed) onSent(err error) {
 	x.sent++
 }
 
+// window sends datas[i] with header i from c0 to c1's dispatch 1, every
+// Send posted before either side advances, then advances both until all
+// landed and were sent, and checks every byte.
+func (x *indexed) window(c0, c1 *amigo.Context, datas [][]byte) {
+	x.t.Helper()
+	got, sent := x.got+len(datas), x.sent+len(datas)
+	for i := range datas {
+		if err := c0.Send(amigo.EndpointOf(1), 1, []byte{byte(i)}, datas[i], x.onSent); err != nil {
+			x.t.Fatal(err)
+		}
+	}
+	advanceUntil(x.t, func() bool { return x.got == got && x.sent == sent }, c0, c1)
+	for i := range datas {
+		if !bytes.Equal(x.bufs[i], datas[i]) {
+			x.t.Fatalf("message %d of the window differs", i)
+		}
+	}
+}
+
 // Over shared memory, a window of mid-size messages to a receiver that
 // names its buffers at once is fetched, not streamed: each message that
 // arrives while another of the window is in progress is stopped at its
@@ -629,16 +648,8 @@ func TestStopWindowFetched(t *testing.T) {
 	datas := make([][]byte, n)
 	for i := range datas {
 		datas[i] = fill(make([]byte, size), i)
-		if err := c0.Send(amigo.EndpointOf(1), 1, []byte{byte(i)}, datas[i], onSent); err != nil {
-			t.Fatal(err)
-		}
 	}
-	advanceUntil(t, func() bool { return x.got == n+1 && x.sent == n+1 }, c0, c1)
-	for i := range datas {
-		if !bytes.Equal(bufs[i], datas[i]) {
-			t.Fatalf("message %d of the window differs", i)
-		}
-	}
+	x.window(c0, c1, datas)
 	w0, w1 := c0.Stats(), c1.Stats()
 	stops := w1.Stops - s1.Stops
 	streamed := w0.EagerBytesSent - s0.EagerBytesSent
@@ -676,7 +687,7 @@ func TestInlineBusyWindow(t *testing.T) {
 				t.Fatalf("InlineMax %d: want 32 KiB and more for two ranks", q.InlineMax)
 			}
 			x := newIndexed(t, c1, n)
-			bufs, onSent := x.bufs, x.onSent
+			onSent := x.onSent
 			datas := make([][]byte, n)
 			for i := range datas {
 				datas[i] = fill(make([]byte, size), i)
@@ -691,17 +702,7 @@ func TestInlineBusyWindow(t *testing.T) {
 			if s0.SentInline != 1 {
 				t.Fatalf("lone message: %d sent inline, want 1", s0.SentInline)
 			}
-			for i := range datas {
-				if err := c0.Send(amigo.EndpointOf(1), 1, []byte{byte(i)}, datas[i], onSent); err != nil {
-					t.Fatal(err)
-				}
-			}
-			advanceUntil(t, func() bool { return x.got == n+1 && x.sent == n+1 }, c0, c1)
-			for i := range datas {
-				if !bytes.Equal(bufs[i], datas[i]) {
-					t.Fatalf("message %d of the window differs", i)
-				}
-			}
+			x.window(c0, c1, datas)
 			w0, w1 := c0.Stats(), c1.Stats()
 			inline := w0.SentInline - s0.SentInline
 			if want := map[bool]uint64{false: 1, true: n}[set]; inline != want || !set && (w1.Stops != n-1 || w1.FetchedBytes != (n-1)*size) {
