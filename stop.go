@@ -268,22 +268,20 @@ func (c *Context) announce(src int32, pk *wire.Packet) *op {
 		// Room for a bandwidth window's streams at once.
 		p.streams = make([]*op, 0, 64)
 	}
-	if len(p.streams) == 1 && c.cfg.Protocol == "stop" {
+	p.streams = append(p.streams, o)
+	if len(p.streams) == 2 && c.cfg.Protocol == "stop" {
 		c.stopAlone(p.streams[0])
 	}
-	p.streams = append(p.streams, o)
 	return o
 }
 
 // stopAlone stops the stream o, named while it was the peer's only one
-// and not stopped then (stopWorth), when a second message of the peer is
-// announced with o's data still to come past the busy threshold: the
-// first message of a window.
+// and not stopped then, if stopWorth says so now that a second message of
+// the peer is announced: the first message of a window.
 func (c *Context) stopAlone(o *op) {
-	if o.stopped || o.frozen || o.buf == nil || o.size-min(o.contig, o.size) <= o.peer.stopBusy {
-		return
+	if !o.stopped && !o.frozen && o.buf != nil && c.stopWorth(o) {
+		c.stop(o)
 	}
-	c.stop(o)
 }
 
 // onEager lands one eager packet.
