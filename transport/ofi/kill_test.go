@@ -3,6 +3,7 @@
 package ofi
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,6 +94,31 @@ func startChild(tb testing.TB, env ...string) *childProc {
 	return c
 }
 
+// pause stops the child (SIGSTOP) and waits until it is stopped.
+func (c *childProc) pause(tb testing.TB) {
+	tb.Helper()
+	pid := c.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		tb.Fatal(err)
+	}
+	stat := fmt.Sprintf("/proc/%d/stat", pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		// The state follows the command name, which is in parentheses.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("child %d not stopped 10s after SIGSTOP: %s", pid, b)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // kill kills the child and waits until it is gone.
 func (c *childProc) kill() {
 	_ = c.cmd.Process.Kill()
@@ -152,8 +179,9 @@ func child(dir, prov string) error {
 // flight and packets sent after the death, over each provider.
 //
 // With sendNow, the only packet toward the dead peer is one the link sent
-// at once, outside its ring (transport.Link.SendNow): the link still fails
-// once the peer stays silent.
+// at once, outside its ring (transport.Link.SendNow), while the peer was
+// stopped just before it was killed: the link still fails once the peer
+// stays silent.
 func TestKilledPeer(t *testing.T) {
 	for _, prov := range providers() {
 		t.Run(prov, func(t *testing.T) { testKilledPeer(t, prov, false) })
@@ -222,21 +250,31 @@ func testKilledPeer(t *testing.T, prov string, sendNow bool) {
 			t.Fatalf("GET byte %d is %d", i, b)
 		}
 	}
-	peer.kill()
-	killed := time.Now()
 	if sendNow {
-		// Nothing of the link is in flight: the packet goes at once,
-		// unless the provider has no room for it yet (it is offered again)
-		// or already failed the link.
+		// The peer is stopped first, its connection still open: nothing of
+		// the link is in flight and the provider takes the packet at once
+		// (it is offered again while the provider has no room for it).
+		// Offered to a peer already dead, tcp;ofi_rxm may refuse it for as
+		// long as it is offered, while the AMI would have written it into
+		// the descriptor buffer after the first refusal, where the ring's
+		// wait for the provider is timed: the case the loop below sends.
+		peer.pause(t)
 		deadline := time.Now().Add(10 * time.Second)
-		for !l.SendNow(make([]byte, 8)) && l.Err() == nil {
+		for !l.SendNow(make([]byte, 8)) {
+			if err := l.Err(); err != nil {
+				t.Fatalf("the link to a stopped peer failed before anything was sent: %v", err)
+			}
 			p.Progress()
 			p.Poll(&cnt{}, 8)
 			if time.Now().After(deadline) {
-				t.Fatal("SendNow refused a packet on a quiet link for 10s")
+				t.Fatal("SendNow refused a packet on a quiet link to a live peer for 10s")
 			}
 		}
-		deadline = time.Now().Add(60 * time.Second)
+	}
+	peer.kill()
+	killed := time.Now()
+	if sendNow {
+		deadline := time.Now().Add(60 * time.Second)
 		for l.Err() == nil {
 			p.Progress()
 			p.Poll(&cnt{}, 8)
