@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/amigo-hpc/amigo/internal/memcopy"
+	"github.com/amigo-hpc/amigo/internal/nap"
 	"github.com/amigo-hpc/amigo/internal/order"
 	"github.com/amigo-hpc/amigo/internal/ring"
 	"github.com/amigo-hpc/amigo/internal/wire"
@@ -1021,7 +1022,7 @@ func (c *Context) farewell() {
 			n += pt.Progress()
 		}
 		if n+c.service() == 0 {
-			time.Sleep(20 * time.Microsecond)
+			nap.Nap(20 * time.Microsecond)
 		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/amigo-hpc/amigo/internal/nap"
 )
 
 // Key names a registered memory region of one rank. The low 24 bits index the
@@ -245,7 +247,7 @@ func (r *Regions) Deregister(key Key) error {
 		if spins < 100 {
 			runtime.Gosched()
 		} else {
-			time.Sleep(50 * time.Microsecond)
+			nap.Nap(50 * time.Microsecond)
 		}
 	}
 	e.mem = nil

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/amigo-hpc/amigo/internal/nap"
 	"github.com/amigo-hpc/amigo/internal/order"
 	"github.com/amigo-hpc/amigo/transport"
 )
@@ -138,7 +139,7 @@ func (a *Adapter) waitAccess(key uint64) {
 				case spins < 1000:
 					runtime.Gosched()
 				default:
-					time.Sleep(20 * time.Microsecond)
+					nap.Nap(20 * time.Microsecond)
 				}
 			}
 		}

@@ -1,0 +1,27 @@
+package nap
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// nap sleeps with clock_nanosleep on the monotonic clock until an absolute
+// deadline, so that a signal (the runtime preempts goroutines with
+// SIGURG) that interrupts it leaves the rest to sleep and never shortens
+// the nap. clock_nanosleep rather than nanosleep: package sysmon tells the
+// runtime's monitor thread by its waiting in nanosleep.
+func nap(d time.Duration) {
+	var now unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &now) != nil {
+		time.Sleep(d)
+		return
+	}
+	end := unix.NsecToTimespec(now.Nano() + int64(d))
+	for {
+		err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &end, nil)
+		if err != unix.EINTR {
+			return
+		}
+	}
+}
