@@ -8,9 +8,8 @@ import (
 
 // nap sleeps with clock_nanosleep on the monotonic clock until an absolute
 // deadline, so that a signal (the runtime preempts goroutines with
-// SIGURG) that interrupts it leaves the rest to sleep and never shortens
-// the nap. clock_nanosleep rather than nanosleep: package sysmon tells the
-// runtime's monitor thread by its waiting in nanosleep.
+// SIGURG) that interrupts it leaves the rest to sleep, neither shortening
+// the nap nor lengthening it by the time spent in the handler.
 func nap(d time.Duration) {
 	var now unix.Timespec
 	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &now) != nil {
