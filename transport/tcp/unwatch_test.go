@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/amigo-hpc/amigo/transport"
 )
 
@@ -32,6 +34,35 @@ func epollHolds(t *testing.T, epfd, fd int) bool {
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
+	}
+	return false
+}
+
+// asleepIn reports whether a thread of this process waits in epoll_wait or
+// epoll_pwait on epoll instance epfd (/proc/self/task/*/syscall: the call's
+// number, then its arguments in hexadecimal).
+func asleepIn(t *testing.T, epfd int) bool {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/syscall")
+		if err != nil {
+			continue // the thread is gone
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			continue
+		}
+		nr, err := strconv.Atoi(f[0])
+		if err != nil || nr != unix.SYS_EPOLL_PWAIT && nr != unix.SYS_EPOLL_WAIT {
+			continue
+		}
+		if fd, err := strconv.ParseUint(strings.TrimPrefix(f[1], "0x"), 16, 64); err == nil && fd == uint64(epfd) {
+			return true
+		}
 	}
 	return false
 }
@@ -144,9 +175,12 @@ func TestPollingSocketInNoEpollSet(t *testing.T) {
 			timedOut := bell.Sleep(nil, timer, time.Minute)
 			done <- result{timedOut, time.Since(t0)}
 		}()
-		for deadline := time.Now().Add(20 * time.Second); bell.Sleeping() <= uint64(round); {
+		// Sleeping counts the sleep from its start, before the sleeper puts
+		// the sockets back: the check waits for a thread waiting in the
+		// port's set.
+		for deadline := time.Now().Add(20 * time.Second); bell.Sleeping() <= uint64(round) || !asleepIn(t, dst.epfd); {
 			if time.Now().After(deadline) {
-				t.Fatalf("round %d: the consumer never went to sleep", round)
+				t.Fatalf("round %d: the consumer never went to sleep in its port's epoll set", round)
 			}
 			time.Sleep(50 * time.Microsecond)
 		}
