@@ -48,12 +48,3 @@ func TestNapInterrupted(t *testing.T) {
 	}
 	t.Logf("%d signals sent during the naps", hits.Load())
 }
-
-func TestNapNotNegative(t *testing.T) {
-	start := time.Now()
-	Nap(-time.Second)
-	Nap(0)
-	if el := time.Since(start); el > 10*time.Second {
-		t.Fatalf("Nap of nothing took %v", el)
-	}
-}
