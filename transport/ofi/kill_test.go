@@ -3,6 +3,7 @@
 package ofi
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -15,7 +16,6 @@ import (
 	"time"
 
 	"github.com/amigo-hpc/amigo/internal/fifo"
-	"github.com/amigo-hpc/amigo/internal/procfs"
 	"github.com/amigo-hpc/amigo/internal/ring"
 	"github.com/amigo-hpc/amigo/transport"
 )
@@ -101,17 +101,19 @@ func (c *childProc) pause(tb testing.TB) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		tb.Fatal(err)
 	}
+	stat := fmt.Sprintf("/proc/%d/stat", pid)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		st, err := procfs.State(pid)
+		b, err := os.ReadFile(stat)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if st == 'T' {
+		// The state follows the command name, which is in parentheses.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
 			return
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("child %d not stopped 10s after SIGSTOP: state %q", pid, st)
+			tb.Fatalf("child %d not stopped 10s after SIGSTOP: %s", pid, b)
 		}
 		time.Sleep(time.Millisecond)
 	}

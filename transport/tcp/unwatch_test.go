@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/amigo-hpc/amigo/internal/procfs"
 	"github.com/amigo-hpc/amigo/transport"
 )
 
@@ -40,7 +39,8 @@ func epollHolds(t *testing.T, epfd, fd int) bool {
 }
 
 // asleepIn reports whether a thread of this process waits in epoll_wait or
-// epoll_pwait on epoll instance epfd (package procfs).
+// epoll_pwait on epoll instance epfd (/proc/self/task/*/syscall: the call's
+// number, then its arguments in hexadecimal).
 func asleepIn(t *testing.T, epfd int) bool {
 	t.Helper()
 	tasks, err := os.ReadDir("/proc/self/task")
@@ -48,12 +48,19 @@ func asleepIn(t *testing.T, epfd int) bool {
 		t.Fatal(err)
 	}
 	for _, task := range tasks {
-		tid, err := strconv.Atoi(task.Name())
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/syscall")
 		if err != nil {
+			continue // the thread is gone
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
 			continue
 		}
-		nr, args, err := procfs.Syscall(tid)
-		if err == nil && (nr == unix.SYS_EPOLL_PWAIT || nr == unix.SYS_EPOLL_WAIT) && len(args) > 0 && args[0] == uint64(epfd) {
+		nr, err := strconv.Atoi(f[0])
+		if err != nil || nr != unix.SYS_EPOLL_PWAIT && nr != unix.SYS_EPOLL_WAIT {
+			continue
+		}
+		if fd, err := strconv.ParseUint(strings.TrimPrefix(f[1], "0x"), 16, 64); err == nil && fd == uint64(epfd) {
 			return true
 		}
 	}
