@@ -8,6 +8,8 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/amigo-hpc/amigo/internal/pages"
 	"github.com/amigo-hpc/amigo/transport"
 )
@@ -51,5 +53,39 @@ func TestPortMemoryResident(t *testing.T) {
 			}
 			runtime.KeepAlive(p)
 		})
+	}
+}
+
+// touchPages maps every page a buffer reaches, wherever in a page it
+// starts: a buffer from partway into one page to partway into the third
+// spans three pages, though len(b)/4096 steps from its start reach two.
+func TestTouchPagesEveryPage(t *testing.T) {
+	for _, c := range []struct{ off, n int }{
+		{4000, 5000}, {4095, 4098}, {1, 8191}, {0, 3 * 4096}, {0, 1}, {4095, 2}, {100, 4096}, {4096, 4097},
+	} {
+		mem, err := unix.Mmap(-1, 0, 4*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := mem[c.off : c.off+c.n]
+		if in, _, err := pages.Mapped(unsafe.Pointer(&mem[0]), uintptr(len(mem))); err != nil || in != 0 {
+			t.Fatalf("a fresh mapping has %d pages mapped (%v)", in, err)
+		}
+		touchPages(b)
+		in, all, err := pages.Mapped(unsafe.Pointer(&b[0]), uintptr(len(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in != all {
+			t.Errorf("%d bytes from offset %d: %d of the %d pages they span mapped", c.n, c.off, in, all)
+		}
+		for i, v := range mem {
+			if v != 0 {
+				t.Fatalf("byte %d of the mapping is %d after touchPages: want every byte left zero", i, v)
+			}
+		}
+		if err := unix.Munmap(mem); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
