@@ -1,15 +1,14 @@
 package nap
 
 import (
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/amigo-hpc/amigo/internal/procfs"
 )
 
 // A nap interrupted by signals sleeps the rest: the napping thread is sent
@@ -20,13 +19,11 @@ func TestNapInterrupted(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	pid, tid := unix.Getpid(), unix.Gettid()
-	stat := "/proc/self/task/" + strconv.Itoa(tid) + "/syscall"
 	var done atomic.Bool
 	var hits atomic.Int64
 	go func() {
 		for !done.Load() {
-			b, err := os.ReadFile(stat)
-			if err == nil && strings.HasPrefix(string(b), strconv.Itoa(unix.SYS_CLOCK_NANOSLEEP)+" ") {
+			if nr, _, err := procfs.Syscall(tid); err == nil && nr == unix.SYS_CLOCK_NANOSLEEP {
 				if unix.Tgkill(pid, tid, unix.SIGURG) == nil {
 					hits.Add(1)
 				}

@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/amigo-hpc/amigo/internal/procfs"
 )
 
 // looks bounds how many times find reads the candidate's system call: the
@@ -107,18 +109,8 @@ func startTime(tid int) (uint64, error) {
 // syscallOf returns the number of the system call thread tid is blocked
 // in, or -1 when it is running.
 func syscallOf(tid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/syscall", tid))
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0, fmt.Errorf("syscall of thread %d: empty", tid)
-	}
-	if f[0] == "running" {
-		return -1, nil
-	}
-	return strconv.Atoi(f[0])
+	nr, _, err := procfs.Syscall(tid)
+	return nr, err
 }
 
 // set gives thread tid policy p, keeping its nice value, and returns the

@@ -3,7 +3,6 @@
 package ofi
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/amigo-hpc/amigo/internal/fifo"
+	"github.com/amigo-hpc/amigo/internal/procfs"
 	"github.com/amigo-hpc/amigo/internal/ring"
 	"github.com/amigo-hpc/amigo/transport"
 )
@@ -101,19 +101,17 @@ func (c *childProc) pause(tb testing.TB) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		tb.Fatal(err)
 	}
-	stat := fmt.Sprintf("/proc/%d/stat", pid)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		b, err := os.ReadFile(stat)
+		st, err := procfs.State(pid)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		// The state follows the command name, which is in parentheses.
-		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+		if st == 'T' {
 			return
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("child %d not stopped 10s after SIGSTOP: %s", pid, b)
+			tb.Fatalf("child %d not stopped 10s after SIGSTOP: state %q", pid, st)
 		}
 		time.Sleep(time.Millisecond)
 	}

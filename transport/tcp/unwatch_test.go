@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/amigo-hpc/amigo/internal/procfs"
 	"github.com/amigo-hpc/amigo/transport"
 )
 
@@ -39,8 +40,7 @@ func epollHolds(t *testing.T, epfd, fd int) bool {
 }
 
 // asleepIn reports whether a thread of this process waits in epoll_wait or
-// epoll_pwait on epoll instance epfd (/proc/self/task/*/syscall: the call's
-// number, then its arguments in hexadecimal).
+// epoll_pwait on epoll instance epfd (package procfs).
 func asleepIn(t *testing.T, epfd int) bool {
 	t.Helper()
 	tasks, err := os.ReadDir("/proc/self/task")
@@ -48,19 +48,12 @@ func asleepIn(t *testing.T, epfd int) bool {
 		t.Fatal(err)
 	}
 	for _, task := range tasks {
-		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/syscall")
+		tid, err := strconv.Atoi(task.Name())
 		if err != nil {
-			continue // the thread is gone
-		}
-		f := strings.Fields(string(b))
-		if len(f) < 2 {
 			continue
 		}
-		nr, err := strconv.Atoi(f[0])
-		if err != nil || nr != unix.SYS_EPOLL_PWAIT && nr != unix.SYS_EPOLL_WAIT {
-			continue
-		}
-		if fd, err := strconv.ParseUint(strings.TrimPrefix(f[1], "0x"), 16, 64); err == nil && fd == uint64(epfd) {
+		nr, args, err := procfs.Syscall(tid)
+		if err == nil && (nr == unix.SYS_EPOLL_PWAIT || nr == unix.SYS_EPOLL_WAIT) && len(args) > 0 && args[0] == uint64(epfd) {
 			return true
 		}
 	}
