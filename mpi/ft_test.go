@@ -14,6 +14,7 @@ import (
 
 	"github.com/amigo-hpc/amigo"
 	"github.com/amigo-hpc/amigo/internal/launch"
+	"github.com/amigo-hpc/amigo/internal/procfs"
 	"github.com/amigo-hpc/amigo/mpi"
 )
 
@@ -454,8 +455,7 @@ func waitExited(t *testing.T, job *launch.Job, ranks []int, out *launch.Capture)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
 		exited := 0
 		for _, r := range ranks {
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", job.Pid(r)))
-			if i := strings.LastIndexByte(string(b), ')'); err != nil || i > 0 && strings.HasPrefix(string(b[i:]), ") Z") {
+			if st, err := procfs.State(job.Pid(r)); err != nil || st == 'Z' {
 				exited++
 			}
 		}
@@ -499,10 +499,9 @@ func TestLauncherReportsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Once rank 2 has stopped, the launcher gives up on it.
-	stat := fmt.Sprintf("/proc/%d/stat", job.Pid(victim))
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
-		b, err := os.ReadFile(stat)
-		if i := strings.LastIndexByte(string(b), ')'); err == nil && i > 0 && strings.HasPrefix(string(b[i:]), ") T") {
+		st, err := procfs.State(job.Pid(victim))
+		if err == nil && st == 'T' {
 			break
 		}
 		if time.Now().After(deadline) {

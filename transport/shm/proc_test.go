@@ -17,6 +17,7 @@ import (
 
 	"github.com/amigo-hpc/amigo"
 	"github.com/amigo-hpc/amigo/internal/launch"
+	"github.com/amigo-hpc/amigo/internal/procfs"
 	"github.com/amigo-hpc/amigo/transport/shm"
 )
 
@@ -447,12 +448,7 @@ func launchSize() int {
 func waitExited(pid int, max time.Duration) {
 	deadline := time.Now().Add(max)
 	for time.Now().Before(deadline) {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			return
-		}
-		// The state follows the command name, which is in parentheses.
-		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'Z' {
+		if st, err := procfs.State(pid); err != nil || st == 'Z' {
 			return
 		}
 		time.Sleep(time.Millisecond)
