@@ -1169,3 +1169,25 @@ func TestCopyOutAhead(t *testing.T) {
 		}
 	})
 }
+
+// zeroWords zeroes the n words at p, p+SlotSize, ... and nothing else, for
+// every count around its unrolled loop's step.
+func TestZeroWords(t *testing.T) {
+	for n := 0; n <= 40; n++ {
+		buf := make([]byte, (n+2)*SlotSize)
+		for i := range buf {
+			buf[i] = 0xff
+		}
+		zeroWords(unsafe.Pointer(&buf[SlotSize]), uintptr(n))
+		for i, b := range buf {
+			slot, at := i/SlotSize, i%SlotSize
+			want := byte(0xff)
+			if slot >= 1 && slot <= n && at < 8 {
+				want = 0
+			}
+			if b != want {
+				t.Fatalf("n=%d: byte %d (slot %d, offset %d) is %#x, want %#x", n, i, slot, at, b, want)
+			}
+		}
+	}
+}

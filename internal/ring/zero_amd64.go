@@ -15,5 +15,14 @@ import "unsafe"
 // interleaved rounds), the slow placements being those where the loop
 // crossed a 64-byte boundary. The assembly aligns it.
 //
+// The main loop stores eight words a pass: the zeroing of a 129-slot
+// descriptor (8 KiB inline) took 556 instructions a message with one word
+// a pass, a fifth of the receiver's (callgrind), and where the cores hand
+// lines over quickly the receiver of a window of inline messages is bound
+// by its instructions. On a 2-core AMD host whose cores were 0.05-0.09 us
+// apart (amibench -b bw, 5 runs of 2 interleaved rounds), windows of 8 KiB
+// moved 1.07-1.15x as much, 16 KiB 1.06-1.19x; with the cores 0.3-0.4 us
+// apart, where the lines' crossing is the pace, within the spread.
+//
 //go:noescape
 func zeroWords(p unsafe.Pointer, n uintptr)
