@@ -447,9 +447,8 @@ func ParseInto(p *Packet, b []byte) error {
 		p.Data = b[n+hlen:]
 		return nil
 	}
-	var err error
-	*p, err = Parse(b)
-	return err
+	*p = Packet{}
+	return parse(p, b)
 }
 
 // amLengthOK reports whether the length field of AM b, at least BaseSize
@@ -463,43 +462,49 @@ func amLengthOK(b []byte) bool {
 // sender cannot have produced.
 func Parse(b []byte) (Packet, error) {
 	var p Packet
+	err := parse(&p, b)
+	return p, err
+}
+
+// parse is Parse decoding into *p, which the caller has cleared.
+func parse(p *Packet, b []byte) error {
 	if len(b) < BaseSize {
-		return p, ErrMalformed
+		return ErrMalformed
 	}
 	p.Kind = Kind(b[0])
 	p.Flags = b[1]
 	p.Dispatch = binary.LittleEndian.Uint16(b[2:])
 	hlen := int(binary.LittleEndian.Uint16(b[4:]))
 	if p.Kind == 0 || p.Kind > kindMax || p.Flags&^flagsKnown != 0 {
-		return p, ErrMalformed
+		return ErrMalformed
 	}
 	if p.Kind == KindAM && !amLengthOK(b) || p.Kind != KindAM && binary.LittleEndian.Uint16(b[6:]) != 0 {
-		return p, ErrMalformed
+		return ErrMalformed
 	}
 	n := BaseSize
 	if p.Kind >= KindMCRTS {
-		return p, parseMC(&p, b, hlen)
+		return parseMC(p, b, hlen)
 	}
 	switch p.Kind {
 	case KindAM:
 		if p.Flags&^FlagAck != 0 {
-			return p, ErrMalformed
+			return ErrMalformed
 		}
 		if p.Flags&FlagAck != 0 {
 			if len(b) < n+8 {
-				return p, ErrMalformed
+				return ErrMalformed
 			}
 			p.Op = binary.LittleEndian.Uint64(b[n:])
 			n += 8
 		}
 		if len(b)-n < hlen {
-			return p, ErrMalformed
+			return ErrMalformed
 		}
 		p.Header = b[n : n+hlen : n+hlen]
 		p.Data = b[n+hlen:]
 	case KindRTS, KindSEND:
 		if p.Kind == KindRTS && p.Flags != 0 || p.Flags&^FlagBusy != 0 || len(b) != n+24+hlen {
-			return p, ErrMalformed
+			return ErrMalformed
 		}
 		p.Op = binary.LittleEndian.Uint64(b[n:])
 		p.Size = binary.LittleEndian.Uint64(b[n+8:])
@@ -508,40 +513,40 @@ func Parse(b []byte) (Packet, error) {
 	default:
 		// Control packets carry no dispatch id, flags or header.
 		if p.Flags != 0 || hlen != 0 || p.Dispatch != 0 || len(b) < n+8 {
-			return p, ErrMalformed
+			return ErrMalformed
 		}
 		p.Op = binary.LittleEndian.Uint64(b[n:])
 		switch p.Kind {
 		case KindACK, KindFIN:
 			if len(b) != ACKSize {
-				return p, ErrMalformed
+				return ErrMalformed
 			}
 			p.Status = binary.LittleEndian.Uint32(b[n+8:])
 			if p.Status > statusMax || binary.LittleEndian.Uint32(b[n+12:]) != 0 {
-				return p, ErrMalformed
+				return ErrMalformed
 			}
 		case KindEAGER:
 			if len(b) < n+16 {
-				return p, ErrMalformed
+				return ErrMalformed
 			}
 			p.Off = binary.LittleEndian.Uint64(b[n+8:])
 			p.Data = b[n+16:]
 		case KindSTOP:
 			if len(b) != STOPSize {
-				return p, ErrMalformed
+				return ErrMalformed
 			}
 			p.Status = binary.LittleEndian.Uint32(b[n+8:])
 			if p.Status < StopDiscard || p.Status > StopPut || binary.LittleEndian.Uint32(b[n+12:]) != 0 {
-				return p, ErrMalformed
+				return ErrMalformed
 			}
 			p.Key = binary.LittleEndian.Uint64(b[n+16:])
 			p.Off = binary.LittleEndian.Uint64(b[n+24:])
 		case KindCTS:
 			if len(b) != CTSSize {
-				return p, ErrMalformed
+				return ErrMalformed
 			}
 			p.Off = binary.LittleEndian.Uint64(b[n+8:])
 		}
 	}
-	return p, nil
+	return nil
 }
