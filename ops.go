@@ -62,6 +62,7 @@ type op struct {
 
 	region transport.Key // opSendRV, opSendStream: the registered send buffer
 	srcOp  uint64        // opRecvRV, opRecvStream: the sender's op, for the ACK
+	sidx   int           // opRecvStream: its index in peer.streams
 	disp   Dispatch      // opRecvRV, opRecvStream
 
 	parent    *op    // opRDMA: the stream or multicast this GET or PUT serves

@@ -279,6 +279,7 @@ func (c *Context) announce(src int32, pk *wire.Packet) *op {
 		// Room for a bandwidth window's streams at once.
 		p.streams = make([]*op, 0, 64)
 	}
+	o.sidx = len(p.streams)
 	p.streams = append(p.streams, o)
 	if len(p.streams) == 2 && c.cfg.Protocol == "stop" {
 		c.stopAlone(p.streams[0])
@@ -552,15 +553,16 @@ func (c *Context) releaseStream(o *op) {
 	if o.rkey != 0 {
 		_ = c.client.regions.Deregister(o.rkey)
 	}
+	// o is at o.sidx (the index is kept as streams move): a window's
+	// streams are removed without a look through the others.
 	p := o.peer
-	for i, s := range p.streams {
-		if s == o {
-			last := len(p.streams) - 1
-			p.streams[i] = p.streams[last]
-			p.streams[last] = nil
-			p.streams = p.streams[:last]
-			break
-		}
+	if i := o.sidx; i < len(p.streams) && p.streams[i] == o {
+		last := len(p.streams) - 1
+		moved := p.streams[last]
+		p.streams[i] = moved
+		moved.sidx = i
+		p.streams[last] = nil
+		p.streams = p.streams[:last]
 	}
 	c.ops.release(o)
 }

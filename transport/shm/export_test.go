@@ -6,6 +6,7 @@ func ForgetHuge() {
 	for i := range hugeBlocks {
 		hugeBlocks[i].Store(0)
 	}
+	hugeLast.Store(0)
 }
 
 // ClaimAll stores the claim a batched cross-memory attach call holds

@@ -89,6 +89,13 @@ const (
 	hugeTries     = 4
 )
 
+// hugeLast is the block claimHuge last found settled for good (collapsed,
+// or refused for good or too often): a hint, so that the transfers of a
+// window, whose buffers lie in one block, skip the table after the first.
+// A block's state never leaves settled, so the skip is what claimHuge
+// would answer.
+var hugeLast atomic.Uintptr
+
 // claimHuge reports whether the caller is to ask for block b (a non-zero
 // multiple of hugeSize) now, and if so the slot to report the outcome to
 // (finishHuge). A block that finds its probe sequence full is never asked
@@ -107,7 +114,11 @@ func claimHuge(b uintptr) (*atomic.Uintptr, bool) {
 		if v&^hugeStateMask != b {
 			continue
 		}
-		if v&(hugeBusy|hugeOver) != 0 || v&hugeStateMask >= hugeTries {
+		if v&hugeOver != 0 || v&hugeBusy == 0 && v&hugeStateMask >= hugeTries {
+			hugeLast.Store(b) // settled for good
+			return nil, false
+		}
+		if v&hugeBusy != 0 {
 			return nil, false
 		}
 		return s, s.CompareAndSwap(v, v|hugeBusy)
@@ -160,6 +171,12 @@ func hugeBlocksOfRange(a, n, least uintptr, f func(b uintptr)) {
 // to be backed by huge pages, each the first time it is seen; it returns
 // how many blocks it asked for and how many the kernel collapsed.
 func collapseHuge(mem []byte, least int) (asked, collapsed int) {
+	if n := len(mem); n > 0 {
+		a := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+		if b := a &^ (hugeSize - 1); (a+uintptr(n)-1)&^(hugeSize-1) == b && hugeLast.Load() == b {
+			return 0, 0
+		}
+	}
 	hugeBlocksOf(mem, least, func(b uintptr) {
 		slot, ok := claimHuge(b)
 		if !ok {

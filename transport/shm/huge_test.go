@@ -3,6 +3,7 @@ package shm
 import (
 	"bufio"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -195,4 +196,42 @@ func TestClaimHuge(t *testing.T) {
 	if n != 64 {
 		t.Fatalf("64 blocks claimed %d times by 8 goroutines", n)
 	}
+}
+
+// TestHugeLast: a buffer inside the block last found settled is not looked
+// up again, and a buffer in any other block still is.
+func TestHugeLast(t *testing.T) {
+	ForgetHuge()
+	buf := make([]byte, 8<<20)
+	addr := uintptr(unsafe.Pointer(&buf[0]))
+	first := (addr + hugeSize - 1) &^ (hugeSize - 1) // two whole blocks from here
+	in := func(b uintptr) []byte { off := int(b - addr); return buf[off+4096 : off+4096+65536] }
+	if a, _ := collapseHuge(in(first), pageSize); a != 1 {
+		t.Fatalf("asked for %d blocks of a buffer in a fresh block", a)
+	}
+	if hugeLast.Load() == first {
+		t.Fatal("the block counts as settled before anyone found it so")
+	}
+	if a, _ := collapseHuge(in(first), pageSize); a != 0 {
+		t.Fatalf("asked again for %d blocks", a)
+	}
+	if hugeLast.Load() != first {
+		t.Fatalf("the block found settled is %#x, want %#x", hugeLast.Load(), first)
+	}
+	if a, _ := collapseHuge(in(first), pageSize); a != 0 {
+		t.Fatalf("asked again for %d blocks", a)
+	}
+	if a, _ := collapseHuge(in(first+hugeSize), pageSize); a != 1 {
+		t.Fatalf("asked for %d blocks of a buffer in the next, fresh block", a)
+	}
+	// A buffer across the settled block's end is looked up block by block.
+	across := buf[int(first+hugeSize-addr)-8192 : int(first+hugeSize-addr)+8192]
+	if a, _ := collapseHuge(across, pageSize); a != 0 {
+		t.Fatalf("asked for %d blocks of a buffer across two asked-for blocks", a)
+	}
+	ForgetHuge()
+	if a, _ := collapseHuge(in(first), pageSize); a != 1 {
+		t.Fatalf("after ForgetHuge, asked for %d blocks of the first buffer", a)
+	}
+	runtime.KeepAlive(buf)
 }
