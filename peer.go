@@ -296,7 +296,7 @@ func (c *Context) inject(p *peer, in *inst) bool {
 	case instRDMA:
 		return c.injectRDMA(p, in)
 	case instCtl:
-		return c.injectCtl(p, in)
+		return c.writeCtl(p, in.ctl, in.op, in.status, uint64(in.key), in.off)
 	case instRaw:
 		return c.injectRaw(p, in)
 	case instMcast:

@@ -212,12 +212,8 @@ func (c *Context) sendCtl(idx int32, k wire.Kind, op uint64, status uint32, key,
 	c.activate(p)
 }
 
-func (c *Context) injectCtl(p *peer, in *inst) bool {
-	return c.writeCtl(p, in.ctl, in.op, in.status, uint64(in.key), in.off)
-}
-
 // writeCtl writes a control packet of kind k into p's descriptor buffer,
-// if it has room.
+// if it has room: at once from sendCtl, or for a queued instCtl (inject).
 func (c *Context) writeCtl(p *peer, k wire.Kind, op uint64, status uint32, key, off uint64) bool {
 	var size int
 	switch k {

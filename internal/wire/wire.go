@@ -425,7 +425,8 @@ func ParseAM(b []byte) (dispatch uint16, header, data []byte, ok bool) {
 // ParseInto is Parse writing into *p. An active message, the packet of
 // every small send, is decoded in place without clearing the rest of the
 // Packet: only Kind, Flags, Dispatch, Op, Header and Data are meaningful
-// for it, and only those are written. Any other kind is decoded by Parse.
+// for it, and only those are written. Any other kind clears *p and is
+// decoded into it as Parse decodes it.
 func ParseInto(p *Packet, b []byte) error {
 	if len(b) >= BaseSize && Kind(b[0]) == KindAM && b[1]&^FlagAck == 0 && amLengthOK(b) {
 		hlen := int(binary.LittleEndian.Uint16(b[4:]))
