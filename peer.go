@@ -174,8 +174,16 @@ func (p *peer) reserve(size int) []byte {
 func (p *peer) commit(cb fifo.Done) {
 	p.ring.Seal(p.msg.Tail(), p.size)
 	p.msg.Inject(p.k, cb)
+	k := p.k
 	p.k = 0
 	p.ring.Publish(p.msg.Tail())
+	if k == 1 {
+		// A one-slot descriptor is mostly a control packet of a
+		// window (SEND, STOP, ACK), and the next one follows soon:
+		// ask for the next slot's line now (ring.Prepare), so that
+		// the fence after the next store does not wait for it.
+		p.ring.Prepare(p.msg.Tail())
+	}
 	if p.bell != nil {
 		p.bell.Ring()
 	} else {
