@@ -75,6 +75,12 @@ type Context struct {
 	// (stop.go, announceTaken).
 	toStream     []uint64
 	startStreams func(error)
+	// acked lists the streamed sends whose ACK came in this Advance;
+	// finishAcked finishes them after the Advance polled (stop.go,
+	// ackSend), ackKeys holding their registrations meanwhile.
+	acked       []ackedSend
+	ackKeys     []transport.Key
+	finishAcked func(error)
 
 	timer *time.Timer
 	stats Stats
@@ -149,6 +155,7 @@ func newContext(cl *Client, index int) (*Context, error) {
 	}
 	c.ops.c = c
 	c.startStreams = c.startStreamsNow
+	c.finishAcked = c.finishAckedNow
 	c.timer = time.NewTimer(time.Hour)
 	c.timer.Stop()
 	// A context sleeps on a doorbell every adapter can ring: one in shared

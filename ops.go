@@ -74,6 +74,8 @@ type op struct {
 	pkt      uint64 // size of the next eager packet
 	putting  bool   // PUTting the rest after a STOP that named a buffer
 	finished bool   // completed; waits for the engine to take its last packets
+	acked    bool   // its ACK came: finished at the end of the pass (ackSend)
+	ackErr   error  // the ACK's status
 
 	// opRecvStream
 	buf          []byte
@@ -251,6 +253,10 @@ func (c *Context) failOp(o *op, err error) {
 		c.mcFinish(o, err)
 		return
 	case opSendStream:
+		if o.acked {
+			// Delivered: its ACK came in this pass.
+			err = o.ackErr
+		}
 		c.finishSend(o, err)
 		return
 	case opRecvStream:
@@ -320,7 +326,7 @@ func (c *Context) onACK(from int32, pk *wire.Packet) {
 		if o.putting {
 			return // the PUT's completion finishes the send
 		}
-		c.finishSend(o, err)
+		c.ackSend(o, err)
 		return
 	}
 	if o.kind == opSendRV {

@@ -91,6 +91,31 @@ type Mirror interface {
 	Deregistered(index int, key Key)
 }
 
+// MirrorBatch is a Mirror that withdraws several registrations with one
+// wait for the peers' accesses: Regions.DeregisterAll calls Withdraw for
+// each key, then WaitWithdrawn once, instead of Deregistered for each.
+//
+// # Why
+//
+// A mirror in memory a peer reads makes each withdrawal a store into a
+// cache line the peer last read, and the wait that follows must see that
+// store made visible first (a fence): the trip of the line to the other
+// core and back, once per registration. A sender that fetched windows of
+// messages deregisters a send buffer for each acknowledgement it takes,
+// and did so one after another: on a 2-core AMD host whose cores passed a
+// line in 0.35 us, 62 acknowledgements of a window of 32 KiB messages took
+// the sender 18 us, while the receiver had sent them in 5.
+type MirrorBatch interface {
+	Mirror
+	// Withdraw is the first half of Deregistered: key no longer names a
+	// region for peers that look from now on. It does not wait.
+	Withdraw(index int, key Key)
+	// WaitWithdrawn is the second half for every key of keys (zero keys
+	// are skipped), each withdrawn before: it returns only once no peer
+	// accesses any of their regions through the mirror any more.
+	WaitWithdrawn(keys []Key)
+}
+
 // AddMirror makes m see every region registered now and every later
 // Register and Deregister.
 func (r *Regions) AddMirror(m Mirror) {
@@ -253,6 +278,58 @@ func (r *Regions) Deregister(key Key) error {
 	e.mem = nil
 	r.free = append(r.free, idx)
 	return nil
+}
+
+// DeregisterAll is Deregister for every key of keys, with one wait for the
+// peers' accesses of them all where a mirror can (MirrorBatch). A key that
+// names no registered region is set to zero in keys and skipped; the error
+// reports the first such. Once it returns, no peer touches the memory of
+// any of the others.
+func (r *Regions) DeregisterAll(keys []Key) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tab := *r.tab.Load()
+	var err error
+	for i, key := range keys {
+		idx := key.index()
+		if key == 0 || int(idx) >= len(tab) || !tab[idx].state.CompareAndSwap(uint64(key), 0) {
+			if err == nil {
+				err = &AccessError{Key: key, Err: ErrBadKey}
+			}
+			keys[i] = 0
+		}
+	}
+	for _, m := range r.mirrors {
+		b, ok := m.(MirrorBatch)
+		for _, key := range keys {
+			switch {
+			case key == 0:
+			case ok:
+				b.Withdraw(int(key.index()), key)
+			default:
+				m.Deregistered(int(key.index()), key)
+			}
+		}
+		if ok {
+			b.WaitWithdrawn(keys)
+		}
+	}
+	for _, key := range keys {
+		if key == 0 {
+			continue
+		}
+		e := tab[key.index()]
+		for spins := 0; e.inflight.Load() != 0; spins++ {
+			if spins < 100 {
+				runtime.Gosched()
+			} else {
+				nap.Nap(50 * time.Microsecond)
+			}
+		}
+		e.mem = nil
+		r.free = append(r.free, key.index())
+	}
+	return err
 }
 
 // Len returns the length of the region named by key, or an error.

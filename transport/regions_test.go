@@ -2,6 +2,8 @@ package transport
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -57,5 +59,96 @@ func TestRegionsGrowAndReuse(t *testing.T) {
 		if n, err := r.Len(k); err != nil || n != 3 {
 			t.Fatalf("key %d: len %d, %v", i, n, err)
 		}
+	}
+}
+
+// recMirror records what a Regions reports to a Mirror, recBatchMirror to
+// a MirrorBatch.
+type recMirror struct {
+	calls []string
+}
+
+func (m *recMirror) Registered(index int, key Key, mem []byte, perm Perm) {}
+func (m *recMirror) Deregistered(index int, key Key) {
+	m.calls = append(m.calls, fmt.Sprintf("deregistered %#x", uint64(key)))
+}
+
+type recBatchMirror struct{ recMirror }
+
+func (m *recBatchMirror) Withdraw(index int, key Key) {
+	m.calls = append(m.calls, fmt.Sprintf("withdraw %#x", uint64(key)))
+}
+func (m *recBatchMirror) WaitWithdrawn(keys []Key) {
+	m.calls = append(m.calls, fmt.Sprintf("wait %x", keys))
+}
+
+// DeregisterAll withdraws every live key from a MirrorBatch before one
+// wait for them all, reports the others one by one to a plain Mirror,
+// skips and reports a key that names nothing, and leaves every region
+// refused and its entry free.
+func TestDeregisterAll(t *testing.T) {
+	r := NewRegions()
+	plain, batch := &recMirror{}, &recBatchMirror{}
+	r.AddMirror(plain)
+	r.AddMirror(batch)
+	keys := make([]Key, 3)
+	for i := range keys {
+		k, err := r.Register(make([]byte, 64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[i] = k
+	}
+	gone, err := r.Register(make([]byte, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Deregister(gone); err != nil {
+		t.Fatal(err)
+	}
+	plain.calls, batch.calls = nil, nil
+
+	list := []Key{keys[0], gone, keys[1], keys[2]}
+	err = r.DeregisterAll(list)
+	if !errors.Is(err, ErrBadKey) {
+		t.Fatalf("DeregisterAll with a withdrawn key: %v, want ErrBadKey", err)
+	}
+	if want := []Key{keys[0], 0, keys[1], keys[2]}; !slices.Equal(list, want) {
+		t.Fatalf("keys after DeregisterAll %x, want %x", list, want)
+	}
+	var wantPlain, wantBatch []string
+	for _, k := range keys {
+		wantPlain = append(wantPlain, fmt.Sprintf("deregistered %#x", uint64(k)))
+		wantBatch = append(wantBatch, fmt.Sprintf("withdraw %#x", uint64(k)))
+	}
+	wantBatch = append(wantBatch, fmt.Sprintf("wait %x", list))
+	if !slices.Equal(plain.calls, wantPlain) {
+		t.Fatalf("plain mirror saw %q, want %q", plain.calls, wantPlain)
+	}
+	if !slices.Equal(batch.calls, wantBatch) {
+		t.Fatalf("batch mirror saw %q, want %q", batch.calls, wantBatch)
+	}
+	for _, k := range keys {
+		if _, _, err := r.Acquire(k, 0, 1); !errors.Is(err, ErrBadKey) {
+			t.Fatalf("Acquire of deregistered key %#x: %v", uint64(k), err)
+		}
+		if err := r.Deregister(k); !errors.Is(err, ErrBadKey) {
+			t.Fatalf("second Deregister of %#x: %v", uint64(k), err)
+		}
+	}
+	// The three entries are free again: three registrations reuse them.
+	idx := map[uint64]bool{}
+	for _, k := range keys {
+		idx[uint64(k)&(1<<24-1)] = true
+	}
+	for range keys {
+		k, err := r.Register(make([]byte, 64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !idx[uint64(k)&(1<<24-1)] {
+			t.Fatalf("registration after DeregisterAll took entry %d, not one of those freed %v", uint64(k)&(1<<24-1), idx)
+		}
+		delete(idx, uint64(k)&(1<<24-1))
 	}
 }

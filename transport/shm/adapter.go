@@ -68,7 +68,8 @@ type Adapter struct {
 	started bool
 	closed  atomic.Bool
 
-	mirrorHigh atomic.Int64 // one past the highest mirror entry ever written
+	mirrorHigh atomic.Int64  // one past the highest mirror entry ever written
+	fence      atomic.Uint64 // an atomic add on it is WaitWithdrawn's fence
 
 	stats struct {
 		segment, cma, pipe, helped atomic.Uint64

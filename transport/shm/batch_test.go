@@ -3,6 +3,7 @@ package shm_test
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -362,4 +363,68 @@ func advanceOwner(p transport.Port) (stop func()) {
 		}
 	}()
 	return func() { close(quit); <-done }
+}
+
+// DeregisterAll withdraws every key from the mirror before it waits, and
+// then waits, as Deregister does, for a peer's claim of one of the keys
+// and for a batch's claim of every key.
+func TestDeregisterAllWaitsForClaims(t *testing.T) {
+	for _, claim := range []string{"key", "batch"} {
+		t.Run(claim, func(t *testing.T) {
+			ads, regs := world(t, 2, shm.Options{})
+			t.Cleanup(func() {
+				ads[0].Close()
+				ads[1].Close()
+			})
+			keys := make([]transport.Key, 4)
+			for i := range keys {
+				k, err := regs[1].Register(make([]byte, 4096))
+				if err != nil {
+					t.Fatal(err)
+				}
+				keys[i] = k
+			}
+			var release func()
+			if claim == "key" {
+				release = shm.ClaimKey(ads[0], 1, 0, uint64(keys[2]))
+			} else {
+				release = shm.ClaimAll(ads[0], 1, 0)
+			}
+			list := append([]transport.Key(nil), keys...)
+			done := make(chan error, 1)
+			go func() { done <- regs[1].DeregisterAll(list) }()
+			// Every key is withdrawn while the claim holds, the ones after
+			// the claimed key too.
+			deadline := time.Now().Add(30 * time.Second)
+			for _, k := range keys {
+				for shm.MirrorState(ads[1], uint64(k)) != 0 {
+					if time.Now().After(deadline) {
+						release()
+						t.Fatalf("key %d of %d still in the mirror while DeregisterAll waits", slices.Index(keys, k), len(keys))
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+			}
+			select {
+			case err := <-done:
+				release()
+				t.Fatalf("DeregisterAll returned (%v) while the %s claim held", err, claim)
+			case <-time.After(50 * time.Millisecond):
+			}
+			release()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("DeregisterAll did not return once the claim was released")
+			}
+			for _, k := range keys {
+				if _, _, err := regs[1].Acquire(k, 0, 1); !errors.Is(err, transport.ErrBadKey) {
+					t.Fatalf("Acquire after DeregisterAll: %v", err)
+				}
+			}
+		})
+	}
 }

@@ -19,6 +19,16 @@ func ClaimAll(a *Adapter, owner, ctx int) (release func()) {
 	return func() { slot.Store(0) }
 }
 
+// ClaimKey stores the claim of one key that a transfer holds (lookup) in
+// the access slot of a's context ctx at the owner rank, and returns the
+// function that clears it.
+func ClaimKey(a *Adapter, owner, ctx int, key uint64) (release func()) {
+	pr := a.peers[a.localOf[owner]]
+	slot := pr.seg.access(a.li, ctx)
+	slot.Store(key)
+	return func() { slot.Store(0) }
+}
+
 // ReclaimAll ends the claim of every key that ClaimAll stored for a's
 // context ctx at the owner rank and claims them again, as one batch's end
 // and the next one's start (endAll, runBatch), with the slot never clear

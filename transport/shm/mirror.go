@@ -26,7 +26,11 @@ import (
 // so either the peer sees state zero and touches nothing, or the owner sees
 // the slot and waits. The slot is held for one piece (a bounded copy that
 // needs no one else's progress), never across Progress calls, so the
-// owner's wait is short.
+// owner's wait is short. Withdraw and WaitWithdrawn are Deregistered for
+// several keys at once: release stores of zero into each state, then one
+// full fence, then the loads; so either a peer's load of a state follows
+// that fence and sees zero, or its store into its slot precedes it and
+// the owner sees the slot, as for one key.
 //
 // An atomic or a copy performed in place (lookupAtomic, claimInPlace)
 // claims its slot with a release store (order.Store64), which may pass
@@ -97,6 +101,46 @@ func (a *Adapter) Deregistered(index int, key transport.Key) {
 		a.stats.barriers.Add(1)
 	}
 	a.waitAccess(uint64(key))
+}
+
+var _ transport.MirrorBatch = (*Adapter)(nil)
+
+// Withdraw is Deregistered without its wait (transport.MirrorBatch): a
+// release store of zero into the entry's state, which WaitWithdrawn makes
+// visible before it looks at the access slots, for all the keys withdrawn
+// before it at once. Until then the entry may still be read as live by a
+// peer, as it may until Deregistered's store.
+func (a *Adapter) Withdraw(index int, key transport.Key) {
+	if index >= a.self.l.mirror {
+		return
+	}
+	order.Store64(&a.self.mirrorEntry(index).state, 0)
+}
+
+// WaitWithdrawn is Deregistered's wait for every key of keys withdrawn by
+// Withdraw (transport.MirrorBatch). One fence orders all their stores of
+// zero before the loads of inPlace and of the access slots, which is
+// what Deregistered's sequentially consistent store does for one key; the
+// processor-wide barrier of a region claimed in place is issued once if
+// any of them needs it.
+func (a *Adapter) WaitWithdrawn(keys []transport.Key) {
+	a.fence.Add(1) // a full fence: the stores above before the loads below
+	barrier := false
+	for _, key := range keys {
+		if idx := int(uint64(key) & keyIndexMask); key != 0 && idx < a.self.l.mirror {
+			e := a.self.mirrorEntry(idx)
+			barrier = barrier || e.seg.Load() != 0 && e.inPlace.Load() == uint64(key)
+		}
+	}
+	if barrier {
+		order.BarrierPeers() // see mirrorEntry
+		a.stats.barriers.Add(1)
+	}
+	for _, key := range keys {
+		if idx := int(uint64(key) & keyIndexMask); key != 0 && idx < a.self.l.mirror {
+			a.waitAccess(uint64(key))
+		}
+	}
 }
 
 // waitAccess waits until no access slot of a live peer holds key.
