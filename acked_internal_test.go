@@ -8,16 +8,22 @@ import (
 	"github.com/amigo-hpc/amigo/transport"
 )
 
-// waitCounter is a MirrorBatch that counts the waits and the keys
-// withdrawn and deregistered one by one.
+// waitCounter is a MirrorBatch that counts the calls for several keys,
+// those keys, and the keys deregistered one by one.
 type waitCounter struct {
 	waits, withdrawn, deregistered int
 }
 
 func (m *waitCounter) Registered(int, transport.Key, []byte, transport.Perm) {}
 func (m *waitCounter) Deregistered(int, transport.Key)                       { m.deregistered++ }
-func (m *waitCounter) Withdraw(int, transport.Key)                           { m.withdrawn++ }
-func (m *waitCounter) WaitWithdrawn([]transport.Key)                         { m.waits++ }
+func (m *waitCounter) DeregisteredAll(keys []transport.Key) {
+	m.waits++
+	for _, k := range keys {
+		if k != 0 {
+			m.withdrawn++
+		}
+	}
+}
 
 // The streamed sends acknowledged in one pass finish after it, their
 // buffers deregistered together with one wait: each completes once, with

@@ -92,8 +92,8 @@ type Mirror interface {
 }
 
 // MirrorBatch is a Mirror that withdraws several registrations with one
-// wait for the peers' accesses: Regions.DeregisterAll calls Withdraw for
-// each key, then WaitWithdrawn once, instead of Deregistered for each.
+// wait for the peers' accesses: Regions.DeregisterAll calls DeregisteredAll
+// once instead of Deregistered for each key.
 //
 // # Why
 //
@@ -107,13 +107,10 @@ type Mirror interface {
 // the sender 18 us, while the receiver had sent them in 5.
 type MirrorBatch interface {
 	Mirror
-	// Withdraw is the first half of Deregistered: key no longer names a
-	// region for peers that look from now on. It does not wait.
-	Withdraw(index int, key Key)
-	// WaitWithdrawn is the second half for every key of keys (zero keys
-	// are skipped), each withdrawn before: it returns only once no peer
-	// accesses any of their regions through the mirror any more.
-	WaitWithdrawn(keys []Key)
+	// DeregisteredAll is Deregistered for every key of keys (zero keys are
+	// skipped): it returns only once no peer accesses any of their
+	// regions through the mirror any more.
+	DeregisteredAll(keys []Key)
 }
 
 // AddMirror makes m see every region registered now and every later
@@ -300,18 +297,14 @@ func (r *Regions) DeregisterAll(keys []Key) error {
 		}
 	}
 	for _, m := range r.mirrors {
-		b, ok := m.(MirrorBatch)
+		if b, ok := m.(MirrorBatch); ok {
+			b.DeregisteredAll(keys)
+			continue
+		}
 		for _, key := range keys {
-			switch {
-			case key == 0:
-			case ok:
-				b.Withdraw(int(key.index()), key)
-			default:
+			if key != 0 {
 				m.Deregistered(int(key.index()), key)
 			}
-		}
-		if ok {
-			b.WaitWithdrawn(keys)
 		}
 	}
 	for _, key := range keys {

@@ -75,15 +75,12 @@ func (m *recMirror) Deregistered(index int, key Key) {
 
 type recBatchMirror struct{ recMirror }
 
-func (m *recBatchMirror) Withdraw(index int, key Key) {
-	m.calls = append(m.calls, fmt.Sprintf("withdraw %#x", uint64(key)))
-}
-func (m *recBatchMirror) WaitWithdrawn(keys []Key) {
-	m.calls = append(m.calls, fmt.Sprintf("wait %x", keys))
+func (m *recBatchMirror) DeregisteredAll(keys []Key) {
+	m.calls = append(m.calls, fmt.Sprintf("all %x", keys))
 }
 
-// DeregisterAll withdraws every live key from a MirrorBatch before one
-// wait for them all, reports the others one by one to a plain Mirror,
+// DeregisterAll reports the live keys to a MirrorBatch in one call and one
+// by one to a plain Mirror,
 // skips and reports a key that names nothing, and leaves every region
 // refused and its entry free.
 func TestDeregisterAll(t *testing.T) {
@@ -116,12 +113,11 @@ func TestDeregisterAll(t *testing.T) {
 	if want := []Key{keys[0], 0, keys[1], keys[2]}; !slices.Equal(list, want) {
 		t.Fatalf("keys after DeregisterAll %x, want %x", list, want)
 	}
-	var wantPlain, wantBatch []string
+	var wantPlain []string
 	for _, k := range keys {
 		wantPlain = append(wantPlain, fmt.Sprintf("deregistered %#x", uint64(k)))
-		wantBatch = append(wantBatch, fmt.Sprintf("withdraw %#x", uint64(k)))
 	}
-	wantBatch = append(wantBatch, fmt.Sprintf("wait %x", list))
+	wantBatch := []string{fmt.Sprintf("all %x", list)}
 	if !slices.Equal(plain.calls, wantPlain) {
 		t.Fatalf("plain mirror saw %q, want %q", plain.calls, wantPlain)
 	}

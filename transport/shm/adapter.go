@@ -69,7 +69,7 @@ type Adapter struct {
 	closed  atomic.Bool
 
 	mirrorHigh atomic.Int64  // one past the highest mirror entry ever written
-	fence      atomic.Uint64 // an atomic add on it is WaitWithdrawn's fence
+	fence      atomic.Uint64 // an atomic add on it is DeregisteredAll's fence
 
 	stats struct {
 		segment, cma, pipe, helped atomic.Uint64
