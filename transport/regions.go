@@ -261,10 +261,17 @@ func (r *Regions) Deregister(key Key) error {
 	if key == 0 || int(idx) >= len(tab) || !tab[idx].state.CompareAndSwap(uint64(key), 0) {
 		return &AccessError{Key: key, Err: ErrBadKey}
 	}
-	e := tab[idx]
 	for _, m := range r.mirrors {
 		m.Deregistered(int(idx), key)
 	}
+	r.retire(tab, idx)
+	return nil
+}
+
+// retire waits until no local access of entry idx of tab, withdrawn from
+// every mirror, is in progress, and frees it.
+func (r *Regions) retire(tab []*region, idx uint32) {
+	e := tab[idx]
 	for spins := 0; e.inflight.Load() != 0; spins++ {
 		if spins < 100 {
 			runtime.Gosched()
@@ -274,7 +281,6 @@ func (r *Regions) Deregister(key Key) error {
 	}
 	e.mem = nil
 	r.free = append(r.free, idx)
-	return nil
 }
 
 // DeregisterAll is Deregister for every key of keys, with one wait for the
@@ -308,19 +314,9 @@ func (r *Regions) DeregisterAll(keys []Key) error {
 		}
 	}
 	for _, key := range keys {
-		if key == 0 {
-			continue
+		if key != 0 {
+			r.retire(tab, key.index())
 		}
-		e := tab[key.index()]
-		for spins := 0; e.inflight.Load() != 0; spins++ {
-			if spins < 100 {
-				runtime.Gosched()
-			} else {
-				nap.Nap(50 * time.Microsecond)
-			}
-		}
-		e.mem = nil
-		r.free = append(r.free, key.index())
 	}
 	return err
 }
