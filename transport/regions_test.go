@@ -79,10 +79,9 @@ func (m *recBatchMirror) DeregisteredAll(keys []Key) {
 	m.calls = append(m.calls, fmt.Sprintf("all %x", keys))
 }
 
-// DeregisterAll reports the live keys to a MirrorBatch in one call and one
-// by one to a plain Mirror,
-// skips and reports a key that names nothing, and leaves every region
-// refused and its entry free.
+// DeregisterAll reports the live keys to a MirrorBatch in one call and to
+// a plain Mirror one by one, skips and reports a key that names nothing,
+// and leaves every region refused and its entry free.
 func TestDeregisterAll(t *testing.T) {
 	r := NewRegions()
 	plain, batch := &recMirror{}, &recBatchMirror{}
@@ -133,18 +132,18 @@ func TestDeregisterAll(t *testing.T) {
 		}
 	}
 	// The three entries are free again: three registrations reuse them.
-	idx := map[uint64]bool{}
+	idx := map[uint32]bool{}
 	for _, k := range keys {
-		idx[uint64(k)&(1<<24-1)] = true
+		idx[k.index()] = true
 	}
 	for range keys {
 		k, err := r.Register(make([]byte, 64))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !idx[uint64(k)&(1<<24-1)] {
-			t.Fatalf("registration after DeregisterAll took entry %d, not one of those freed %v", uint64(k)&(1<<24-1), idx)
+		if !idx[k.index()] {
+			t.Fatalf("registration after DeregisterAll took entry %d, not one of those freed %v", k.index(), idx)
 		}
-		delete(idx, uint64(k)&(1<<24-1))
+		delete(idx, k.index())
 	}
 }
