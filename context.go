@@ -78,6 +78,9 @@ type Context struct {
 	// acked lists the streamed sends whose ACK came in this Advance;
 	// finishAcked finishes them after the Advance polled (stop.go,
 	// ackSend), ackKeys holding their registrations meanwhile.
+	// holderSend is set while Held.Send injects a message itself: an
+	// instruction that fails then has its callbacks run later (failInst).
+	holderSend  bool
 	acked       []ackedSend
 	ackKeys     []transport.Key
 	finishAcked func(error)

@@ -202,6 +202,47 @@ func TestHeldSend(t *testing.T) {
 				for c1.Advance() > 0 {
 				}
 			})
+
+			// A message too large to travel inline, with nothing queued
+			// before it, is announced before the holder's Send returns;
+			// a window of them and its WaitCounter allocate nothing.
+			rbuf := make([]byte, 64<<10)
+			c1.SetDispatch(3, func(c *amigo.Context, m *amigo.Message) {
+				if err := m.Receive(rbuf, nil); err != nil {
+					t.Error(err)
+				}
+			})
+			large := make([]byte, 64<<10)
+			taken := func() bool {
+				c1.Advance()
+				return k.Pending() == 0
+			}
+			h = c0.Hold()
+			before := c0.Stats().SentEager
+			k.Add(1)
+			if err := h.Send(ep1, 3, nil, large, kd); err != nil {
+				t.Fatal(err)
+			}
+			if got := c0.Stats().SentEager - before; got != 1 || h.Queued() {
+				t.Errorf("a large Send with nothing before it: %d announced, queued %v; want 1, false", got, h.Queued())
+			}
+			if err := h.Wait(ctx, taken); err != nil {
+				t.Fatal(err)
+			}
+			h.Release()
+			requireZeroAllocs(t, "holder's window of 8 large Sends", func() {
+				h := c0.Hold()
+				for j := 0; j < 8; j++ {
+					k.Add(1)
+					if err := h.Send(ep1, 3, nil, large, kd); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := h.Wait(ctx, taken); err != nil {
+					t.Fatal(err)
+				}
+				h.Release()
+			})
 		})
 	}
 }
@@ -518,6 +559,48 @@ func TestHeldSendInline(t *testing.T) {
 			}
 			if got[2][0] != 3 {
 				t.Errorf("third message %v, want the queued one", got[2])
+			}
+		})
+	}
+}
+
+// A Send of a header alone, too large for the limit a busy peer sets on
+// inline messages (a window's), still travels inline: announced, it had
+// no data to register and failed with "nil or empty buffer".
+func TestHeaderOnlySendToBusyPeer(t *testing.T) {
+	for _, held := range []bool{false, true} {
+		t.Run(fmt.Sprintf("held=%v", held), func(t *testing.T) {
+			cl := openOver(t, 2, amigo.Config{}, "shm")
+			c0, c1 := cl[0].Context(0), cl[1].Context(0)
+			var sizes []int
+			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) { sizes = append(sizes, len(m.Header)) })
+			ep1 := amigo.EndpointOf(1)
+			var errs []error
+			done := func(err error) { errs = append(errs, err) }
+			hdr := make([]byte, 20<<10)
+			send, advance := c0.Send, c0.Advance
+			if held {
+				h := c0.Hold()
+				defer h.Release()
+				send, advance = h.Send, h.Advance
+			}
+			// The first is not taken before the second is sent: the peer
+			// is busy.
+			if err := send(ep1, 1, nil, []byte{1}, done); err != nil {
+				t.Fatal(err)
+			}
+			if err := send(ep1, 1, hdr, nil, done); err != nil {
+				t.Fatal(err)
+			}
+			all := func() bool {
+				c1.Advance()
+				return len(errs) == 2 && len(sizes) == 2
+			}
+			for i := 0; i < 1_000_000 && !all(); i++ {
+				advance()
+			}
+			if len(errs) != 2 || errs[0] != nil || errs[1] != nil || len(sizes) != 2 || sizes[1] != len(hdr) {
+				t.Fatalf("completions %v, headers arrived %v", errs, sizes)
 			}
 		})
 	}

@@ -294,7 +294,9 @@ func (c *Context) inject(p *peer, in *inst) bool {
 		c.stats.SentInline++
 		return true
 	case instSend:
-		if n := len(in.hdr) + len(in.data); n <= c.cfg.InlineMax && !p.busyFor(n) {
+		// A message of a header alone goes inline however busy the peer:
+		// announced, it would have no data to register.
+		if n := len(in.hdr) + len(in.data); n <= c.cfg.InlineMax && (!p.busyFor(n) || len(in.data) == 0 && in.vec == nil) {
 			return c.injectAM(p, in)
 		}
 		if c.cfg.Protocol == "rendezvous" {
@@ -521,6 +523,13 @@ func (c *Context) sendACK(idx int32, op uint64, status uint32) {
 func (c *Context) failInst(in *inst, err error) {
 	switch in.kind {
 	case instSend, instRDMA, instAccept, instMcast, instFence:
+		if c.holderSend {
+			// Inside the holder's Send (Held.Send): its callbacks run in
+			// the next Advance or Wait, as every callback does.
+			c.doLater(in.done, err)
+			c.doLater(in.rdone, err)
+			return
+		}
 		if in.done != nil {
 			in.done(err)
 		}
