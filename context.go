@@ -406,7 +406,7 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 		}
 		return true
 	}
-	if p.busyFor(len(header) + len(data)) {
+	if p.busyFor(len(header)+len(data), len(data) > 0) {
 		return false // a large message (peer.inject)
 	}
 	b := p.reserve(size)

@@ -202,7 +202,7 @@ func (h *Held) Send(ep Endpoint, d Dispatch, header, data []byte, done func(erro
 		return nil
 	}
 	if p := c.owned(idx); p != nil {
-		if n := len(header) + len(data); n > c.cfg.InlineMax || len(data) > 0 && p.busyFor(n) {
+		if n := len(header) + len(data); n > c.cfg.InlineMax || p.busyFor(n, len(data) > 0) {
 			in := inst{kind: instSend, dest: idx, disp: uint16(d), hdr: header, data: data, done: done}
 			c.holderSend = true // a failure's callbacks wait for the next Advance
 			c.execute(&in)

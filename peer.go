@@ -261,8 +261,12 @@ func (c *Context) flush(p *peer) int {
 // an AMD 2-core host whose cores pass lines slowly, windows of 32 KiB
 // messages moved 1.23 times as much announced and fetched by cross-memory
 // attach as inline (6 interleaved runs), while a lone one took 1.17 times
-// as long; 16 KiB moved 0.87-0.91 times as much.
-func (p *peer) busyFor(n int) bool { return n > p.inlineBusy && p.msg.Outstanding() > 0 }
+// as long; 16 KiB moved 0.87-0.91 times as much. A message of a header
+// alone (data false) goes inline however busy the peer: announced, it
+// would have no data to register.
+func (p *peer) busyFor(n int, data bool) bool {
+	return data && n > p.inlineBusy && p.msg.Outstanding() > 0
+}
 
 // inject tries to inject in into p's FIFOs and reports whether it did. An
 // instruction that fails for good completes with its error and counts as
@@ -294,9 +298,7 @@ func (c *Context) inject(p *peer, in *inst) bool {
 		c.stats.SentInline++
 		return true
 	case instSend:
-		// A message of a header alone goes inline however busy the peer:
-		// announced, it would have no data to register.
-		if n := len(in.hdr) + len(in.data); n <= c.cfg.InlineMax && (!p.busyFor(n) || len(in.data) == 0 && in.vec == nil) {
+		if n := len(in.hdr) + len(in.data); n <= c.cfg.InlineMax && !p.busyFor(n, len(in.data) > 0 || in.vec != nil) {
 			return c.injectAM(p, in)
 		}
 		if c.cfg.Protocol == "rendezvous" {
