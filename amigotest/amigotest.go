@@ -122,14 +122,18 @@ func RunErr(n int, opts Options, fn func(r *Rank) error) error {
 	case <-all:
 	case <-time.After(timeout + 5*time.Second):
 		mu.Lock()
-		var hung []string
+		var hung, msgs []string
 		for r, f := range finished {
 			if !f {
 				hung = append(hung, fmt.Sprint(r))
 			}
+			if errs[r] != nil {
+				msgs = append(msgs, fmt.Sprintf("\nrank %d: %v", r, errs[r]))
+			}
 		}
 		mu.Unlock()
-		return fmt.Errorf("amigotest: job of %d ranks did not finish in %v; ranks still running: %s", n, timeout, strings.Join(hung, ","))
+		// What the ranks that returned said is often why the others wait.
+		return fmt.Errorf("amigotest: job of %d ranks did not finish in %v; ranks still running: %s%s", n, timeout, strings.Join(hung, ","), strings.Join(msgs, ""))
 	}
 	var msgs []string
 	for r, e := range errs {

@@ -57,6 +57,90 @@ func TestSendLeavesWithoutAnotherCall(t *testing.T) {
 	}
 }
 
+// A Recv that matches a synchronous send returns with the acknowledgement
+// on its way, with the receiver making no call after it. Over TCP the
+// acknowledgement is written at once only when the link has nothing in
+// flight; here it has: rank 0 sent rank 1 a message while rank 1 made no
+// call, so the acknowledgement waits for the link's Progress, which the
+// Recv must run before it returns (it used to return without, and rank
+// 1's Ssend waited for rank 0's next call). The synchronous message is
+// taken from the unexpected queue (probed first) or as it comes.
+func TestRecvAcksSsendWithoutAnotherCall(t *testing.T) {
+	for _, over := range []string{"loop", "shm", "tcp"} {
+		for _, probe := range []bool{false, true} {
+			name := over + "/recv"
+			if probe {
+				name = over + "/probe-recv"
+			}
+			t.Run(name, func(t *testing.T) {
+				issued, received, acked := make(chan struct{}), make(chan struct{}), make(chan struct{})
+				runHandoffOff(t, over, func(r *amigotest.Rank, w *mpi.Comm) error {
+					if err := w.Barrier(r.Deadline); err != nil {
+						return err
+					}
+					buf := []byte{7}
+					switch w.Rank() {
+					case 0:
+						if err := await(r, issued); err != nil {
+							return err
+						}
+						// Rank 1 makes no call until this Recv returned: the
+						// link to it has this message in flight.
+						if err := w.Send(r.Deadline, []byte{9}, 1, 2); err != nil {
+							return err
+						}
+						if probe {
+							if _, err := w.Probe(r.Deadline, 1, 1); err != nil {
+								return err
+							}
+						}
+						if _, err := w.Recv(r.Deadline, buf, 1, 1); err != nil {
+							return err
+						}
+						close(received)
+						// No call into the library until rank 1's Ssend
+						// completed or gave up.
+						return await(r, acked)
+					case 1:
+						defer close(acked)
+						q, err := w.Issend(buf, 0, 1)
+						if err != nil {
+							return err
+						}
+						// Out of this process before rank 1 stops calling.
+						if done, _, err := q.Test(); done || err != nil {
+							return fmt.Errorf("Issend's Test before rank 0's Recv: %v, %v", done, err)
+						}
+						close(issued)
+						if err := await(r, received); err != nil {
+							return err
+						}
+						ctx, cancel := context.WithTimeout(r.Deadline, 10*time.Second)
+						defer cancel()
+						if _, err := q.Wait(ctx); err != nil {
+							return fmt.Errorf("Ssend's wait while rank 0 made no call since its Recv: %w", err)
+						}
+						if _, err := w.Recv(r.Deadline, buf, 0, 2); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			})
+		}
+	}
+}
+
+// await waits until ch is closed or the job ends (a rank failed).
+func await(r *amigotest.Rank, ch chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-r.Deadline.Done():
+		return r.Deadline.Err()
+	}
+}
+
 // runHandoffOff runs body on two ranks over the adapter over, with World's
 // communicator, and a Barrier after it. The TCP adapter's own goroutines,
 // which take the sockets of a context that stopped advancing, are held off
@@ -74,7 +158,7 @@ func runHandoffOff(t *testing.T, over string, body func(r *amigotest.Rank, w *mp
 		if err := body(r, w); err != nil {
 			return err
 		}
-		return w.Barrier(context.Background())
+		return w.Barrier(r.Deadline)
 	})
 }
 

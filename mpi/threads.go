@@ -183,8 +183,20 @@ func (e *engine) wait(ctx context.Context, cond func() bool) error {
 
 // waitDone is wait for a condition that is a flag, done, which cond
 // reports: a request's, a schedule's, recvSmall's. (done nil: cond only.)
-// The driver's condition reads the flag itself every poll.
+// The driver's condition reads the flag itself every poll. What the
+// caller's last steps or the handlers of the last pass sent leaves before
+// it returns (flush): a Recv that matched a synchronous send returns with
+// the acknowledgement on its way, which over TCP may wait for the link's
+// Progress (the link writes at once only when nothing it wrote before is
+// in flight), and the caller may make no further call.
 func (e *engine) waitDone(ctx context.Context, done *bool, cond func() bool) error {
+	err := e.awaitDone(ctx, done, cond)
+	e.flush()
+	return err
+}
+
+// awaitDone is waitDone without its flush.
+func (e *engine) awaitDone(ctx context.Context, done *bool, cond func() bool) error {
 	if len(e.ft.fresh) > 0 {
 		e.applyFailures()
 	}
