@@ -62,7 +62,7 @@ func TestAckedSendsFinishTogether(t *testing.T) {
 		if i == refused {
 			status = wire.StatusRemoteIO
 		}
-		c.onACK(0, &wire.Packet{Kind: wire.KindACK, Op: o.id(), Status: status})
+		c.onACK(0, o.id(), status)
 	}
 	for i := range ops {
 		if calls[i] != 0 {

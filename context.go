@@ -80,7 +80,10 @@ type Context struct {
 	// ackSend), ackKeys holding their registrations meanwhile.
 	// holderSend is set while Held.Send injects a message itself: an
 	// instruction that fails then has its callbacks run later (failInst).
-	holderSend  bool
+	holderSend bool
+	// gather is the peer whose RDMA completions service runs: the ACKs
+	// sendCtl owes it meanwhile wait in its acks (sendACKs).
+	gather      *peer
 	acked       []ackedSend
 	ackKeys     []transport.Key
 	finishAcked func(error)
@@ -710,7 +713,12 @@ func (c *Context) service() int {
 		}
 		if p.failed == nil {
 			n += p.msg.Complete()
+			c.gather = p
 			n += p.rdma.Complete()
+			c.gather = nil
+			if len(p.acks) > 0 {
+				c.sendACKs(p)
+			}
 			n += c.flush(p)
 		}
 		if p.idle() {

@@ -357,7 +357,12 @@ func (c *Context) receive(from transport.Addr, pkt []byte) {
 	case wire.KindEAGER:
 		c.onEager(idx, pk)
 	case wire.KindACK:
-		c.onACK(idx, pk)
+		c.onACK(idx, pk.Op, pk.Status)
+	case wire.KindACKS:
+		for i, n := 0, len(pk.Data)/wire.ACKEntrySize; i < n; i++ {
+			op, status := wire.ACKAt(pk.Data, i)
+			c.onACK(idx, op, status)
+		}
 	case wire.KindSTOP:
 		c.onSTOP(idx, pk)
 	case wire.KindCTS:

@@ -300,6 +300,7 @@ var promMetrics = []promMetric{
 		func(rd *ctxReading) []promSample {
 			return []promSample{{"sent", float64(rd.stats.AcksSent)}, {"received", float64(rd.stats.AcksReceived)}}
 		}},
+	{"amigo_ack_packets_total", "counter", "Packets that carried the acknowledgements sent: one each, or those of receives completed together.", "", func(rd *ctxReading) []promSample { return one(rd.stats.AckPackets) }},
 	{"amigo_held_for_dispatch_total", "counter", "Messages held until their handler was registered or their grace ended.", "", func(rd *ctxReading) []promSample { return one(rd.stats.HeldForDispatch) }},
 	{"amigo_refused_by_peer_total", "counter", "Inline messages without an acknowledgement that a peer refused for want of a handler.", "", func(rd *ctxReading) []promSample { return one(rd.stats.RefusedByPeer) }},
 	{"amigo_wait_sleep_timeouts_total", "counter", "Sleeps that ran to their bound without a ring.", "", func(rd *ctxReading) []promSample { return one(rd.stats.SleepTimeouts) }},

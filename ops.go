@@ -309,19 +309,19 @@ func (c *Context) finishRDMA(o *op) {
 }
 
 // onACK completes the sender's side of an AM or RTS.
-func (c *Context) onACK(from int32, pk *wire.Packet) {
-	if pk.Status == wire.StatusRefused {
-		c.onRefused(from, pk.Op) // early.go
+func (c *Context) onACK(from int32, op uint64, status uint32) {
+	if status == wire.StatusRefused {
+		c.onRefused(from, op) // early.go
 		return
 	}
-	o := c.ops.lookup(pk.Op)
+	o := c.ops.lookup(op)
 	if o == nil || o.peer.idx != from || (o.kind != opSendRV && o.kind != opSendAck && o.kind != opSendStream) {
 		c.stats.StaleAcks++
 		c.asyncError(peerErr(c.endpointAt(from), errors.New("acknowledgement of an unknown operation")))
 		return
 	}
 	c.stats.AcksReceived++
-	err := statusErr(o.peer.ep, pk.Status)
+	err := statusErr(o.peer.ep, status)
 	if o.kind == opSendStream {
 		if o.putting {
 			return // the PUT's completion finishes the send

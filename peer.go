@@ -58,6 +58,11 @@ type peer struct {
 	// peer; recvStreams (len(streams)) those the peer streams to it.
 	sendStreams int
 
+	// acks holds the ACKs this context owes the peer for receives that
+	// completed in one pass over its RDMA completions (Context.service),
+	// written together after it (sendACKs).
+	acks []wire.ACKEntry
+
 	q instRing // instructions waiting for FIFO space, in order
 	// ctl holds control packets (STOP, CTS, FIN, ACK) waiting for FIFO
 	// space, in order. They go before q: none of them has to follow an

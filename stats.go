@@ -17,6 +17,7 @@ type Stats struct {
 	Gets               uint64 // Get and Rget operations started
 	Atomics            uint64 // remote atomic operations started
 	AcksSent           uint64
+	AckPackets         uint64 // packets that carried AcksSent: an ACK each, or the ACKs of a pass's completed receives from one peer together
 	AcksReceived       uint64
 	Queued             uint64        // instructions that waited for room in a FIFO
 	NoDispatch         uint64        // messages refused for an unregistered dispatch id

@@ -200,6 +200,10 @@ func (c *Context) sendCtl(idx int32, k wire.Kind, op uint64, status uint32, key,
 	if p.failed != nil {
 		return
 	}
+	if k == wire.KindACK && p == c.gather {
+		p.acks = append(p.acks, wire.ACKEntry{Op: op, Status: status})
+		return
+	}
 	if p.ctl.len() == 0 && c.writeCtl(p, k, op, status, key, off) {
 		return
 	}
@@ -210,6 +214,42 @@ func (c *Context) sendCtl(idx int32, k wire.Kind, op uint64, status uint32, key,
 	in := inst{kind: instCtl, ctl: k, dest: idx, op: op, status: status, key: Key(key), off: off}
 	p.ctl.push(&in)
 	c.activate(p)
+}
+
+// sendACKs sends the ACKs gathered for p while its RDMA completions ran
+// (service): in one ACKS packet, or several of up to wire.MaxACKS, where
+// p's FIFO has room and no control packet waits before them; else each as
+// sendCtl sends an ACK.
+//
+// # Why
+//
+// The receiver of a window of fetched messages finishes a batch of GETs
+// in one pass and owed an ACK for each, a descriptor of its own: the
+// receiver's fenced publish of each waited for the slot's line, and the
+// sender read each slot's line in turn (a window of 64 x 32 KiB on the
+// AMD host's slow state: some 8 us of ACKs in a window of some 60).
+func (c *Context) sendACKs(p *peer) {
+	acks := p.acks
+	p.acks = p.acks[:0]
+	if p.failed != nil {
+		return
+	}
+	for len(acks) > 1 && p.ctl.len() == 0 {
+		n := min(len(acks), wire.MaxACKS)
+		b := p.reserve(wire.ACKSSize(n))
+		if b == nil {
+			break
+		}
+		wire.PutACKS(b, acks[:n])
+		c.stats.AcksSent += uint64(n)
+		c.stats.AckPackets++
+		p.commit(nil)
+		p.owed = p.msg.Injected()
+		acks = acks[n:]
+	}
+	for _, a := range acks {
+		c.sendCtl(p.idx, wire.KindACK, a.Op, a.Status, 0, 0)
+	}
 }
 
 // writeCtl writes a control packet of kind k into p's descriptor buffer,
@@ -241,6 +281,7 @@ func (c *Context) writeCtl(p *peer, k wire.Kind, op uint64, status uint32, key, 
 	default:
 		wire.PutACK(b, op, status)
 		c.stats.AcksSent++
+		c.stats.AckPackets++
 	}
 	p.commit(nil)
 	p.owed = p.msg.Injected()

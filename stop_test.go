@@ -665,6 +665,14 @@ func TestStopWindowFetched(t *testing.T) {
 	if stops != n || fetched != n*size || streamed > size {
 		t.Fatalf("window of %d: %d STOPs, %d bytes streamed, %d fetched", n, stops, streamed, fetched)
 	}
+	// The receives completed in a few passes, their ACKs sent together
+	// (an ACKS packet each pass): every send acknowledged once, in fewer
+	// packets than messages.
+	acks, packets, taken := w1.AcksSent-s1.AcksSent, w1.AckPackets-s1.AckPackets, w0.AcksReceived-s0.AcksReceived
+	t.Logf("window of %d: %d ACKs in %d packets", n, acks, packets)
+	if acks != n || taken != n || packets >= n {
+		t.Fatalf("window of %d: %d ACKs sent in %d packets, %d taken", n, acks, packets, taken)
+	}
 }
 
 // Over shared memory, a Send of 32 KiB, within the inline limit of two

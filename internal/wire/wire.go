@@ -68,7 +68,11 @@ const (
 	KindMCABORT Kind = 14 // the origin calls the multicast off
 	KindMCFAIL  Kind = 15 // a target reports a failure to the origin
 
-	kindMax = KindMCFAIL
+	// KindACKS carries the ACKs of several operations to one peer, which
+	// a receiver finished together (a batch of GETs).
+	KindACKS Kind = 16
+
+	kindMax = KindACKS
 )
 
 func (k Kind) String() string {
@@ -103,6 +107,8 @@ func (k Kind) String() string {
 		return "MCABORT"
 	case KindMCFAIL:
 		return "MCFAIL"
+	case KindACKS:
+		return "ACKS"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -250,6 +256,43 @@ func RTSSize(hlen int) int { return BaseSize + 24 + hlen }
 
 // ACKSize is the size of an ACK packet.
 const ACKSize = BaseSize + 16
+
+// An ACKS packet is the base header, the number of entries (uint32), a
+// zero word (uint32), and that many entries of ACKEntrySize bytes: op
+// (uint64) and status (uint32), as an ACK's.
+const ACKEntrySize = 12
+
+// MaxACKS is the most entries an ACKS packet carries.
+const MaxACKS = 256
+
+// ACKSSize returns the size of an ACKS packet of n entries.
+func ACKSSize(n int) int { return BaseSize + 8 + n*ACKEntrySize }
+
+// ACKEntry is one operation's acknowledgement in an ACKS packet.
+type ACKEntry struct {
+	Op     uint64
+	Status uint32
+}
+
+// PutACKS encodes an ACKS packet of acks, 1 to MaxACKS of them, into b,
+// which must be ACKSSize(len(acks)) bytes.
+func PutACKS(b []byte, acks []ACKEntry) {
+	putBase(b, KindACKS, 0, 0, 0)
+	le := binary.LittleEndian
+	le.PutUint32(b[8:], uint32(len(acks)))
+	le.PutUint32(b[12:], 0)
+	e := b[16:]
+	for i := range acks {
+		le.PutUint64(e[i*ACKEntrySize:], acks[i].Op)
+		le.PutUint32(e[i*ACKEntrySize+8:], acks[i].Status)
+	}
+}
+
+// ACKAt returns entry i of an ACKS packet's entries (Packet.Data).
+func ACKAt(entries []byte, i int) (op uint64, status uint32) {
+	e := entries[i*ACKEntrySize : i*ACKEntrySize+ACKEntrySize]
+	return binary.LittleEndian.Uint64(e), binary.LittleEndian.Uint32(e[8:])
+}
 
 // Sizes of the STOP protocol's control packets.
 const (
@@ -483,7 +526,7 @@ func parse(p *Packet, b []byte) error {
 		return ErrMalformed
 	}
 	n := BaseSize
-	if p.Kind >= KindMCRTS {
+	if p.Kind >= KindMCRTS && p.Kind <= KindMCFAIL {
 		return parseMC(p, b, hlen)
 	}
 	switch p.Kind {
@@ -547,6 +590,20 @@ func parse(p *Packet, b []byte) error {
 				return ErrMalformed
 			}
 			p.Off = binary.LittleEndian.Uint64(b[n+8:])
+		case KindACKS:
+			// Op holds the count and the zero word: cleared once checked.
+			count := int(binary.LittleEndian.Uint32(b[n:]))
+			p.Op = 0
+			if count < 1 || count > MaxACKS || binary.LittleEndian.Uint32(b[n+4:]) != 0 || len(b) != ACKSSize(count) {
+				return ErrMalformed
+			}
+			entries := b[n+8:]
+			for i := 0; i < count; i++ {
+				if _, status := ACKAt(entries, i); status > statusMax {
+					return ErrMalformed
+				}
+			}
+			p.Data = entries
 		}
 	}
 	return nil

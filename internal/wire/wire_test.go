@@ -83,6 +83,17 @@ func TestRoundTrip(t *testing.T) {
 	if p, err = Parse(b); err != nil || p.Kind != KindFIN || p.Status != StatusRemoteIO2 {
 		t.Fatalf("FIN: %+v %v", p, err)
 	}
+	acks := []ACKEntry{{Op: 1<<32 | 7, Status: StatusOK}, {Op: 9, Status: StatusRemoteIO}, {Op: ^uint64(0), Status: StatusClosed}}
+	b = make([]byte, ACKSSize(len(acks)))
+	PutACKS(b, acks)
+	if p, err = Parse(b); err != nil || p.Kind != KindACKS || p.Op != 0 || len(p.Data) != len(acks)*ACKEntrySize {
+		t.Fatalf("ACKS: %+v %v", p, err)
+	}
+	for i, a := range acks {
+		if op, st := ACKAt(p.Data, i); op != a.Op || st != a.Status {
+			t.Fatalf("ACKS entry %d: %x %d, want %x %d", i, op, st, a.Op, a.Status)
+		}
+	}
 	// Empty AM.
 	b = make([]byte, AMSize(0, 0, false))
 	PutAM(b, 0, nil, nil, false, 0)
@@ -109,6 +120,16 @@ func TestParseRejects(t *testing.T) {
 		"busy am":  {1, FlagBusy, 0, 0, 0, 0, 0, 0, 1},
 		"busy rts": func() []byte { b := make([]byte, RTSSize(0)); PutRTS(b, 1, nil, 1, 2, 3); b[1] = FlagBusy; return b }(),
 		"busy ack": func() []byte { b := make([]byte, ACKSize); PutACK(b, 1, 0); b[1] = FlagBusy; return b }(),
+		// ACKS: a count that is not the packet's, none, too many, a
+		// status no sender writes, the zero word set.
+		"acks long":   append(acksOf(2), 0),
+		"acks short":  acksOf(2)[:ACKSSize(2)-1],
+		"acks count":  func() []byte { b := acksOf(2); b[8] = 3; return b }(),
+		"acks none":   acksOf(0),
+		"acks many":   acksOf(MaxACKS + 1),
+		"acks status": func() []byte { b := acksOf(3); b[16+2*ACKEntrySize+8] = 99; return b }(),
+		"acks zero":   func() []byte { b := acksOf(1); b[12] = 1; return b }(),
+		"acks flags":  func() []byte { b := acksOf(1); b[1] = FlagBusy; return b }(),
 	}
 	for name, b := range cases {
 		if _, err := Parse(b); !errors.Is(err, ErrMalformed) {
@@ -155,6 +176,8 @@ func FuzzParse(f *testing.F) {
 	f.Add(b)
 	f.Add(amRecord(7, nil, []byte("12345678")))
 	f.Add(amRecord(7, []byte("hdr"), []byte("data")))
+	f.Add(acksOf(1))
+	f.Add(acksOf(3))
 	stale := Packet{Kind: KindRTS, Size: 99, Key: 98, Off: 97, Status: 3, Header: []byte("old")}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := Parse(b)
@@ -217,6 +240,13 @@ func FuzzParse(f *testing.F) {
 		case KindCTS:
 			out = make([]byte, CTSSize)
 			PutCTS(out, p.Op, p.Off)
+		case KindACKS:
+			acks := make([]ACKEntry, len(p.Data)/ACKEntrySize)
+			for i := range acks {
+				acks[i].Op, acks[i].Status = ACKAt(p.Data, i)
+			}
+			out = make([]byte, ACKSSize(len(acks)))
+			PutACKS(out, acks)
 		case KindMCRTS, KindMCCTS, KindMCGO, KindMCDATA, KindMCDONE, KindMCABORT, KindMCFAIL:
 			out = make([]byte, MCSize(p.MC.NumEntries(), len(p.Header)))
 			PutMC(out, p.Kind, p.Dispatch, p.Header, &p.MC)
@@ -227,6 +257,17 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("re-encoding differs:\n in %x\nout %x", b, out)
 		}
 	})
+}
+
+// acksOf returns an ACKS packet of n entries (n may be out of range).
+func acksOf(n int) []byte {
+	acks := make([]ACKEntry, n)
+	for i := range acks {
+		acks[i] = ACKEntry{Op: uint64(i + 1), Status: uint32(i) % (statusMax + 1)}
+	}
+	b := make([]byte, ACKSSize(n))
+	PutACKS(b, acks)
+	return b
 }
 
 // amRecord returns the AM PutAMRecord encodes, its base header in front.
