@@ -15,7 +15,7 @@ import (
 // core then copies every byte of the window while the sender's waits for
 // the acknowledgements. In a batched cooperative copy the initiator splits
 // each descriptor of a batch at a page boundary (the owner's part, the
-// back, is a quarter: coopShare), names the back parts in one request on
+// back, a share that follows the two sides' pace: link.share), names the back parts in one request on
 // its channel to the owner (reqBatch, the table of channel.tab), and moves
 // the fronts with one call while the owner moves the backs with one call
 // of its own: a process_vm_writev into the initiator's buffers for a batch
@@ -64,20 +64,57 @@ var coopSteal = true
 // writes into a huge page; windows of 64 KiB messages 1.04-1.43 times.
 const coopSplitMin = 3 * pageSize
 
-// coopShare is the owner's share of each descriptor: the back part,
-// whole pages, of coopBack. The owner's process_vm_writev of a batch of
-// back halves took 2-3 times as long as the initiator's process_vm_readv
-// of the fronts in a window of 128 KiB messages (56 us against 20 for
-// 480 KiB), which then waited for it; and an owner that sends too was
-// free to claim its half one batch in four. With a quarter it claimed
-// four in five, and windows of 128 KiB messages moved 24-30 GB/s
-// against 22-28 by the initiator alone (single rounds side by side, a
-// loaded 2-core machine); halves moved 13-25.
-const coopShare = 4
+// The owner's share of each descriptor, the back part, whole pages of
+// coopBack, is counted in sixteenths per link (link.share), from
+// shareStart, between shareMin and shareMax, and moved by one after each
+// batch toward where both sides finish together (judgeShare): up when
+// the owner had moved its backs by the time the initiator had moved its
+// fronts, down when it had not, or had not begun.
+//
+// # Why
+//
+// No fixed share fits every host, size and load. The owner's
+// process_vm_writev of a batch of back halves once took 2-3 times as
+// long as the initiator's process_vm_readv of the fronts in a window of
+// 128 KiB messages (56 us against 20 for 480 KiB), which then waited for
+// it; with a quarter an owner that sends too claimed four batches in five
+// and windows of 128 KiB moved 24-30 GB/s against 22-28 by the initiator
+// alone, halves 13-25. Since the sender's own work per message shrank
+// (its acknowledgements in one packet, deregistered together), fixed
+// shares on the AMD host's slow state, against a quarter: 3/8 moved
+// 1.07 / 1.10 / 1.09x at 32 / 64 / 128 KiB, a third 1.07 / 1.08 / 1.07x,
+// halves 1.13 / 1.02 / 0.83x (4 interleaved rounds). The owner is mostly
+// done first even with halves, yet halves move less from 128 KiB (its
+// writes into the initiator's pages slow the initiator's own call), so
+// the share stops at 3/8: moved between an eighth and 3/8, windows of 32
+// / 64 / 128 / 256 KiB moved 1.09 / 1.10 / 1.10 / 1.12x a fixed quarter,
+// and up to halves 1.06 / 1.04 / 0.95 / 0.91x (6 interleaved rounds, the
+// slow state).
+const (
+	shareStart = 4 // a quarter
+	shareMin   = 2
+	shareMax   = 6
+)
 
 // coopBack returns the bytes of a descriptor of n bytes that the owner is
-// offered.
-func coopBack(n int) int { return (n/coopShare + pageSize/2) &^ (pageSize - 1) }
+// offered at share sixteenths.
+func coopBack(n int, share uint8) int { return (n*int(share)/16 + pageSize/2) &^ (pageSize - 1) }
+
+// judgeShare moves l's owner share by a sixteenth after a batch whose
+// fronts this side has just moved, from where the owner stands on the
+// back halves (ch's claim word and done bits): up when it has moved
+// them, down when it is still moving them or has not claimed them.
+// Owner goroutine of the port only; the loads are only a hint.
+func (l *link) judgeShare(ch *channel) {
+	_, _, back := claimParts(ch.claim.Load())
+	if back != 2 && ch.done.Load()&2 != 0 {
+		if l.share < shareMax {
+			l.share++
+		}
+	} else if l.share > shareMin {
+		l.share--
+	}
+}
 
 // errBatchEntry is the owner's refusal of an entry of a batch table that
 // names no bytes.
@@ -92,10 +129,13 @@ func (p *port) startCoop(l *link, h uint64, k, total int) bool {
 	if a.opts.HelpOff || p.chanBy[pr.li] != nil || total < 2*coopMin {
 		return false
 	}
+	if l.share == 0 {
+		l.share = shareStart
+	}
 	back := 0
 	for i := 0; i < k; i++ {
 		if n := int(p.batch.l[i].Len); n >= coopSplitMin {
-			back += coopBack(n)
+			back += coopBack(n, l.share)
 		}
 	}
 	if back < coopMin {
@@ -109,7 +149,7 @@ func (p *port) startCoop(l *link, h uint64, k, total int) bool {
 		if n < coopSplitMin {
 			continue
 		}
-		half := coopBack(n)
+		half := coopBack(n, l.share)
 		f := n - half
 		op := q.At(h + uint64(i))
 		// The owner pins the pages it writes into one by one, a quarter
@@ -143,6 +183,7 @@ func (p *port) startCoop(l *link, h uint64, k, total int) bool {
 		x.short = true
 		p.cmaFailed(pr, err)
 	}
+	l.judgeShare(ch)
 	ch.done.Or(1)
 	return true
 }

@@ -71,6 +71,9 @@ type link struct {
 	// serialTo: descriptors below this FIFO position go one by one (a
 	// batch of them failed; see runBatch).
 	serialTo uint64
+	// share is the owner's share of a batched cooperative copy's
+	// descriptors, in sixteenths (coop.go); 0 until the first batch.
+	share uint8
 }
 
 func newPort(a *Adapter, ctx int, bell *transport.Doorbell) *port {
