@@ -45,7 +45,7 @@ import (
 // coopMin is the least bytes of back parts a batch needs to be split
 // with the owner: a request, a wait for the owner's done bit and a second
 // call are not worth a few pages. It was not measured; the batches of the
-// bandwidth windows, 1 MiB each from 32 KiB messages up, are well above
+// bandwidth windows, megabytes each from 32 KiB messages up, are well above
 // it.
 const coopMin = 64 << 10
 

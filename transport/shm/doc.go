@@ -77,14 +77,15 @@
 //
 // Small transfers by cross-memory attach are gathered: the GETs (or PUTs)
 // queued one after the other toward one owner, each under 512 KiB, move in
-// one vectored system call of up to 1 MiB (batch.go), since a call costs
+// one vectored system call of up to 4 MiB (batch.go), since a call costs
 // more than copying a few kilobytes. A window of messages that their
 // receiver fetches (amigo's STOP, see stopWorth there) becomes a few calls.
 // A batch of some 256 KiB or more (coopMin) is split with the owner
 // (coop.go): the initiator moves the fronts of its descriptors in one call
-// and the owner a quarter of each, the backs, in one of its own, one
-// request per batch; an owner that does not take its part in time leaves
-// it to the initiator.
+// and the owner the backs, in one of its own, one request per batch; the
+// owner's share (an eighth to 3/8 of each) follows which side finished
+// first, and an owner that does not take its part in time leaves it to
+// the initiator.
 // These calls, like every cross-memory attach, are raw system calls
 // (vmCopy): a rank bound to one core keeps its processor through them.
 //
