@@ -96,9 +96,12 @@ const (
 	shareMax   = 6
 )
 
-// coopBack returns the bytes of a descriptor of n bytes that the owner is
-// offered at share sixteenths.
-func coopBack(n int, share uint8) int { return (n*int(share)/16 + pageSize/2) &^ (pageSize - 1) }
+// coopBack returns the bytes of a descriptor of n bytes, at least
+// coopSplitMin, that the owner is offered at share sixteenths: whole
+// pages, at least one (an eighth of 12 KiB rounds to none).
+func coopBack(n int, share uint8) int {
+	return max((n*int(share)/16+pageSize/2)&^(pageSize-1), pageSize)
+}
 
 // judgeShare moves l's owner share by a sixteenth after a batch whose
 // fronts this side has just moved, from where the owner stands on the

@@ -53,12 +53,24 @@ func TestJudgeShare(t *testing.T) {
 		back  int
 	}{
 		{32 << 10, 4, 8 << 10}, {32 << 10, 6, 12 << 10}, {32 << 10, 2, 4 << 10},
+		{12 << 10, 2, 4 << 10},  // an eighth of three pages: one, not none
 		{48 << 10, 6, 20 << 10}, // 18 KiB, to the nearest page
 		{64 << 10, 5, 20 << 10},
 		{128 << 10, 6, 48 << 10},
 	} {
 		if got := coopBack(c.n, c.share); got != c.back {
 			t.Errorf("coopBack(%d, %d) = %d, want %d", c.n, c.share, got, c.back)
+		}
+	}
+	// Every size a batch splits, at every share: whole pages, at least
+	// one, and at least a page left in front (startCoop slices the
+	// descriptor there).
+	for n := coopSplitMin; n < batchBelow; n += 512 {
+		for share := uint8(shareMin); share <= shareMax; share++ {
+			b := coopBack(n, share)
+			if b%pageSize != 0 || b < pageSize || n-b < pageSize {
+				t.Fatalf("coopBack(%d, %d) = %d", n, share, b)
+			}
 		}
 	}
 }
