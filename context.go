@@ -81,6 +81,7 @@ type Context struct {
 	// holderSend is set while Held.Send injects a message itself: an
 	// instruction that fails then has its callbacks run later (failInst).
 	holderSend bool
+	heldInst   inst // Held.Send's instruction: only its kind, dest, disp, hdr, data and done are set
 	// gather is the peer whose RDMA completions service runs: the ACKs
 	// sendCtl owes it meanwhile wait in its acks (sendACKs).
 	gather      *peer

@@ -203,10 +203,16 @@ func (h *Held) Send(ep Endpoint, d Dispatch, header, data []byte, done func(erro
 	}
 	if p := c.owned(idx); p != nil {
 		if n := len(header) + len(data); n > c.cfg.InlineMax || p.busyFor(n, len(data) > 0) {
-			in := inst{kind: instSend, dest: idx, disp: uint16(d), hdr: header, data: data, done: done}
+			// The instruction is the context's own (heldInst): as a literal
+			// it cleared some 400 bytes a message, 175 instructions of the
+			// sender's 2,900 (callgrind, windows of 32 KiB fetched).
+			// execute copies it where it queues it, and writes none of it.
+			in := &c.heldInst
+			in.kind, in.dest, in.disp, in.hdr, in.data, in.done = instSend, idx, uint16(d), header, data, done
 			c.holderSend = true // a failure's callbacks wait for the next Advance
-			c.execute(&in)
+			c.execute(in)
 			c.holderSend = false
+			in.hdr, in.data, in.done = nil, nil, nil
 			return nil
 		}
 	}

@@ -256,8 +256,9 @@ func (q *Request) wait(ctx context.Context) (Status, error) {
 		if err := e.waitDone(ctx, &r.done, r.cond); err != nil {
 			return Status{}, r.waitErr(err)
 		}
+	} else {
+		e.flush() // waitDone flushes
 	}
-	e.flush()
 	st, err := r.status, r.err
 	e.finish(q, r)
 	return st, err

@@ -132,9 +132,6 @@ func (p *port) startCoop(l *link, h uint64, k, total int) bool {
 	if a.opts.HelpOff || p.chanBy[pr.li] != nil || total < 2*coopMin {
 		return false
 	}
-	if l.share == 0 {
-		l.share = shareStart
-	}
 	back := 0
 	for i := 0; i < k; i++ {
 		if n := int(p.batch.l[i].Len); n >= coopSplitMin {

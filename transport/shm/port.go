@@ -72,7 +72,7 @@ type link struct {
 	// batch of them failed; see runBatch).
 	serialTo uint64
 	// share is the owner's share of a batched cooperative copy's
-	// descriptors, in sixteenths (coop.go); 0 until the first batch.
+	// descriptors, in sixteenths (coop.go).
 	share uint8
 }
 
@@ -161,7 +161,7 @@ func (p *port) Link(to transport.Addr) (*transport.Link, error) {
 	if err := pr.err(); err != nil {
 		tl.Fail(peerErr(to, err))
 	}
-	l := &link{tl: tl, pr: pr, ctx: c, hdr: hdr, slot: pr.seg.access(a.li, p.ctx)}
+	l := &link{tl: tl, pr: pr, ctx: c, hdr: hdr, slot: pr.seg.access(a.li, p.ctx), share: shareStart}
 	tl.Atomic = func(args transport.AtomicArgs) (uint64, bool, error) { return p.atomicInPlace(l, args) }
 	tl.Copy = func(k transport.RDMAKind, local []byte, key transport.Key, off uint64) bool {
 		return p.copyInPlace(l, k, local, key, off)
