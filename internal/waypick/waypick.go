@@ -1,0 +1,102 @@
+// Package waypick chooses between two ways of moving data by measuring
+// both: the way that measured faster is used, the other tried now and then
+// so that a change of the host's or the peer's pace is noticed.
+//
+// A Chooser belongs to one goroutine (it is not safe for concurrent use).
+// Its users: package shm, between cross-memory attach and the pipelined
+// copy for a large transfer (transport/shm/choose.go), and package amigo,
+// between inline and announced for a window's mid-size messages
+// (mid.go).
+package waypick
+
+import "time"
+
+// Every is how often the way that measured slower is tried again, so that
+// a change (an owner that stopped advancing, or resumed) is noticed; one in
+// Early until it has been counted twice (its first counted transfer may
+// still be a cold one). An explored way's rate is replaced by what it
+// measured, not averaged with it: its average is that many transfers old,
+// and may be a cold start's (the first counted pipelined copies of a
+// bandwidth run measured under 2 GB/s, a tenth of their rate, and at one
+// trial in 32 with a quarter of weight each the average took some 200
+// transfers to catch up). A way that measured under two thirds of the
+// other's rate is tried only one transfer in Rare: each trial costs a
+// transfer at its rate, and the way in use, measured on every transfer, is
+// left as soon as it slows.
+const (
+	Every = 32
+	Early = 4
+	Rare  = 128
+)
+
+// Warm is how many of each way's first transfers are not counted: the first
+// pays for cold pages and caches, and measured a fraction of the way's rate.
+const Warm = 1
+
+// Chooser picks between way 0 and way 1. The zero value is ready: it tries
+// way 0 first.
+type Chooser struct {
+	rate [2]float64 // bytes per second by way; 0 until measured
+	seen [2]uint8   // warm-up transfers not counted, by way, up to Warm
+	cnt  [2]uint8   // counted transfers by way, up to 2
+	n    uint64     // transfers recorded
+}
+
+// Rate returns the rate way last measured at, in bytes per second (0 before
+// it was counted).
+func (w *Chooser) Rate(way int) float64 { return w.rate[way&1] }
+
+// Fast returns the way that measured faster, and the other.
+func (w *Chooser) Fast() (fast, slow int) {
+	if w.rate[1] > w.rate[0] {
+		return 1, 0
+	}
+	return 0, 1
+}
+
+// Pick returns 0 or 1: first each until it is measured, then the faster,
+// for one transfer in Every (Early until it was counted twice, Rare when it
+// is far slower) the slower. The count is of transfers recorded, not of
+// picks: a transfer that picks again before one is recorded gets the same
+// way.
+func (w *Chooser) Pick() int {
+	switch {
+	case w.rate[0] == 0:
+		return 0
+	case w.rate[1] == 0:
+		return 1
+	}
+	fast, slow := w.Fast()
+	every := uint64(Every)
+	if 3*w.rate[slow] < 2*w.rate[fast] {
+		every = Rare
+	}
+	if w.n%every == every-1 || w.cnt[slow] < 2 && w.n%Early == Early-1 {
+		return slow
+	}
+	return fast
+}
+
+// Record counts a transfer of n bytes that took d by way: the way in use
+// keeps a moving average (a quarter of weight for the newest), an explored
+// way takes the new rate.
+func (w *Chooser) Record(way int, n uint64, d time.Duration) {
+	way &= 1
+	w.n++
+	if d <= 0 {
+		d = time.Nanosecond
+	}
+	r := float64(n) / d.Seconds()
+	if w.seen[way] < Warm {
+		w.seen[way]++
+		return
+	}
+	if w.cnt[way] < 2 {
+		w.cnt[way]++
+	}
+	if fast, _ := w.Fast(); w.rate[way] == 0 || way != fast {
+		w.rate[way] = r
+		return
+	}
+	w.rate[way] += (r - w.rate[way]) / 4
+}
