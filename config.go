@@ -110,6 +110,17 @@ type Config struct {
 	// the stream; "rendezvous" announces it by RTS and the receiver GETs
 	// everything (AMIGO_PROTOCOL, default "stop").
 	Protocol string
+	// MidWay is how a Send of a mid-size message travels while the peer
+	// has not taken the descriptors sent to it before (a window): "auto"
+	// times both ways per peer and takes the faster (mid.go), "inline"
+	// always copies it through the descriptor buffer, "announce" always
+	// announces it for the receiver to stop and fetch (AMIGO_MID_WAY,
+	// default "auto"). Mid-size is the link's range
+	// (transport.Link.InlineBusyMin to InlineBusyMax: over shared memory
+	// with cross-memory attach, more than 8.5 KiB of header and data up
+	// to 16.5 KiB); it applies only where the program left InlineMax to
+	// its adapters' choice.
+	MidWay string
 	// StopVariant is what a receiver's STOP asks: "keep" (keep the eager
 	// data, GET the rest from both ends), "discard" (drop it, GET it all),
 	// "put" (name the receive buffer; the sender PUTs the rest), or "auto":
@@ -291,6 +302,11 @@ var settings = []setting{
 		set: func(c *Config, v string) error { c.Protocol = strings.TrimSpace(v); return nil },
 	},
 	{
+		name: "AMIGO_MID_WAY", doc: "a window's mid-size sends: auto, inline or announce",
+		get: func(c *Config) string { return c.MidWay },
+		set: func(c *Config, v string) error { c.MidWay = strings.TrimSpace(v); return nil },
+	},
+	{
 		name: "AMIGO_STOP_VARIANT", doc: "what STOP asks: auto, keep, discard or put",
 		get: func(c *Config) string { return c.StopVariant },
 		set: func(c *Config, v string) error { c.StopVariant = strings.TrimSpace(v); return nil },
@@ -356,6 +372,9 @@ func (c Config) resolve(environ func(string) (string, bool)) (Config, error) {
 	if c.Transport == "" {
 		c.Transport = "auto"
 	}
+	if c.MidWay == "" {
+		c.MidWay = "auto"
+	}
 	if c.Protocol == "" {
 		c.Protocol = "stop"
 	}
@@ -415,6 +434,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("amigo: LoopEngine %q: want inline or async", c.LoopEngine)
 	case c.Protocol != "stop" && c.Protocol != "eager" && c.Protocol != "rendezvous":
 		return fmt.Errorf("amigo: Protocol %q: want stop, eager or rendezvous", c.Protocol)
+	case c.MidWay != "auto" && c.MidWay != "inline" && c.MidWay != "announce":
+		return fmt.Errorf("amigo: MidWay %q: want auto, inline or announce", c.MidWay)
 	case c.StopVariant != "keep" && c.StopVariant != "discard" && c.StopVariant != "put" && c.StopVariant != "auto":
 		return fmt.Errorf("amigo: StopVariant %q: want auto, keep, discard or put", c.StopVariant)
 	case c.StopAbove < 0 || c.UnexpectedBudget < 0:

@@ -410,7 +410,8 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 		}
 		return true
 	}
-	if p.busyFor(len(header)+len(data), len(data) > 0) {
+	n := len(header) + len(data)
+	if p.busyFor(n, len(data) > 0) {
 		return false // a large message (peer.inject)
 	}
 	b := p.reserve(size)
@@ -419,6 +420,7 @@ func (p *peer) writeAM(epoch uint64, d Dispatch, header, data []byte) bool {
 	}
 	memcopy.Copy(b[wire.PutAMHead(b, uint16(d), header, false, 0):], data)
 	p.commit(nil)
+	p.sentMid(n)
 	return true
 }
 

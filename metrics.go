@@ -278,6 +278,10 @@ var promMetrics = []promMetric{
 		func(rd *ctxReading) []promSample {
 			return []promSample{{"sent", float64(rd.stats.Stops)}, {"received", float64(rd.stats.StopsReceived)}}
 		}},
+	{"amigo_mid_epochs_total", "counter", "Epochs of 2 MiB of a window's mid-size sends, by the way measurement chose (Config.MidWay).", "way",
+		func(rd *ctxReading) []promSample {
+			return []promSample{{"inline", float64(rd.stats.MidInline)}, {"announced", float64(rd.stats.MidAnnounced)}}
+		}},
 	{"amigo_unexpected_bytes", "gauge", "Eager bytes held for messages with no buffer yet.", "", func(rd *ctxReading) []promSample { return []promSample{{"", float64(rd.unexpected)}} }},
 	{"amigo_unexpected_bytes_peak", "gauge", "Most eager bytes held at once for messages with no buffer yet.", "", func(rd *ctxReading) []promSample { return []promSample{{"", float64(rd.stats.UnexpectedPeak)}} }},
 	{"amigo_retries_total", "counter", "Instructions that waited for room in a full FIFO and were retried from progress.", "", func(rd *ctxReading) []promSample { return one(rd.stats.Queued) }},

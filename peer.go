@@ -54,6 +54,14 @@ type peer struct {
 	// inlineBusy is transport.Link.InlineBusyMax for this peer, or the
 	// largest int: see busyFor.
 	inlineBusy int
+	// midMin is transport.Link.InlineBusyMin for this peer where the way
+	// of mid-size messages is open (Config.MidWay), else inlineBusy: a
+	// Send of more header plus data than midMin, up to inlineBusy, goes
+	// announced in a window when midFetch says so (busyFor, mid.go).
+	midMin   int
+	midFetch bool
+	mid      midWay
+	stats    *Stats
 	// sendStreams counts the messages this context is streaming to the
 	// peer; recvStreams (len(streams)) those the peer streams to it.
 	sendStreams int
@@ -139,10 +147,16 @@ func (c *Context) connect(idx int32) *peer {
 	} else {
 		p.stopBusy = p.stopAbove
 	}
-	p.inlineBusy = math.MaxInt
+	p.inlineBusy, p.midMin = math.MaxInt, math.MaxInt
 	if c.cfg.inlineAuto && link.InlineBusyMax > 0 {
 		p.inlineBusy = link.InlineBusyMax
+		way := c.cfg.MidWay
+		if way == "auto" && c.cfg.Protocol != "stop" {
+			way = "inline" // measured against the STOP protocol's way only
+		}
+		p.initMid(way, link.InlineBusyMin)
 	}
+	p.stats = &c.stats
 	if link.MaxRDMA > 0 && link.MaxRDMA < p.chunk {
 		p.chunk = link.MaxRDMA
 	}
@@ -269,8 +283,11 @@ func (c *Context) flush(p *peer) int {
 // as long; 16 KiB moved 0.87-0.91 times as much. A message of a header
 // alone (data false) goes inline however busy the peer: announced, it
 // would have no data to register.
+//
+// Between midMin and inlineBusy the way is measured (mid.go): busy, such a
+// Send goes announced when midFetch says so.
 func (p *peer) busyFor(n int, data bool) bool {
-	return data && n > p.inlineBusy && p.msg.Outstanding() > 0
+	return data && n > p.midMin && (n > p.inlineBusy || p.midFetch) && p.msg.Outstanding() > 0
 }
 
 // inject tries to inject in into p's FIFOs and reports whether it did. An
@@ -366,6 +383,7 @@ func (c *Context) injectAM(p *peer, in *inst) bool {
 	// injection order; otherwise, and on links that still move the bytes
 	// (a socket, where done means the engine sent them), it waits its turn
 	// in the pending list, as every descriptor's does.
+	p.sentMid(len(in.hdr) + dlen)
 	if in.done == nil || p.link.Shared && p.msg.Pending() == 0 {
 		p.commit(nil)
 		c.stats.SentInline++

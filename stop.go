@@ -37,6 +37,7 @@ func (c *Context) injectSend(p *peer, in *inst) bool {
 	p.sendStreams++
 	wire.PutSEND(b, in.disp, in.hdr, o.id(), o.size, uint64(key), p.sendStreams > 1)
 	c.stats.SentEager++
+	p.sentMid(len(in.hdr) + len(in.data))
 	if c.cfg.Protocol == "stop" && c.cfg.EagerInflight == 0 && (o.size > p.stopAbove || o.size > p.stopBusy && p.sendStreams > 1) {
 		// A receiver with a buffer stops such a message as soon as it
 		// sees the announcement (nameBuffer): wait until it has, and

@@ -720,6 +720,58 @@ func TestInlineBusyWindow(t *testing.T) {
 	}
 }
 
+// Over shared memory, a window's Sends of 8.5 to 16.5 KiB go inline or
+// announced (stopped and fetched with the others) as Config.MidWay says:
+// always one way, or by measurement, which tries both ways first whatever
+// they measure. The first message of each window goes inline every way:
+// the peer had taken everything before it.
+func TestMidWayWindow(t *testing.T) {
+	const n, size = 16, 16 << 10
+	datas := make([][]byte, n)
+	for i := range datas {
+		datas[i] = fill(make([]byte, size), i+7)
+	}
+	for _, way := range []string{"inline", "announce", "auto"} {
+		t.Run(way, func(t *testing.T) {
+			cl := openOver(t, 2, amigo.Config{MidWay: way}, "shm")
+			c0, c1 := cl[0].Context(0), cl[1].Context(0)
+			x := newIndexed(t, c1, n)
+			windows := 1
+			if way == "auto" {
+				// Eight epochs of 2 MiB (128 messages of 16 KiB and
+				// their header byte): three inline, two announced,
+				// then the faster.
+				windows = 8 * 128 / n
+			}
+			for range windows {
+				x.window(c0, c1, datas)
+			}
+			s0, s1 := c0.Stats(), c1.Stats()
+			msgs := uint64(windows * n)
+			t.Logf("%s: %d windows: %d sent inline, %d STOPs, %d bytes fetched; epochs %d inline, %d announced",
+				way, windows, s0.SentInline, s1.Stops, s1.FetchedBytes, s0.MidInline, s0.MidAnnounced)
+			switch way {
+			case "inline":
+				if s0.SentInline != msgs || s1.Stops != 0 {
+					t.Fatalf("%d of %d sent inline, %d STOPs", s0.SentInline, msgs, s1.Stops)
+				}
+			case "announce":
+				if s0.SentInline != 1 || s1.Stops != n-1 || s1.FetchedBytes != (n-1)*size {
+					t.Fatalf("%d sent inline (want the first), %d STOPs, %d bytes fetched", s0.SentInline, s1.Stops, s1.FetchedBytes)
+				}
+			case "auto":
+				// 128 messages an epoch: in the two announced, all but
+				// the first of each window of 16.
+				if s0.MidInline < 3 || s0.MidAnnounced < 2 || s0.MidInline+s0.MidAnnounced != 8 ||
+					s1.Stops < 2*120 || s0.SentInline < 3*128 || s0.SentInline+s1.Stops != msgs {
+					t.Fatalf("%d epochs inline, %d announced; %d of %d messages sent inline, %d STOPs",
+						s0.MidInline, s0.MidAnnounced, s0.SentInline, msgs, s1.Stops)
+				}
+			}
+		})
+	}
+}
+
 // A message sent while the sender's previous one to the peer is still in
 // progress is stopped and fetched, though the previous one is over on the
 // receiver's side by the time the second is announced: the SEND says its

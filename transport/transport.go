@@ -212,6 +212,13 @@ type Link struct {
 	// the AMI applies it only where the program left Config.InlineMax to
 	// its adapters' choice.
 	InlineBusyMax int
+	// InlineBusyMin, below InlineBusyMax, opens a range of sizes that go
+	// either way in a window: a Send of more header plus data than it, up
+	// to InlineBusyMax, goes inline or as a large message while the
+	// descriptors sent earlier are not yet taken, whichever the AMI
+	// measured faster toward the peer (amigo.Config.MidWay). Zero means
+	// no such range.
+	InlineBusyMin int
 	// Shared says that Msg lies in memory the consumer reads directly (the
 	// same process, or a segment both processes map): a descriptor is in
 	// the consumer's hands once published, and the AMI completes an inline

@@ -1,0 +1,125 @@
+package amigo
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// midPeer returns a peer whose mid-size range is open as on shared memory
+// (8.5 to 16.5 KiB) with way, and whose clock is *now.
+func midPeer(way string, now *time.Duration) *peer {
+	p := &peer{inlineBusy: 16<<10 + 512, stats: new(Stats)}
+	p.initMid(way, 8<<10+512)
+	p.mid.clock = func() time.Duration { return *now }
+	return p
+}
+
+// epochs sends k epochs of 16 KiB messages to p, each taking what took
+// says for the way p's range is in, and counts the epochs by way.
+func midEpochs(p *peer, now *time.Duration, k int, took func(fetch bool) time.Duration) (inline, announced int) {
+	const n = 16 << 10
+	for range k {
+		fetch := p.midFetch
+		if fetch {
+			announced++
+		} else {
+			inline++
+		}
+		per := took(fetch) / (midEpoch / n)
+		for sent := 0; sent < midEpoch; sent += n {
+			*now += per
+			p.sentMid(n)
+		}
+	}
+	return
+}
+
+// The way of a window's mid-size Sends follows what each way measured:
+// both are tried first, then the faster is kept, the other tried now and
+// then; when the two change places, so does the choice.
+func TestMidWayChoice(t *testing.T) {
+	now := time.Second
+	p := midPeer("auto", &now)
+	if p.midMin != 8<<10+512 || p.midFetch || !p.mid.auto {
+		t.Fatalf("auto: range from %d, fetch %v, measured %v", p.midMin, p.midFetch, p.mid.auto)
+	}
+	// 2 MiB announced in 80 us (26 GB/s), inline in 100 us (21 GB/s).
+	annFaster := func(fetch bool) time.Duration {
+		if fetch {
+			return 80 * time.Microsecond
+		}
+		return 100 * time.Microsecond
+	}
+	// The first epoch is not timed from a start, and each way's first
+	// timed one is a warm-up (waypick.Warm): inline three epochs, then
+	// announced, then the faster.
+	inline, announced := midEpochs(p, &now, 5, annFaster)
+	if inline != 3 || announced != 2 || !p.midFetch {
+		t.Fatalf("first five epochs: %d inline, %d announced; now fetch %v (rates %.3g / %.3g)", inline, announced, p.midFetch, p.mid.pick.Rate(midInline), p.mid.pick.Rate(midAnnounce))
+	}
+	inline, announced = midEpochs(p, &now, 256, annFaster)
+	if inline < 4 || inline > 16 || !p.midFetch {
+		t.Fatalf("announced faster: %d of 256 epochs inline (want a few trials), fetch now %v", inline, p.midFetch)
+	}
+	if s := p.stats; s.MidInline+s.MidAnnounced != 261 {
+		t.Fatalf("stats count %d inline and %d announced epochs, want 261 in all", s.MidInline, s.MidAnnounced)
+	}
+	// The host changes state: inline moves twice as much. The next trial
+	// of inline turns the choice.
+	inlFaster := func(fetch bool) time.Duration {
+		if fetch {
+			return 160 * time.Microsecond
+		}
+		return 80 * time.Microsecond
+	}
+	inline, announced = midEpochs(p, &now, 256, inlFaster)
+	if announced > 64 || p.midFetch {
+		t.Fatalf("inline faster: %d of 256 epochs announced, fetch now %v", announced, p.midFetch)
+	}
+	// An epoch that took longer than midEpochMax (the program paused) is
+	// not recorded.
+	before := [2]float64{p.mid.pick.Rate(midInline), p.mid.pick.Rate(midAnnounce)}
+	midEpochs(p, &now, 1, func(bool) time.Duration { return midEpochMax + time.Millisecond })
+	if after := [2]float64{p.mid.pick.Rate(midInline), p.mid.pick.Rate(midAnnounce)}; after != before {
+		t.Fatalf("a paused epoch was recorded: rates %.3g -> %.3g", before, after)
+	}
+}
+
+// Only Sends within the range count, and only where the way is measured.
+func TestMidWayRange(t *testing.T) {
+	now := time.Second
+	p := midPeer("auto", &now)
+	for _, n := range []int{8 << 10, 8<<10 + 512, 16<<10 + 513, 32 << 10} {
+		p.sentMid(n)
+	}
+	if p.mid.bytes != 0 {
+		t.Fatalf("sizes outside the range counted: %d bytes", p.mid.bytes)
+	}
+	p.sentMid(8<<10 + 513)
+	p.sentMid(16<<10 + 512)
+	if p.mid.bytes != 8<<10+513+16<<10+512 {
+		t.Fatalf("sizes inside the range: %d bytes counted", p.mid.bytes)
+	}
+	for _, c := range []struct {
+		way   string
+		min   int
+		from  int
+		fetch bool
+	}{
+		{"inline", 8<<10 + 512, 16<<10 + 512, false},
+		{"announce", 8<<10 + 512, 8<<10 + 512, true},
+		{"auto", 0, 16<<10 + 512, false},            // a link without the range
+		{"auto", 16<<10 + 512, 16<<10 + 512, false}, // an empty range
+	} {
+		p := &peer{inlineBusy: 16<<10 + 512, stats: new(Stats)}
+		p.initMid(c.way, c.min)
+		p.sentMid(12 << 10)
+		if p.midMin != c.from || p.midFetch != c.fetch || p.mid.auto || p.mid.bytes != 0 {
+			t.Fatalf("%s from %d: range from %d, fetch %v, measured %v, %d bytes counted", c.way, c.min, p.midMin, p.midFetch, p.mid.auto, p.mid.bytes)
+		}
+	}
+	if p := (&peer{inlineBusy: math.MaxInt, midMin: math.MaxInt}); p.busyFor(1<<20, true) {
+		t.Fatal("a link with no busy limit sends 1 MiB as a large message")
+	}
+}
