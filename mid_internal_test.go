@@ -16,7 +16,9 @@ func midPeer(way string, now *time.Duration) *peer {
 }
 
 // epochs sends k epochs of 16 KiB messages to p, each taking what took
-// says for the way p's range is in, and counts the epochs by way.
+// says for the way p's range is in, three times as long for the first
+// epoch after a change of way (the other way's tail), and counts the
+// epochs by way.
 func midEpochs(p *peer, now *time.Duration, k int, took func(fetch bool) time.Duration) (inline, announced int) {
 	const n = 16 << 10
 	for range k {
@@ -26,7 +28,11 @@ func midEpochs(p *peer, now *time.Duration, k int, took func(fetch bool) time.Du
 		} else {
 			inline++
 		}
-		per := took(fetch) / (midEpoch / n)
+		d := took(fetch)
+		if p.mid.way != p.mid.prev {
+			d *= 3
+		}
+		per := d / (midEpoch / n)
 		for sent := 0; sent < midEpoch; sent += n {
 			*now += per
 			p.sentMid(n)
@@ -44,26 +50,34 @@ func TestMidWayChoice(t *testing.T) {
 	if p.midMin != 8<<10+512 || p.midFetch || !p.mid.auto {
 		t.Fatalf("auto: range from %d, fetch %v, measured %v", p.midMin, p.midFetch, p.mid.auto)
 	}
-	// 2 MiB announced in 80 us (26 GB/s), inline in 100 us (21 GB/s).
+	// 2 MiB announced in 81.92 us (26 GB/s), inline in 102.4 us (20 GB/s):
+	// 640 and 800 ns a message.
 	annFaster := func(fetch bool) time.Duration {
 		if fetch {
-			return 80 * time.Microsecond
+			return 81920 * time.Nanosecond
 		}
-		return 100 * time.Microsecond
+		return 102400 * time.Nanosecond
 	}
 	// The first epoch is not timed from a start, and each way's first
 	// timed one is a warm-up (waypick.Warm): inline three epochs, then
-	// announced, then the faster.
-	inline, announced := midEpochs(p, &now, 5, annFaster)
-	if inline != 3 || announced != 2 || !p.midFetch {
-		t.Fatalf("first five epochs: %d inline, %d announced; now fetch %v (rates %.3g / %.3g)", inline, announced, p.midFetch, p.mid.pick.Rate(midInline), p.mid.pick.Rate(midAnnounce))
+	// announced three (the first, after a change of way, not recorded),
+	// then the faster.
+	inline, announced := midEpochs(p, &now, 6, annFaster)
+	if inline != 3 || announced != 3 || !p.midFetch {
+		t.Fatalf("first six epochs: %d inline, %d announced; now fetch %v (rates %.3g / %.3g)", inline, announced, p.midFetch, p.mid.pick.Rate(midInline), p.mid.pick.Rate(midAnnounce))
 	}
 	inline, announced = midEpochs(p, &now, 256, annFaster)
-	if inline < 4 || inline > 16 || !p.midFetch {
+	if inline < 4 || inline > 24 || !p.midFetch {
 		t.Fatalf("announced faster: %d of 256 epochs inline (want a few trials), fetch now %v", inline, p.midFetch)
 	}
-	if s := p.stats; s.MidInline+s.MidAnnounced != 261 {
-		t.Fatalf("stats count %d inline and %d announced epochs, want 261 in all", s.MidInline, s.MidAnnounced)
+	if s := p.stats; s.MidInline+s.MidAnnounced != 262 {
+		t.Fatalf("stats count %d inline and %d announced epochs, want 262 in all", s.MidInline, s.MidAnnounced)
+	}
+	// Every trial of inline took two epochs, the first after a change of
+	// way three times as long: none of those was recorded.
+	want := [2]float64{float64(midEpoch) / 102.4e-6, float64(midEpoch) / 81.92e-6}
+	if got := [2]float64{p.mid.pick.Rate(midInline), p.mid.pick.Rate(midAnnounce)}; math.Abs(got[0]/want[0]-1) > 1e-9 || math.Abs(got[1]/want[1]-1) > 1e-9 {
+		t.Fatalf("rates %.4g, want %.4g: an epoch after a change of way was recorded", got, want)
 	}
 	// The host changes state: inline moves twice as much. The next trial
 	// of inline turns the choice.
