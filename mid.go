@@ -38,15 +38,24 @@ import (
 // Send the range may hold and nothing on other links.
 
 const (
-	midInline   = 0
-	midAnnounce = 1
+	// The chooser tries its way 0 first: announced, whose first epoch
+	// pays once for what the fetches of a buffer need (its huge pages,
+	// collapsed by package shm: the first announced epoch of a run moved
+	// 0.5-4 GB/s), so that a program's first messages pay it rather than
+	// its steady state. Tried second, it fell inside osu_bw's timed
+	// windows, and moved the whole size 0.85 times as much as either way
+	// alone.
+	midAnnounce = 0
+	midInline   = 1
 
-	// midEpoch is the bytes of one epoch: two of osu_bw's windows of 64
-	// messages of 16 KiB. An epoch whose way changed sees some of the
-	// previous epoch's messages still completing; two windows keep that
-	// share small, and a bandwidth run of OSU's sizes still measures each
-	// way in its first eight epochs.
-	midEpoch = 2 << 20
+	// midEpoch is the bytes of one epoch: four of osu_bw's windows of 64
+	// messages of 16 KiB, some 200 us. The host's pauses of tens of
+	// microseconds (some 2,000 a second on the AMD host) and its changes
+	// of pace spread single epochs of 2 MiB from 6 to 30 GB/s where the
+	// way moved 18-22; at 4 MiB and 8 MiB the spread was about half that.
+	// A bandwidth run of 1,000 windows of 16 KiB measures each way in its
+	// first 24 MiB.
+	midEpoch = 4 << 20
 	// midEpochMax: an epoch that took longer is not recorded (a program
 	// that paused between its sends): its time is not its way's. It is
 	// far above what either way takes (2 MiB in 200 ms is 10 MB/s), so
@@ -87,6 +96,7 @@ func (p *peer) initMid(way string, min int) {
 		p.midFetch = true
 	case "auto":
 		p.mid.auto = true
+		p.midFetch = true // way 0 first
 	}
 }
 

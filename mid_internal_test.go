@@ -47,20 +47,19 @@ func midEpochs(p *peer, now *time.Duration, k int, took func(fetch bool) time.Du
 func TestMidWayChoice(t *testing.T) {
 	now := time.Second
 	p := midPeer("auto", &now)
-	if p.midMin != 8<<10+512 || p.midFetch || !p.mid.auto {
+	if p.midMin != 8<<10+512 || !p.midFetch || !p.mid.auto {
 		t.Fatalf("auto: range from %d, fetch %v, measured %v", p.midMin, p.midFetch, p.mid.auto)
 	}
-	// 2 MiB announced in 81.92 us (26 GB/s), inline in 102.4 us (20 GB/s):
-	// 640 and 800 ns a message.
+	// 640 ns a message announced (26 GB/s), 800 ns inline (20 GB/s).
 	annFaster := func(fetch bool) time.Duration {
 		if fetch {
-			return 81920 * time.Nanosecond
+			return 640 * time.Nanosecond * (midEpoch >> 14)
 		}
-		return 102400 * time.Nanosecond
+		return 800 * time.Nanosecond * (midEpoch >> 14)
 	}
 	// The first epoch is not timed from a start, and each way's first
-	// timed one is a warm-up (waypick.Warm): inline three epochs, then
-	// announced three (the first, after a change of way, not recorded),
+	// timed one is a warm-up (waypick.Warm): announced three epochs, then
+	// inline three (the first, after a change of way, not recorded),
 	// then the faster.
 	inline, announced := midEpochs(p, &now, 6, annFaster)
 	if inline != 3 || announced != 3 || !p.midFetch {
@@ -75,17 +74,17 @@ func TestMidWayChoice(t *testing.T) {
 	}
 	// Every trial of inline took two epochs, the first after a change of
 	// way three times as long: none of those was recorded.
-	want := [2]float64{float64(midEpoch) / 102.4e-6, float64(midEpoch) / 81.92e-6}
+	want := [2]float64{16 << 10 / 800e-9, 16 << 10 / 640e-9}
 	if got := [2]float64{p.mid.pick.Rate(midInline), p.mid.pick.Rate(midAnnounce)}; math.Abs(got[0]/want[0]-1) > 1e-9 || math.Abs(got[1]/want[1]-1) > 1e-9 {
 		t.Fatalf("rates %.4g, want %.4g: an epoch after a change of way was recorded", got, want)
 	}
-	// The host changes state: inline moves twice as much. The next trial
+	// The host changes state: inline moves twice as much as announced. The next trial
 	// of inline turns the choice.
 	inlFaster := func(fetch bool) time.Duration {
 		if fetch {
-			return 160 * time.Microsecond
+			return 1600 * time.Nanosecond * (midEpoch >> 14) // 10 GB/s
 		}
-		return 80 * time.Microsecond
+		return 800 * time.Nanosecond * (midEpoch >> 14) // 20 GB/s
 	}
 	inline, announced = midEpochs(p, &now, 256, inlFaster)
 	if announced > 64 || p.midFetch {

@@ -738,11 +738,11 @@ func TestMidWayWindow(t *testing.T) {
 			x := newIndexed(t, c1, n)
 			windows := 1
 			if way == "auto" {
-				// Eight epochs of 2 MiB (128 messages of 16 KiB and
-				// their header byte): three inline, three announced
+				// Eight epochs of 4 MiB (256 messages of 16 KiB and
+				// their header byte): three announced, three inline
 				// (the first after the change not recorded), then
 				// the faster.
-				windows = 8 * 128 / n
+				windows = 8 * 256 / n
 			}
 			for range windows {
 				x.window(c0, c1, datas)
@@ -761,10 +761,10 @@ func TestMidWayWindow(t *testing.T) {
 					t.Fatalf("%d sent inline (want the first), %d STOPs, %d bytes fetched", s0.SentInline, s1.Stops, s1.FetchedBytes)
 				}
 			case "auto":
-				// 128 messages an epoch, 8 windows: in an announced
+				// 256 messages an epoch, 16 windows: in an announced
 				// one all but the first of each window of 16.
 				if s0.MidInline < 3 || s0.MidAnnounced < 3 || s0.MidInline+s0.MidAnnounced != 8 ||
-					s1.Stops != 120*s0.MidAnnounced || s0.SentInline != 128*s0.MidInline+8*s0.MidAnnounced {
+					s1.Stops != 240*s0.MidAnnounced || s0.SentInline != 256*s0.MidInline+16*s0.MidAnnounced {
 					t.Fatalf("%d epochs inline, %d announced; %d of %d messages sent inline, %d STOPs",
 						s0.MidInline, s0.MidAnnounced, s0.SentInline, msgs, s1.Stops)
 				}
