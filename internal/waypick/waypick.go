@@ -36,10 +36,39 @@ const Warm = 1
 // Chooser picks between way 0 and way 1. The zero value is ready: it tries
 // way 0 first.
 type Chooser struct {
+	// Cadence, if set, replaces Every, Rare and Warm (a field left zero
+	// keeps its constant).
+	Cadence Cadence
+
 	rate [2]float64 // bytes per second by way; 0 until measured
 	seen [2]uint8   // warm-up transfers not counted, by way, up to Warm
 	cnt  [2]uint8   // counted transfers by way, up to 2
 	n    uint64     // transfers recorded
+}
+
+// Cadence is how often a Chooser tries the slower way and how many of each
+// way's first transfers it leaves uncounted.
+type Cadence struct {
+	Every, Rare uint64
+	Warm        uint8
+}
+
+func (w *Chooser) every() (every, rare uint64) {
+	every, rare = Every, Rare
+	if w.Cadence.Every > 0 {
+		every = w.Cadence.Every
+	}
+	if w.Cadence.Rare > 0 {
+		rare = w.Cadence.Rare
+	}
+	return every, rare
+}
+
+func (w *Chooser) warm() uint8 {
+	if w.Cadence.Warm > 0 {
+		return w.Cadence.Warm
+	}
+	return Warm
 }
 
 // Rate returns the rate way last measured at, in bytes per second (0 before
@@ -67,9 +96,9 @@ func (w *Chooser) Pick() int {
 		return 1
 	}
 	fast, slow := w.Fast()
-	every := uint64(Every)
+	every, rare := w.every()
 	if 3*w.rate[slow] < 2*w.rate[fast] {
-		every = Rare
+		every = rare
 	}
 	if w.n%every == every-1 || w.cnt[slow] < 2 && w.n%Early == Early-1 {
 		return slow
@@ -87,7 +116,7 @@ func (w *Chooser) Record(way int, n uint64, d time.Duration) {
 		d = time.Nanosecond
 	}
 	r := float64(n) / d.Seconds()
-	if w.seen[way] < Warm {
+	if w.seen[way] < w.warm() {
 		w.seen[way]++
 		return
 	}

@@ -62,7 +62,12 @@ var coopSteal = true
 // rounds) while the owner wrote its parts into small pages (see
 // startCoop), 1.28 times as much (23.5 -> 30.1 GB/s, 10 rounds) since it
 // writes into a huge page; windows of 64 KiB messages 1.04-1.43 times.
-const coopSplitMin = 3 * pageSize
+// Descriptors of 16 KiB go whole: windows of 16 KiB messages, announced
+// and fetched, moved 1.05 times as much fetched by the initiator alone
+// (AMIGO_SHM_HELP=off, 8 interleaved rounds, an AMD 2-core host whose
+// cores passed lines slowly; 1.07 in an earlier series), the owner's
+// page of each costing more than it saved.
+const coopSplitMin = 5 * pageSize
 
 // The owner's share of each descriptor, the back part, whole pages of
 // coopBack, is counted in sixteenths per link (link.share), from
