@@ -76,6 +76,12 @@ type midWay struct {
 	clock func() time.Duration // nil: midClock
 }
 
+// midCadence tries the slower way one epoch in waypick.Every however far
+// slower it measured: single epochs spread widely (above), and a trial
+// that met one of the host's pauses would otherwise keep its way out for
+// waypick.Rare epochs, 512 MiB.
+var midCadence = waypick.Cadence{Rare: waypick.Every}
+
 var midBase = time.Now()
 
 // midClock is the time since the process loaded amigo, from the monotonic
@@ -97,6 +103,7 @@ func (p *peer) initMid(way string, min int) {
 	case "auto":
 		p.mid.auto = true
 		p.midFetch = true // way 0 first
+		p.mid.pick.Cadence = midCadence
 	}
 }
 
