@@ -134,3 +134,23 @@ func TestChooserColdStart(t *testing.T) {
 		t.Fatalf("%d CMA and %d pipe transfers after the pipe warmed up", cma, pipe)
 	}
 }
+
+// A Cadence replaces the constants: two warm-up transfers a way, and the
+// slower way tried every 8 transfers though it is far slower.
+func TestCadence(t *testing.T) {
+	w := Chooser{Cadence: Cadence{Every: 8, Rare: 8, Warm: 2}}
+	for i, want := range []int{way0, way0, way0, way1, way1, way1} {
+		if m := w.Pick(); m != want {
+			t.Fatalf("pick %d: %d, want %d", i, m, want)
+		}
+		w.Record(want, 1<<20, map[int]time.Duration{way0: 100 * time.Microsecond, way1: 20 * time.Microsecond}[want])
+	}
+	if w.Rate(way0) == 0 || w.Rate(way1) < 4*w.Rate(way0) {
+		t.Fatalf("rates %v after the warm-ups", w.rate)
+	}
+	far := ways(100*time.Microsecond, 20*time.Microsecond) // way0 a fifth of way1
+	slow, fast := w.run(64, far)
+	if slow != 8 || fast != 56 {
+		t.Fatalf("way0 far slower: %d trials in 64, want 8 (every 8)", slow)
+	}
+}
