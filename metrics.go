@@ -278,7 +278,7 @@ var promMetrics = []promMetric{
 		func(rd *ctxReading) []promSample {
 			return []promSample{{"sent", float64(rd.stats.Stops)}, {"received", float64(rd.stats.StopsReceived)}}
 		}},
-	{"amigo_mid_epochs_total", "counter", "Epochs of 2 MiB of a window's mid-size sends, by the way measurement chose (Config.MidWay).", "way",
+	{"amigo_mid_epochs_total", "counter", "Epochs of 4 MiB of a window's mid-size sends, by the way measurement chose (Config.MidWay).", "way",
 		func(rd *ctxReading) []promSample {
 			return []promSample{{"inline", float64(rd.stats.MidInline)}, {"announced", float64(rd.stats.MidAnnounced)}}
 		}},

@@ -34,8 +34,9 @@ import (
 // message (the peer took what came before) goes inline either way: it is
 // the one a peer waits for.
 //
-// The clock is read once an epoch. The count costs a comparison on every
-// Send the range may hold and nothing on other links.
+// The clock is read once an epoch. Every inline or announced Send pays a
+// comparison with the range (on links without one, midMin is the largest
+// int), and one in the range an addition.
 
 const (
 	// The chooser tries its way 0 first: announced, whose first epoch

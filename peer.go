@@ -61,7 +61,7 @@ type peer struct {
 	midMin   int
 	midFetch bool
 	mid      midWay
-	stats    *Stats
+	stats    *Stats // the context's: mid.go counts its epochs there
 	// sendStreams counts the messages this context is streaming to the
 	// peer; recvStreams (len(streams)) those the peer streams to it.
 	sendStreams int

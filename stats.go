@@ -44,7 +44,7 @@ type Stats struct {
 	PutBytes          uint64 // bytes the sender PUT after a STOP that named a buffer
 	UnexpectedPeak    int    // most bytes held for messages with no buffer yet
 
-	// A window's mid-size sends (Config.MidWay), in epochs of 2 MiB.
+	// A window's mid-size sends (Config.MidWay), in epochs of 4 MiB.
 	MidInline    uint64 // epochs sent inline
 	MidAnnounced uint64 // epochs announced for the receiver to fetch
 
