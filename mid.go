@@ -53,13 +53,14 @@ const (
 	// messages of 16 KiB, some 200 us. The host's pauses of tens of
 	// microseconds (some 2,000 a second on the AMD host) and its changes
 	// of pace spread single epochs of 2 MiB from 6 to 30 GB/s where the
-	// way moved 18-22; at 4 MiB and 8 MiB the spread was about half that.
+	// way moved 18-22; epochs of 4 and 8 MiB from 10 to 26 and from 14 to
+	// 27.
 	// A bandwidth run of 1,000 windows of 16 KiB measures each way in its
 	// first 24 MiB.
 	midEpoch = 4 << 20
 	// midEpochMax: an epoch that took longer is not recorded (a program
 	// that paused between its sends): its time is not its way's. It is
-	// far above what either way takes (2 MiB in 200 ms is 10 MB/s), so
+	// far above what either way takes (4 MiB in 200 ms is 20 MB/s), so
 	// that a slow host, or one with more ranks than cores, is still
 	// measured.
 	midEpochMax = 200 * time.Millisecond
