@@ -435,11 +435,17 @@ func runRound(o options, sc scenario, idx int, seed uint64) (*roundResult, error
 
 // rankTail is what the report shows of rank r of a round that was not
 // clean: the kinds of its operations that neither completed nor failed
-// (the first thing to know of a hang), and the last lines of its output.
+// (the first thing to know of a hang; for a receive, the sender and
+// sequence number of each), its last multicasts as origin (whose targets
+// a multicast receive that hangs waits on) and the last lines of its
+// output.
 func rankTail(r int, res *Result, stdout, stderr string) string {
 	hung := ""
 	if res != nil && len(res.HangKinds) > 0 {
 		hung = fmt.Sprintf("--- rank %d hangs: %s\n", r, strings.Join(res.HangKinds, ", "))
+	}
+	if res != nil && len(res.Mcasts) > 0 {
+		hung += fmt.Sprintf("--- rank %d multicasts as origin, the last: %s\n", r, strings.Join(res.Mcasts, "; "))
 	}
 	return fmt.Sprintf("%s--- rank %d stdout:\n%s\n--- rank %d stderr:\n%s", hung, r, stdout, r, stderr)
 }

@@ -91,6 +91,7 @@ type Result struct {
 	ReceiveFailures     uint64
 	Hangs               uint64   // operations that neither completed nor failed
 	HangKinds           []string // their kinds
+	Mcasts              []string // the rank's last multicasts as origin and how each ended
 	ErrNamed            []uint64 // errors reported, by the rank they named
 	ErrUnnamed          uint64   // errors that named no rank
 	ErrSamples          []string
@@ -200,6 +201,13 @@ type rank struct {
 	events      uint64 // completions and arrivals, for the traffic loop
 	drainBound  time.Duration
 	recvOpen    [nKinds]int // receives of announced data under way, by kind
+	// openRecv holds the headers of those receives, so that one that
+	// hangs is named (its sender and sequence number).
+	openRecv []header
+	// mcasts remembers this rank's last multicasts as origin, printed
+	// with the round's output when one of its receives or multicasts
+	// hangs or fails (lastMcasts).
+	mcasts [4]string
 }
 
 func envInt(name string) int {
@@ -346,7 +354,12 @@ func runRank() error {
 		}
 		if h := r.recvOpen[k]; h > 0 {
 			r.res.Hangs += uint64(h)
-			r.res.HangKinds = append(r.res.HangKinds, fmt.Sprintf("receive %s:%d", kindNames[k], h))
+			r.res.HangKinds = append(r.res.HangKinds, fmt.Sprintf("receive %s:%d (%s)", kindNames[k], h, r.openNames(k)))
+		}
+	}
+	for _, m := range r.mcasts {
+		if m != "" {
+			r.res.Mcasts = append(r.res.Mcasts, m)
 		}
 	}
 	st := r.c.Stats()
@@ -614,8 +627,18 @@ func (r *rank) multicast() {
 		way = amigo.MulticastStoreForward
 	}
 	r.mcastBusy = true
+	wayName := map[amigo.MulticastWay]string{amigo.MulticastForward: "forward", amigo.MulticastStoreForward: "store-and-forward"}[way]
+	copy(r.mcasts[:], r.mcasts[1:])
+	last := &r.mcasts[len(r.mcasts)-1]
+	*last = fmt.Sprintf("#%d (%d B, %s) to %v: in flight", r.seq, n, wayName, targets)
 	done := r.track(kMcast, n, func(err error) {
 		r.mcastBusy = false
+		// One multicast at a time (mcastBusy): it is the last remembered.
+		outcome := "ok"
+		if err != nil {
+			outcome = err.Error()
+		}
+		*last = strings.TrimSuffix(*last, "in flight") + outcome
 		if err == nil {
 			for _, t := range targets {
 				r.res.SentOK[t.Rank]++
@@ -695,9 +718,28 @@ func (r *rank) receiving(h header, start bool) {
 	k := int(h.kind) % nKinds
 	if start {
 		r.recvOpen[k]++
-	} else {
-		r.recvOpen[k]--
+		r.openRecv = append(r.openRecv, h)
+		return
 	}
+	r.recvOpen[k]--
+	for i, o := range r.openRecv {
+		if o.src == h.src && o.seq == h.seq && o.kind == h.kind {
+			r.openRecv = slices.Delete(r.openRecv, i, i+1)
+			break
+		}
+	}
+}
+
+// openNames names the receives of kind k still open: sender, sequence
+// number and size of each, the first few.
+func (r *rank) openNames(k int) string {
+	var names []string
+	for _, h := range r.openRecv {
+		if int(h.kind)%nKinds == k && len(names) < 4 {
+			names = append(names, fmt.Sprintf("rank %d #%d, %d B", h.src, h.seq, h.n))
+		}
+	}
+	return strings.Join(names, "; ")
 }
 
 func (r *rank) received(h header, buf []byte, err error) {
