@@ -46,6 +46,10 @@ var ErrMulticast = errors.New("multicast failed")
 // the multicast: the origin's call-off says which, not why.
 var errTargetFailed = errors.New("failed, as the origin reported")
 
+// errOriginLost is why a target of a multicast called it off for the
+// others of its chain (mcCallOff).
+var errOriginLost = errors.New("lost its path to the multicast's origin")
+
 // Multicast sends data to every target of targets with one announcement and
 // one transfer of the data from the origin, forwarded along the targets. Each
 // target's handler for dispatch d sees an announced message (Message.Multicast
@@ -460,24 +464,36 @@ func (c *Context) mcAbort(o *op, pos int, cause error) {
 // every target of the chain is told again (see mcAbort).
 func (c *Context) mcGoneGO(m *wire.MC) {
 	for _, g := range c.mcGone {
-		if g.op != m.Op {
-			continue
+		if g.op == m.Op {
+			c.mcCallOff(m, g.pos)
+			return
 		}
-		self := c.Endpoint()
-		for i := 0; i < m.NumEntries(); i++ {
-			r, cx, _ := m.Entry(i)
-			ep := Endpoint{Rank: int(r), Context: int(cx)}
-			idx, err := c.peerIndex(ep)
-			if err != nil || ep == self {
-				continue
-			}
-			c.sendMC(idx, wire.KindMCABORT, 0, nil, &wire.MC{
-				Op: m.Op, Pos: g.pos, Status: wire.StatusRemoteIO,
-				OriginRank: uint32(self.Rank), OriginCtx: uint32(self.Context),
-			})
-		}
+	}
+}
+
+// mcCallOff calls the multicast m names (origin and op) off at every
+// target of its chain (m's entries) but this context, for the failure of
+// the target at pos (mcAbortTo).
+func (c *Context) mcCallOff(m *wire.MC, pos uint32) {
+	for i := 0; i < m.NumEntries(); i++ {
+		r, cx, _ := m.Entry(i)
+		c.mcAbortTo(Endpoint{Rank: int(r), Context: int(cx)}, m.Op, pos, m.OriginRank, m.OriginCtx)
+	}
+}
+
+// mcAbortTo tells the target ep, unless it is this context, that the
+// multicast op of the origin (originRank, originCtx) is called off for the
+// failure of the target at pos (MCABORT). A target that does not know the
+// multicast, or knows it no more, ignores it.
+func (c *Context) mcAbortTo(ep Endpoint, op uint64, pos, originRank, originCtx uint32) {
+	idx, err := c.peerIndex(ep)
+	if err != nil || ep == c.Endpoint() {
 		return
 	}
+	c.sendMC(idx, wire.KindMCABORT, 0, nil, &wire.MC{
+		Op: op, Pos: pos, Status: wire.StatusRemoteIO,
+		OriginRank: originRank, OriginCtx: originCtx,
+	})
 }
 
 // mcTombstone remembers a multicast the origin called off, for targets that
@@ -521,8 +537,15 @@ func (c *Context) onMCRTS(src int32, pk *wire.Packet) {
 		// A target forwarded the request of an origin this context has
 		// failed already: nothing would fail a target made now (its
 		// origin's failure was handled), and no call-off can come.
-		// Dropped unseen, like the rest of what the origin sent.
+		// Dropped unseen, like the rest of what the origin sent. The
+		// targets before this one hold the request and may wait for
+		// data: the origin has lost this target and calls the multicast
+		// off, but its call-off may have reached them before the
+		// request did, and the request's return that would have had it
+		// call the multicast off again (MCGO, see mcGoneGO) cannot reach
+		// it from here. So this target calls it off along the chain.
 		c.stats.MulticastsDropped++
+		c.mcCallOff(m, m.Pos)
 		return
 	}
 	st := &mcState{
@@ -670,6 +693,20 @@ func (c *Context) onMCTarget(src int32, pk *wire.Packet) {
 	st := o.mc
 	switch pk.Kind {
 	case wire.KindMCABORT:
+		if src != origin {
+			// Another target of the chain, the one at m.Pos, called it
+			// off: it lost its path to the origin (failMcastPeer,
+			// onMCRTS). Tell the origin, which then calls the multicast
+			// off naming that target, or has already and tells this one
+			// again, and keep the buffer meanwhile (see fwdErr): were
+			// it withdrawn at once, the origin's next deposit would fail
+			// on it and the origin would blame this target. An origin
+			// gone from here too fails this target by itself.
+			if st.fwdErr == nil && int(m.Pos) < len(st.targets) && int(m.Pos) != st.pos {
+				c.mcTargetFailed(o, int(m.Pos), errOriginLost)
+			}
+			return
+		}
 		if st.fwdErr != nil {
 			c.mcFinish(o, st.fwdErr)
 			return
@@ -872,7 +909,19 @@ func (c *Context) failMcastPeer(p *peer, err error) {
 	for _, o := range c.mcTargets {
 		st := o.mc
 		switch {
-		case st.fwdErr != nil || st.originIdx == p.idx:
+		case st.originIdx == p.idx:
+			// The target's op fails with its origin (failOp). The
+			// other targets may still reach the origin, which has lost
+			// this one and calls the multicast off; but its call-off
+			// may have reached them before the request did, and the
+			// request's return that would have had it call the
+			// multicast off again (this target's MCGO or MCCTS) may be
+			// lost with the path: call it off along the chain.
+			origin := c.endpointAt(st.originIdx)
+			for _, ep := range st.targets {
+				c.mcAbortTo(ep, st.originOp, uint32(st.pos), uint32(origin.Rank), uint32(origin.Context))
+			}
+		case st.fwdErr != nil:
 		case st.pos+1 < len(st.idx) && st.idx[st.pos+1] == p.idx:
 			c.mcForwardFailed(o, err)
 		case st.pos > 0 && st.idx[st.pos-1] == p.idx && (o.size == 0 || st.received < o.size):
