@@ -271,21 +271,13 @@ func (c *Context) onMCOrigin(src int32, pk *wire.Packet) {
 		if pk.Kind == wire.KindMCFAIL {
 			// A target waits for the call-off of a multicast already
 			// over here: tell it.
-			self := c.Endpoint()
-			c.sendMC(src, wire.KindMCABORT, 0, nil, &wire.MC{
-				Op: m.Op, Pos: m.Pos, Status: wire.StatusRemoteIO,
-				OriginRank: uint32(self.Rank), OriginCtx: uint32(self.Context),
-			})
+			c.sendAbort(src, m.Op, m.Pos, c.Endpoint())
 			return
 		}
 		if pk.Kind == wire.KindMCCTS && m.Status == wire.StatusOK {
 			for _, g := range c.mcGone {
 				if g.op == m.Op {
-					self := c.Endpoint()
-					c.sendMC(src, wire.KindMCABORT, 0, nil, &wire.MC{
-						Op: m.Op, Pos: g.pos, Status: wire.StatusRemoteIO,
-						OriginRank: uint32(self.Rank), OriginCtx: uint32(self.Context),
-					})
+					c.sendAbort(src, m.Op, g.pos, c.Endpoint())
 				}
 			}
 		}
@@ -439,10 +431,7 @@ func (c *Context) mcAbort(o *op, pos int, cause error) {
 	err := fmt.Errorf("%w: target %v: %w", ErrMulticast, failed, asPeerErr(failed, cause))
 	self := c.Endpoint()
 	for _, idx := range st.idx {
-		c.sendMC(idx, wire.KindMCABORT, 0, nil, &wire.MC{
-			Op: o.id(), Pos: uint32(max(pos, 0)), Status: wire.StatusRemoteIO,
-			OriginRank: uint32(self.Rank), OriginCtx: uint32(self.Context),
-		})
+		c.sendAbort(idx, o.id(), uint32(max(pos, 0)), self)
 	}
 	c.watch(st, -1)
 	if len(c.mcGone) >= 64 {
@@ -473,26 +462,26 @@ func (c *Context) mcGoneGO(m *wire.MC) {
 
 // mcCallOff calls the multicast m names (origin and op) off at every
 // target of its chain (m's entries) but this context, for the failure of
-// the target at pos (mcAbortTo).
+// the target at pos (sendAbort).
 func (c *Context) mcCallOff(m *wire.MC, pos uint32) {
+	self := c.Endpoint()
+	origin := Endpoint{Rank: int(m.OriginRank), Context: int(m.OriginCtx)}
 	for i := 0; i < m.NumEntries(); i++ {
 		r, cx, _ := m.Entry(i)
-		c.mcAbortTo(Endpoint{Rank: int(r), Context: int(cx)}, m.Op, pos, m.OriginRank, m.OriginCtx)
+		ep := Endpoint{Rank: int(r), Context: int(cx)}
+		if idx, err := c.peerIndex(ep); err == nil && ep != self {
+			c.sendAbort(idx, m.Op, pos, origin)
+		}
 	}
 }
 
-// mcAbortTo tells the target ep, unless it is this context, that the
-// multicast op of the origin (originRank, originCtx) is called off for the
-// failure of the target at pos (MCABORT). A target that does not know the
-// multicast, or knows it no more, ignores it.
-func (c *Context) mcAbortTo(ep Endpoint, op uint64, pos, originRank, originCtx uint32) {
-	idx, err := c.peerIndex(ep)
-	if err != nil || ep == c.Endpoint() {
-		return
-	}
+// sendAbort tells the peer at idx that the multicast op of origin is
+// called off for the failure of the target at pos (MCABORT). A target that
+// does not know the multicast, or knows it no more, ignores it.
+func (c *Context) sendAbort(idx int32, op uint64, pos uint32, origin Endpoint) {
 	c.sendMC(idx, wire.KindMCABORT, 0, nil, &wire.MC{
 		Op: op, Pos: pos, Status: wire.StatusRemoteIO,
-		OriginRank: originRank, OriginCtx: originCtx,
+		OriginRank: uint32(origin.Rank), OriginCtx: uint32(origin.Context),
 	})
 }
 
@@ -918,8 +907,10 @@ func (c *Context) failMcastPeer(p *peer, err error) {
 			// multicast off again (this target's MCGO or MCCTS) may be
 			// lost with the path: call it off along the chain.
 			origin := c.endpointAt(st.originIdx)
-			for _, ep := range st.targets {
-				c.mcAbortTo(ep, st.originOp, uint32(st.pos), uint32(origin.Rank), uint32(origin.Context))
+			for i, idx := range st.idx {
+				if i != st.pos {
+					c.sendAbort(idx, st.originOp, uint32(st.pos), origin)
+				}
 			}
 		case st.fwdErr != nil:
 		case st.pos+1 < len(st.idx) && st.idx[st.pos+1] == p.idx:
