@@ -75,16 +75,17 @@ type Context struct {
 	// (stop.go, announceTaken).
 	toStream     []uint64
 	startStreams func(error)
-	// acked lists the streamed sends whose ACK came in this Advance;
-	// finishAcked finishes them after the Advance polled (stop.go,
-	// ackSend), ackKeys holding their registrations meanwhile.
-	// holderSend is set while Held.Send injects a message itself: an
-	// instruction that fails then has its callbacks run later (failInst).
+	// holderSend is set while Held.Send injects a message itself: the
+	// callbacks due then run in the next Advance or Wait (callNow,
+	// failInst).
 	holderSend bool
 	heldInst   inst // Held.Send's instruction: only its kind, dest, disp, hdr, data and done are set
 	// gather is the peer whose RDMA completions service runs: the ACKs
 	// sendCtl owes it meanwhile wait in its acks (sendACKs).
-	gather      *peer
+	gather *peer
+	// acked lists the streamed sends whose ACK came in this Advance;
+	// finishAcked finishes them after the Advance polled (stop.go,
+	// ackSend), ackKeys holding their registrations meanwhile.
 	acked       []ackedSend
 	ackKeys     []transport.Key
 	finishAcked func(error)

@@ -271,10 +271,23 @@ func (c *Context) reject(in *inst) {
 	c.ops.release(o)
 }
 
+// callNow calls fn, a callback due now: at once inside Advance, and in
+// the next Advance or Wait inside the holder's Send (Held.Send), whose
+// caller has not yet seen the call return. A message that Held.Send found
+// behind descriptors the peer had not taken, and injected itself, can find
+// them taken when it is written, go inline, and be complete at once: the
+// mpi layer, which names a send's owner once Send returns, saw the
+// completion of a collective's send before it knew whose send it was, and
+// its schedule waited for ever.
 func (c *Context) callNow(fn func(error), err error) {
-	if fn != nil {
-		fn(err)
+	if fn == nil {
+		return
 	}
+	if c.holderSend {
+		c.doLater(fn, err)
+		return
+	}
+	fn(err)
 }
 
 // startFetch GETs the announced data of o from the sender into buf:

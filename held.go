@@ -203,20 +203,29 @@ func (h *Held) Send(ep Endpoint, d Dispatch, header, data []byte, done func(erro
 	}
 	if p := c.owned(idx); p != nil {
 		if n := len(header) + len(data); n > c.cfg.InlineMax || p.busyFor(n, len(data) > 0) {
-			// The instruction is the context's own (heldInst): as a literal
-			// it cleared some 400 bytes a message, 175 instructions of the
-			// sender's 2,900 (callgrind, windows of 32 KiB fetched).
-			// execute copies it where it queues it, and writes none of it.
-			in := &c.heldInst
-			in.kind, in.dest, in.disp, in.hdr, in.data, in.done = instSend, idx, uint16(d), header, data, done
-			c.holderSend = true // a failure's callbacks wait for the next Advance
-			c.execute(in)
-			c.holderSend = false
-			in.hdr, in.data, in.done = nil, nil, nil
+			c.sendHeld(idx, d, header, data, done)
 			return nil
 		}
 	}
 	return c.postSend(idx, d, header, data, done, nil)
+}
+
+// sendHeld injects the holder's message to peer idx on the calling
+// goroutine, or queues it. Its callbacks run in the next Advance or Wait,
+// even those due at once (callNow, failInst): the peer may have taken
+// what was sent before it since Send looked, so that the message goes
+// inline after all and is complete when written.
+func (c *Context) sendHeld(idx int32, d Dispatch, header, data []byte, done func(error)) {
+	// The instruction is the context's own (heldInst): as a literal it
+	// cleared some 400 bytes a message, 175 instructions of the sender's
+	// 2,900 (callgrind, windows of 32 KiB fetched). execute copies it
+	// where it queues it, and writes none of it.
+	in := &c.heldInst
+	in.kind, in.dest, in.disp, in.hdr, in.data, in.done = instSend, idx, uint16(d), header, data, done
+	c.holderSend = true
+	c.execute(in)
+	c.holderSend = false
+	in.hdr, in.data, in.done = nil, nil, nil
 }
 
 // WaitCounter is Context.WaitCounter for the holder.
