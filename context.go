@@ -89,6 +89,7 @@ type Context struct {
 	acked       []ackedSend
 	ackKeys     []transport.Key
 	finishAcked func(error)
+	sendRegs    sendRegs // registrations shared by sends from one buffer (sendreg.go)
 
 	timer *time.Timer
 	stats Stats

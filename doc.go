@@ -38,8 +38,9 @@
 //  3. Advance first moves posted instructions into the injection FIFO of
 //     their peer. Small sends are written inline, descriptor and data, into
 //     the peer's descriptor buffer; larger sends are announced by a SEND that
-//     carries the key of the registered send buffer, and their data follows
-//     at once as eager packets (stop.go: the receiver may answer STOP and
+//     carries the key of the registered send buffer (one registration, shared
+//     by the sends in flight from the same buffer: sendreg.go), and their
+//     data follows at once as eager packets (stop.go: the receiver may answer STOP and
 //     fetch the rest by RDMA); Put, Get and atomics become RDMA
 //     descriptors (an atomic the adapter can perform at once, on a shared
 //     allocation of a peer of this host, is performed by the posting

@@ -282,6 +282,7 @@ var promMetrics = []promMetric{
 		func(rd *ctxReading) []promSample {
 			return []promSample{{"inline", float64(rd.stats.MidInline)}, {"announced", float64(rd.stats.MidAnnounced)}}
 		}},
+	{"amigo_send_keys_shared_total", "counter", "Sends by announcement that shared the registration of a send in flight from the same buffer.", "", func(rd *ctxReading) []promSample { return one(rd.stats.SendKeysShared) }},
 	{"amigo_unexpected_bytes", "gauge", "Eager bytes held for messages with no buffer yet.", "", func(rd *ctxReading) []promSample { return []promSample{{"", float64(rd.unexpected)}} }},
 	{"amigo_unexpected_bytes_peak", "gauge", "Most eager bytes held at once for messages with no buffer yet.", "", func(rd *ctxReading) []promSample { return []promSample{{"", float64(rd.stats.UnexpectedPeak)}} }},
 	{"amigo_retries_total", "counter", "Instructions that waited for room in a full FIFO and were retried from progress.", "", func(rd *ctxReading) []promSample { return one(rd.stats.Queued) }},

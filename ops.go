@@ -230,7 +230,7 @@ func (t *opTable) failAll(err error) {
 func (c *Context) failOp(o *op, err error) {
 	switch o.kind {
 	case opSendRV:
-		_ = c.client.regions.Deregister(o.region)
+		c.releaseSendKey(o.region)
 		callBoth(o.done, o.rdone, err)
 	case opSendAck:
 		callBoth(nil, o.rdone, err)
@@ -330,7 +330,7 @@ func (c *Context) onACK(from int32, op uint64, status uint32) {
 		return
 	}
 	if o.kind == opSendRV {
-		_ = c.client.regions.Deregister(o.region)
+		c.releaseSendKey(o.region)
 		callBoth(o.done, o.rdone, err)
 	} else {
 		callBoth(nil, o.rdone, err)

@@ -400,14 +400,14 @@ func (c *Context) injectAM(p *peer, in *inst) bool {
 // for the receiver to GET, and the RTS carries its key; the receiver's ACK
 // completes the send.
 func (c *Context) injectRTS(p *peer, in *inst) bool {
-	key, err := c.client.regions.Register(in.data)
+	key, err := c.sendKey(in.data)
 	if err != nil {
 		c.failInst(in, err)
 		return true
 	}
 	b := p.reserve(wire.RTSSize(len(in.hdr)))
 	if b == nil {
-		_ = c.client.regions.Deregister(key)
+		c.releaseSendKey(key)
 		return false
 	}
 	o := c.ops.alloc(opSendRV, p)

@@ -43,6 +43,7 @@ type Stats struct {
 	FetchedBytes      uint64 // bytes the receiver fetched by GET
 	PutBytes          uint64 // bytes the sender PUT after a STOP that named a buffer
 	UnexpectedPeak    int    // most bytes held for messages with no buffer yet
+	SendKeysShared    uint64 // sends by announcement that took the registration of a send in flight from the same buffer
 
 	// A window's mid-size sends (Config.MidWay), in epochs of 4 MiB.
 	MidInline    uint64 // epochs sent inline

@@ -18,14 +18,14 @@ const unexpectedChunk = 64 << 10
 
 // injectSend announces a large send and starts streaming it.
 func (c *Context) injectSend(p *peer, in *inst) bool {
-	key, err := c.client.regions.Register(in.data)
+	key, err := c.sendKey(in.data)
 	if err != nil {
 		c.failInst(in, err)
 		return true
 	}
 	b := p.reserve(wire.SENDSize(len(in.hdr)))
 	if b == nil {
-		_ = c.client.regions.Deregister(key)
+		c.releaseSendKey(key)
 		return false
 	}
 	o := c.ops.alloc(opSendStream, p)
@@ -757,7 +757,7 @@ func (c *Context) ackSend(o *op, err error) {
 func (c *Context) finishAckedNow(error) {
 	keys := c.ackKeys[:0]
 	for _, a := range c.acked {
-		if a.o.live && a.o.gen == a.gen && a.o.acked {
+		if a.o.live && a.o.gen == a.gen && a.o.acked && c.dropSendKey(a.o.region) {
 			keys = append(keys, a.o.region)
 		}
 	}
@@ -779,9 +779,7 @@ func (c *Context) finishAckedNow(error) {
 // released only after the last of them.
 func (c *Context) finishSend(o *op, err error) {
 	o.peer.sendStreams--
-	if o.region != 0 {
-		_ = c.client.regions.Deregister(o.region)
-	}
+	c.releaseSendKey(o.region)
 	done, rdone := o.done, o.rdone
 	o.done, o.rdone = nil, nil
 	if o.inflight > 0 {
