@@ -159,8 +159,8 @@ type Config struct {
 	// measured faster here, most of all on a loaded machine). With it
 	// set, a stream starts at once, paced by its packets; without it, a
 	// message the receiver would stop if it named a buffer at once starts
-	// streaming only once the receiver has taken its announcement and not
-	// stopped it (see announceTaken in stop.go).
+	// streaming only when the receiver, which did not stop it, says GO
+	// (see letStream in stop.go).
 	EagerInflight int
 	// Transport forces the adapter used between processes: "auto" picks
 	// shared memory for ranks on the same host and, for the others,

@@ -70,11 +70,6 @@ type Context struct {
 	ops      opTable
 	later    []laterDone // local completions found inside handlers
 	spare    []laterDone
-	// toStream lists the streams whose announcement the receiver took in
-	// this Advance; startStreams starts them after the Advance polled
-	// (stop.go, announceTaken).
-	toStream     []uint64
-	startStreams func(error)
 	// holderSend is set while Held.Send injects a message itself: the
 	// callbacks due then run in the next Advance or Wait (callNow,
 	// failInst).
@@ -163,7 +158,6 @@ func newContext(cl *Client, index int) (*Context, error) {
 		c.stopVariant = 0 // auto: chosen per message by stop
 	}
 	c.ops.c = c
-	c.startStreams = c.startStreamsNow
 	c.finishAcked = c.finishAckedNow
 	c.timer = time.NewTimer(time.Hour)
 	c.timer.Stop()

@@ -171,6 +171,7 @@ func (m *Message) Defer() (Deferred, error) {
 		if c.cfg.Protocol == "stop" && o.size-min(o.contig, o.size) > o.peer.stopAbove && !o.stopped {
 			c.stop(o)
 		}
+		c.letStream(o) // into the unexpected-data budget
 		return Deferred{id: o.id()}, nil
 	}
 	return Deferred{id: m.recvOp().id()}, nil
@@ -382,6 +383,8 @@ func (c *Context) receive(from transport.Addr, pkt []byte) {
 		c.onCTS(idx, pk)
 	case wire.KindFIN:
 		c.onFIN(idx, pk)
+	case wire.KindGO:
+		c.onGO(idx, pk)
 	case wire.KindMCRTS:
 		c.onMCRTS(idx, pk)
 	case wire.KindMCCTS, wire.KindMCGO, wire.KindMCFAIL, wire.KindMCDONE:

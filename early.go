@@ -122,6 +122,7 @@ func (c *Context) holdOrRefuse(src int32, pk *wire.Packet, h *handlerEntry, ack 
 		if c.cfg.Protocol == "stop" && o.size-min(o.contig, o.size) > o.peer.stopAbove {
 			c.stop(o)
 		}
+		c.letStream(o)
 	}
 	c.early.msgs = append(c.early.msgs, e)
 	c.early.count[d]++

@@ -54,10 +54,15 @@ func TestInlineSendDoneAtInjection(t *testing.T) {
 					t.Fatalf("done callbacks in order %v", order)
 				}
 			}
-			// Behind a pending callback (a large send the receiver has not
-			// taken), an inline send's callback waits its turn.
+			// Behind a pending callback (the eager packet of a send just
+			// above the inline limit, streamed at once, which the receiver
+			// has not taken), an inline send's callback waits its turn.
 			order = order[:0]
-			big := make([]byte, 1<<20)
+			q := cl[0].Limits()
+			if q.InlineMax >= 64<<10 {
+				t.Fatalf("InlineMax %d: want a send above it streamed at once (below the stop threshold)", q.InlineMax)
+			}
+			big := make([]byte, q.InlineMax+1)
 			if err := c0.Send(ep1, 1, nil, big, func(err error) { order = append(order, -1) }); err != nil {
 				t.Fatal(err)
 			}

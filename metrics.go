@@ -274,7 +274,7 @@ var promMetrics = []promMetric{
 			s := &rd.stats
 			return []promSample{{"put", float64(s.Puts)}, {"get", float64(s.Gets)}, {"atomic", float64(s.Atomics)}}
 		}},
-	{"amigo_stops_total", "counter", "STOP packets sent by this receiver and read by this sender.", "direction",
+	{"amigo_stops_total", "counter", "Streams this receiver stopped (by a STOP packet, or by no word to a sender that waits for GO), and STOP packets this sender read.", "direction",
 		func(rd *ctxReading) []promSample {
 			return []promSample{{"sent", float64(rd.stats.Stops)}, {"received", float64(rd.stats.StopsReceived)}}
 		}},
@@ -282,6 +282,7 @@ var promMetrics = []promMetric{
 		func(rd *ctxReading) []promSample {
 			return []promSample{{"inline", float64(rd.stats.MidInline)}, {"announced", float64(rd.stats.MidAnnounced)}}
 		}},
+	{"amigo_gos_total", "counter", "GO packets sent: streams whose sender waited for the receiver's word, let stream.", "", func(rd *ctxReading) []promSample { return one(rd.stats.Gos) }},
 	{"amigo_send_keys_shared_total", "counter", "Sends by announcement that shared the registration of a send in flight from the same buffer.", "", func(rd *ctxReading) []promSample { return one(rd.stats.SendKeysShared) }},
 	{"amigo_unexpected_bytes", "gauge", "Eager bytes held for messages with no buffer yet.", "", func(rd *ctxReading) []promSample { return []promSample{{"", float64(rd.unexpected)}} }},
 	{"amigo_unexpected_bytes_peak", "gauge", "Most eager bytes held at once for messages with no buffer yet.", "", func(rd *ctxReading) []promSample { return []promSample{{"", float64(rd.stats.UnexpectedPeak)}} }},

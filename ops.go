@@ -75,6 +75,8 @@ type op struct {
 	putting  bool   // PUTting the rest after a STOP that named a buffer
 	finished bool   // completed; waits for the engine to take its last packets
 	acked    bool   // its ACK came: finished at the end of the pass (ackSend)
+	hold     bool   // and opRecvStream: the SEND waits for GO (letStream)
+	goSeen   bool   // the receiver said GO: its stream is not to be held (holdRest)
 	ackErr   error  // the ACK's status
 
 	// opRecvStream

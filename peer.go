@@ -342,6 +342,9 @@ func (c *Context) inject(p *peer, in *inst) bool {
 			return true
 		}
 		if o.kind == opSendStream {
+			if c.holdRest(o) {
+				return true
+			}
 			return c.pumpEager(o)
 		}
 		return c.pump(o)

@@ -38,7 +38,8 @@ type Stats struct {
 	EagerBytesSent    uint64 // bytes streamed in eager packets
 	EagerBytesKept    uint64 // eager bytes the receiver kept
 	EagerBytesDropped uint64 // eager bytes the receiver dropped (discarded, over budget, after STOP)
-	Stops             uint64 // STOP packets sent
+	Stops             uint64 // streams stopped: by a STOP packet, or by no word to a SEND whose sender waits for GO
+	Gos               uint64 // GO packets sent: SENDs whose sender waited for the word, let stream
 	StopsReceived     uint64 // STOP packets a sender read for its streams
 	FetchedBytes      uint64 // bytes the receiver fetched by GET
 	PutBytes          uint64 // bytes the sender PUT after a STOP that named a buffer

@@ -71,8 +71,12 @@ const (
 	// KindACKS carries the ACKs of several operations to one peer, which
 	// a receiver finished together (a batch of GETs).
 	KindACKS Kind = 16
+	// KindGO is the receiver's word to the sender of a SEND with FlagHold:
+	// stream it after all (it has no buffer for it yet, or would not fetch
+	// it).
+	KindGO Kind = 17
 
-	kindMax = KindACKS
+	kindMax = KindGO
 )
 
 func (k Kind) String() string {
@@ -109,6 +113,8 @@ func (k Kind) String() string {
 		return "MCFAIL"
 	case KindACKS:
 		return "ACKS"
+	case KindGO:
+		return "GO"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -122,8 +128,12 @@ const (
 	// together rather than let stream (amigo's stopWorth), though the one
 	// before may be over by the time this one is announced.
 	FlagBusy uint8 = 1 << 1
+	// FlagHold on a SEND says that its sender streams nothing until the
+	// receiver says GO: a receiver that fetches the data stops the stream
+	// without a STOP (amigo's stop.go, injectSend).
+	FlagHold uint8 = 1 << 2
 
-	flagsKnown = FlagAck | FlagBusy
+	flagsKnown = FlagAck | FlagBusy | FlagHold
 )
 
 // Status codes carried by an ACK.
@@ -377,12 +387,15 @@ func PutACK(b []byte, op uint64, status uint32) {
 }
 
 // PutSEND encodes a SEND into b, which must be SENDSize(len(header)) bytes,
-// with FlagBusy when busy.
-func PutSEND(b []byte, dispatch uint16, header []byte, op, size, key uint64, busy bool) {
+// with FlagBusy when busy and FlagHold when hold.
+func PutSEND(b []byte, dispatch uint16, header []byte, op, size, key uint64, busy, hold bool) {
 	PutRTS(b, dispatch, header, op, size, key)
 	b[0] = byte(KindSEND)
 	if busy {
-		b[1] = FlagBusy
+		b[1] |= FlagBusy
+	}
+	if hold {
+		b[1] |= FlagHold
 	}
 }
 
@@ -416,6 +429,16 @@ func PutCTS(b []byte, op, sent uint64) {
 func PutFIN(b []byte, op uint64, status uint32) {
 	PutACK(b, op, status)
 	b[0] = byte(KindFIN)
+}
+
+// GOSize is the size of a GO packet.
+const GOSize = ACKSize
+
+// PutGO encodes a GO for the sender's op into b, which must be GOSize
+// bytes.
+func PutGO(b []byte, op uint64) {
+	PutACK(b, op, 0)
+	b[0] = byte(KindGO)
 }
 
 func parseMC(p *Packet, b []byte, hlen int) error {
@@ -547,7 +570,7 @@ func parse(p *Packet, b []byte) error {
 		p.Header = b[n : n+hlen : n+hlen]
 		p.Data = b[n+hlen:]
 	case KindRTS, KindSEND:
-		if p.Kind == KindRTS && p.Flags != 0 || p.Flags&^FlagBusy != 0 || len(b) != n+24+hlen {
+		if p.Kind == KindRTS && p.Flags != 0 || p.Flags&^(FlagBusy|FlagHold) != 0 || len(b) != n+24+hlen {
 			return ErrMalformed
 		}
 		p.Op = binary.LittleEndian.Uint64(b[n:])
@@ -561,12 +584,12 @@ func parse(p *Packet, b []byte) error {
 		}
 		p.Op = binary.LittleEndian.Uint64(b[n:])
 		switch p.Kind {
-		case KindACK, KindFIN:
+		case KindACK, KindFIN, KindGO:
 			if len(b) != ACKSize {
 				return ErrMalformed
 			}
 			p.Status = binary.LittleEndian.Uint32(b[n+8:])
-			if p.Status > statusMax || binary.LittleEndian.Uint32(b[n+12:]) != 0 {
+			if p.Status > statusMax || p.Kind == KindGO && p.Status != 0 || binary.LittleEndian.Uint32(b[n+12:]) != 0 {
 				return ErrMalformed
 			}
 		case KindEAGER:

@@ -38,10 +38,18 @@ func TestRoundTrip(t *testing.T) {
 	}
 	b = make([]byte, SENDSize(len(hdr)))
 	for _, busy := range []bool{false, true} {
-		PutSEND(b, 4, hdr, 8, 1<<30, 99, busy)
-		if p, err = Parse(b); err != nil || p.Kind != KindSEND || p.Size != 1<<30 || p.Key != 99 || p.Op != 8 || !bytes.Equal(p.Header, hdr) || (p.Flags == FlagBusy) != busy {
-			t.Fatalf("SEND busy=%v: %+v %v", busy, p, err)
+		for _, hold := range []bool{false, true} {
+			PutSEND(b, 4, hdr, 8, 1<<30, 99, busy, hold)
+			if p, err = Parse(b); err != nil || p.Kind != KindSEND || p.Size != 1<<30 || p.Key != 99 || p.Op != 8 || !bytes.Equal(p.Header, hdr) ||
+				(p.Flags&FlagBusy != 0) != busy || (p.Flags&FlagHold != 0) != hold || p.Flags&^(FlagBusy|FlagHold) != 0 {
+				t.Fatalf("SEND busy=%v hold=%v: %+v %v", busy, hold, p, err)
+			}
 		}
+	}
+	b = make([]byte, GOSize)
+	PutGO(b, 8)
+	if p, err = Parse(b); err != nil || p.Kind != KindGO || p.Op != 8 || p.Status != 0 {
+		t.Fatalf("GO: %+v %v", p, err)
 	}
 	b = make([]byte, EagerSize(len(data)))
 	copy(PutEager(b, 8, 4096), data)
@@ -120,6 +128,14 @@ func TestParseRejects(t *testing.T) {
 		"busy am":  {1, FlagBusy, 0, 0, 0, 0, 0, 0, 1},
 		"busy rts": func() []byte { b := make([]byte, RTSSize(0)); PutRTS(b, 1, nil, 1, 2, 3); b[1] = FlagBusy; return b }(),
 		"busy ack": func() []byte { b := make([]byte, ACKSize); PutACK(b, 1, 0); b[1] = FlagBusy; return b }(),
+		// FlagHold too; a GO carries no status and is ACKSize long.
+		"hold am":   {1, FlagHold, 0, 0, 0, 0, 0, 0, 1},
+		"hold rts":  func() []byte { b := make([]byte, RTSSize(0)); PutRTS(b, 1, nil, 1, 2, 3); b[1] = FlagHold; return b }(),
+		"hold go":   func() []byte { b := make([]byte, GOSize); PutGO(b, 1); b[1] = FlagHold; return b }(),
+		"go status": func() []byte { b := make([]byte, GOSize); PutGO(b, 1); b[16] = 1; return b }(),
+		"go long":   func() []byte { b := make([]byte, GOSize+8); PutGO(b, 1); return b }(),
+		"go short":  func() []byte { b := make([]byte, GOSize); PutGO(b, 1); return b[:GOSize-4] }(),
+		"go zero":   func() []byte { b := make([]byte, GOSize); PutGO(b, 1); b[20] = 1; return b }(),
 		// ACKS: a count that is not the packet's, none, too many, a
 		// status no sender writes, the zero word set.
 		"acks long":   append(acksOf(2), 0),
@@ -160,6 +176,12 @@ func FuzzParse(f *testing.F) {
 	f.Add(b)
 	b = make([]byte, CTSSize)
 	PutCTS(b, 3, 12345)
+	f.Add(b)
+	b = make([]byte, SENDSize(2))
+	PutSEND(b, 5, []byte("hh"), 3, 1<<20, 77, true, true)
+	f.Add(b)
+	b = make([]byte, GOSize)
+	PutGO(b, 3)
 	f.Add(b)
 	entries := make([]byte, 2*MCEntrySize)
 	PutEntry(entries, 0, 1, 0, 5)
@@ -224,13 +246,16 @@ func FuzzParse(f *testing.F) {
 			PutRTS(out, p.Dispatch, p.Header, p.Op, p.Size, p.Key)
 		case KindSEND:
 			out = make([]byte, SENDSize(len(p.Header)))
-			PutSEND(out, p.Dispatch, p.Header, p.Op, p.Size, p.Key, p.Flags&FlagBusy != 0)
+			PutSEND(out, p.Dispatch, p.Header, p.Op, p.Size, p.Key, p.Flags&FlagBusy != 0, p.Flags&FlagHold != 0)
 		case KindACK:
 			out = make([]byte, ACKSize)
 			PutACK(out, p.Op, p.Status)
 		case KindFIN:
 			out = make([]byte, FINSize)
 			PutFIN(out, p.Op, p.Status)
+		case KindGO:
+			out = make([]byte, GOSize)
+			PutGO(out, p.Op)
 		case KindEAGER:
 			out = make([]byte, EagerSize(len(p.Data)))
 			copy(PutEager(out, p.Op, p.Off), p.Data)

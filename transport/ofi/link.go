@@ -294,7 +294,10 @@ var offers = [256]bool{wire.KindRTS: true, wire.KindSEND: true, wire.KindSTOP: t
 
 // offerAbove is the size of a SEND above which the peer is told of its
 // buffer with the announcement: the AMI's default stop threshold, above
-// which a receiver that names a buffer stops the stream and GETs.
+// which a receiver that names a buffer stops the stream and GETs. A SEND
+// whose sender waits for the receiver's word (wire.FlagHold, a window's)
+// is offered at every size: it is fetched unless the receiver has no
+// buffer for it.
 const offerAbove = 64 << 10
 
 // offer tells the peer where the region pkt names is, ahead of pkt, when
@@ -310,7 +313,7 @@ func (l *olink) offer(pkt []byte) bool {
 		return true
 	}
 	switch {
-	case w.Kind == wire.KindSEND && w.Size <= offerAbove:
+	case w.Kind == wire.KindSEND && w.Size <= offerAbove && w.Flags&wire.FlagHold == 0:
 		return true
 	case w.Kind == wire.KindSTOP && w.Status != wire.StopPut:
 		return true

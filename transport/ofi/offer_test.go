@@ -30,7 +30,7 @@ func TestKeyOffered(t *testing.T) {
 			return wire.RTSSize(0)
 		}, 0},
 		{"SEND", func(b []byte, key transport.Key) int {
-			wire.PutSEND(b, 1, nil, 7, size, uint64(key), false)
+			wire.PutSEND(b, 1, nil, 7, size, uint64(key), false, false)
 			return wire.SENDSize(0)
 		}, 0},
 		{"STOP-put", func(b []byte, key transport.Key) int {
@@ -38,7 +38,7 @@ func TestKeyOffered(t *testing.T) {
 			return wire.STOPSize
 		}, 0},
 		{"small SEND", func(b []byte, key transport.Key) int {
-			wire.PutSEND(b, 1, nil, 7, offerAbove, uint64(key), false)
+			wire.PutSEND(b, 1, nil, 7, offerAbove, uint64(key), false, false)
 			return wire.SENDSize(0)
 		}, 1},
 		{"STOP-discard", func(b []byte, key transport.Key) int {
