@@ -181,6 +181,17 @@
 //     second STOP does, if the first went out before there was a buffer); the
 //     sender PUTs what it did not stream and sends FIN.
 //
+// A message the receiver would stop as soon as it named a buffer (above the
+// stop threshold, or above the link's lower one while other messages to the
+// peer stream: a window) is announced with FlagHold, and its sender streams
+// nothing until the receiver says GO. A receiver that fetches it needs no
+// STOP (discard); one that defers it, has no handler for it yet, or would
+// not stop it, answers GO, and the message streams as above. The first
+// message of a window, which looked alone when it was sent, streams its
+// first packet at once and holds the rest once others are announced behind
+// it; the receiver stops it, or says GO, when it sees the second
+// announcement.
+//
 // Every packet about the message carries the sender's message id; the
 // receiver finds its own state by (peer, id). EAGER, CTS and FIN travel on the
 // same FIFO as the SEND, so they arrive in order: when a CTS or FIN arrives,
