@@ -67,8 +67,10 @@ type Message struct {
 	inline  bool
 	claimed bool
 	op, key uint64
-	stream  *op // the receiver's state of a SEND
-	mc      *op // the target's state of a multicast
+	flags   uint8 // the SEND's (wire.FlagBusy, wire.FlagHold)
+	hold    bool  // a SEND that waits for GO, with no stream yet (streamHeld)
+	stream  *op   // the receiver's state of a SEND
+	mc      *op   // the target's state of a multicast
 }
 
 // Multicast reports whether the message is the announcement of a multicast:
@@ -125,6 +127,16 @@ func (m *Message) Receive(buf []byte, done func(error)) error {
 		c.doLater(done, nil)
 		return nil
 	}
+	if m.hold && c.fetchHeld(m.size) {
+		// Stopped without a word (its sender waits for GO): fetched as
+		// an RTS is.
+		c.stats.Stops++
+		o := m.recvOp()
+		o.hold = true
+		c.startFetch(o, buf, done)
+		return nil
+	}
+	m.streamHeld()
 	if m.stream != nil {
 		c.nameBuffer(m.stream, buf, done)
 		return nil
@@ -135,6 +147,25 @@ func (m *Message) Receive(buf []byte, done func(error)) error {
 	}
 	c.startFetch(m.recvOp(), buf, done)
 	return nil
+}
+
+// streamHeld makes the receiver's state of a SEND that waits for GO and
+// has none yet: its handler defers it, or names a buffer it is not
+// fetched into at once (fetchHeld), and the stream's rules decide
+// (nameBuffer, Defer).
+//
+// # Why
+//
+// A SEND that waits for GO and that a handler names a buffer for is
+// nearly always fetched at once, as an RTS is: the receiver's state of a
+// stream (an entry in the peer's stream list, a child GET per fetch, the
+// stream's completion checks) cost windows of 16 and 32 KiB messages some
+// 10% against RTS on a 2-core AMD host (bench/MID_PATH.md).
+func (m *Message) streamHeld() {
+	if m.hold {
+		m.hold = false
+		m.stream = m.c.announceOf(m.src, m.op, m.key, m.size, uint16(m.Dispatch), m.flags)
+	}
 }
 
 // recvOp is the operation that receives an announced message.
@@ -164,6 +195,7 @@ func (m *Message) Defer() (Deferred, error) {
 	if m.mc != nil {
 		return Deferred{id: m.mc.id()}, nil
 	}
+	m.streamHeld()
 	if o := m.stream; o != nil {
 		// Data-flow condition: eager data for a message with no buffer is
 		// worth holding only if little is still to come; stop a large one
@@ -345,7 +377,7 @@ func (c *Context) receive(from transport.Addr, pkt []byte) {
 			m.src = idx
 			m.claimed = false
 			m.op, m.key = 0, 0
-			m.stream, m.mc = nil, nil
+			m.stream, m.mc, m.hold = nil, nil, false
 			m.inline = true
 			m.size = uint64(len(data))
 			c.stats.ReceivedInline++
@@ -413,7 +445,11 @@ func (c *Context) deliver(src int32, pk *wire.Packet, h *handlerEntry, stream *o
 			return // early.go
 		}
 		if pk.Kind == wire.KindSEND {
-			stream = c.announce(src, pk)
+			if pk.Flags&wire.FlagHold != 0 && c.cfg.Protocol == "stop" {
+				c.heldArrived(src)
+			} else {
+				stream = c.announce(src, pk)
+			}
 		}
 	}
 	m := &c.msg
@@ -424,6 +460,8 @@ func (c *Context) deliver(src int32, pk *wire.Packet, h *handlerEntry, stream *o
 	m.claimed = false
 	m.op = pk.Op
 	m.stream = stream
+	m.flags = pk.Flags
+	m.hold = stream == nil && pk.Kind == wire.KindSEND
 	m.mc = nil
 	if rts {
 		m.Data = nil

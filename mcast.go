@@ -595,7 +595,7 @@ func (c *Context) onMCRTS(src int32, pk *wire.Packet) {
 	msg.claimed = false
 	msg.inline = false
 	msg.size = m.Size
-	msg.stream = nil
+	msg.stream, msg.hold = nil, false
 	msg.mc = o
 	h.fn(c, msg)
 	msg.Header, msg.mc = nil, nil

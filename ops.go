@@ -76,7 +76,7 @@ type op struct {
 	finished bool   // completed; waits for the engine to take its last packets
 	acked    bool   // its ACK came: finished at the end of the pass (ackSend)
 	hold     bool   // and opRecvStream: the SEND waits for GO (letStream)
-	goSeen   bool   // the receiver said GO: its stream is not to be held (holdRest)
+	goSeen   bool   // the receiver said GO (sender: read it, holdRest; receiver: sent it)
 	ackErr   error  // the ACK's status
 
 	// opRecvStream
@@ -299,8 +299,11 @@ func (c *Context) finishRDMA(o *op) {
 		// complete the receive.
 		if o.err != nil {
 			c.sendACK(o.peer.idx, o.srcOp, wire.StatusRemoteIO)
+		} else if c.sendACK(o.peer.idx, o.srcOp, wire.StatusOK); o.hold {
+			// A SEND that waited for GO, fetched at once.
+			c.stats.ReceivedEager++
+			c.stats.FetchedBytes += o.size
 		} else {
-			c.sendACK(o.peer.idx, o.srcOp, wire.StatusOK)
 			c.stats.ReceivedRendezvous++
 		}
 		if o.done != nil {

@@ -297,14 +297,21 @@ func (c *Context) findStream(idx int32, op uint64) *op {
 
 // announce creates the receiver's state of a SEND before its handler runs.
 func (c *Context) announce(src int32, pk *wire.Packet) *op {
+	return c.announceOf(src, pk.Op, pk.Key, pk.Size, pk.Dispatch, pk.Flags)
+}
+
+// announceOf is announce from the SEND's fields: for a SEND that waits
+// for GO, once its handler defers it or names a buffer it is not fetched
+// into at once (Message.streamHeld).
+func (c *Context) announceOf(src int32, srcOp, key, size uint64, disp uint16, flags uint8) *op {
 	p := c.peer(src)
 	o := c.ops.alloc(opRecvStream, p)
-	o.srcOp, o.key, o.size = pk.Op, transport.Key(pk.Key), pk.Size
+	o.srcOp, o.key, o.size = srcOp, transport.Key(key), size
 	o.remaining = o.size
 	o.bottom = o.size
-	o.disp = Dispatch(pk.Dispatch)
-	o.busy = pk.Flags&wire.FlagBusy != 0
-	o.hold = pk.Flags&wire.FlagHold != 0
+	o.disp = Dispatch(disp)
+	o.busy = flags&wire.FlagBusy != 0
+	o.hold = flags&wire.FlagHold != 0
 	if p.streams == nil {
 		// Room for a bandwidth window's streams at once.
 		p.streams = make([]*op, 0, 64)
@@ -327,10 +334,34 @@ func (c *Context) stopAlone(o *op) {
 		c.stop(o)
 		return
 	}
-	if !o.stopped && !o.hold && o.remaining > 0 {
+	if !o.stopped && !o.hold && !o.goSeen && o.remaining > 0 {
+		o.goSeen = true
 		c.sendCtl(o.peer.idx, wire.KindGO, o.srcOp, 0, 0, 0)
 		c.stats.Gos++
 	}
+}
+
+// heldArrived marks the peer's one stream in progress, if any, busy when a
+// SEND that waits for GO arrives from the peer: the window's first message
+// has others behind it, and is stopped now if it has a buffer, or told to
+// go on (stopAlone). The held SEND itself has no stream unless its handler
+// defers it (Message.streamHeld).
+func (c *Context) heldArrived(src int32) {
+	if p := c.peer(src); len(p.streams) == 1 {
+		o := p.streams[0]
+		o.busy = true
+		c.stopAlone(o)
+	}
+}
+
+// fetchHeld reports whether a SEND of size bytes that waits for GO, for
+// which a handler names a buffer, is fetched at once as an RTS would be:
+// when the STOP it needs not would be of the discard variant. (Keep's,
+// for 2 MiB and more still to come, has the sender's CTS start the second
+// half of a two-part fetch, which moved windows of 2 MiB messages 1.12x
+// as much as one fetch of the whole; put's names the receive buffer.)
+func (c *Context) fetchHeld(size uint64) bool {
+	return c.stopVariant == wire.StopDiscard || c.stopVariant == 0 && size < autoKeepAbove
 }
 
 // letStream tells the sender of o, a SEND that waits for the receiver's

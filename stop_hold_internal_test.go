@@ -20,7 +20,14 @@ type holdJob struct {
 	sent   int
 }
 
-func newHoldJob(t *testing.T, receive bool) *holdJob {
+// How rank 1 takes the announced messages of a holdJob.
+const (
+	holdDefer = iota
+	holdReceive
+	holdReceiveV // into two halves
+)
+
+func newHoldJob(t *testing.T, how int) *holdJob {
 	j := &holdJob{calloffJob: newCalloffJob(t, 2)}
 	c0, c1 := j.ctx(0), j.ctx(1)
 	j.size = 32 << 10
@@ -52,8 +59,15 @@ func newHoldJob(t *testing.T, receive bool) *holdJob {
 			j.got = append(j.got, nil)
 		}
 		j.got[i] = make([]byte, m.Size())
-		if receive {
+		switch how {
+		case holdReceive:
 			if err := m.Receive(j.got[i], j.onLanded); err != nil {
+				t.Error(err)
+			}
+			return
+		case holdReceiveV:
+			half := m.Size() / 2
+			if err := m.ReceiveV([][]byte{j.got[i][:half], j.got[i][half:]}, j.onLanded); err != nil {
 				t.Error(err)
 			}
 			return
@@ -128,14 +142,35 @@ func (j *holdJob) finish(datas [][]byte) {
 // message's: the others' senders wait for GO (wire.FlagHold), which a
 // receiver that fetches never sends; the first message, streamed alone
 // at first, has its rest held once the others are announced (holdRest),
-// so that only its first packet streams.
+// so that only its first packet streams. The held messages are fetched
+// as RTSs are, with no stream state at the receiver: the peer's stream
+// list holds the first message alone.
 func TestHoldWindowFetched(t *testing.T) {
-	j := newHoldJob(t, true)
+	for _, how := range []int{holdReceive, holdReceiveV} {
+		j := newHoldJob(t, how)
+		j.fetched(how)
+	}
+}
+
+func (j *holdJob) fetched(how int) {
+	t := j.t
 	c0, c1 := j.ctx(0), j.ctx(1)
 	s0, s1 := c0.stats, c1.stats
 	datas := j.window(8)
+	idx, err := c1.peerIndex(EndpointOf(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.until("every message is announced", func() bool { return c1.stats.Announced-s1.Announced == 8 }, 1)
+	if n := len(c1.peer(idx).streams); n != 1 {
+		t.Fatalf("%d streams at the receiver with the window announced, want the first message's alone", n)
+	}
 	j.finish(datas)
 	e0, e1 := c0.stats, c1.stats
+	if e1.ReceivedEager-s1.ReceivedEager != 8 || e1.FetchedBytes-s1.FetchedBytes != uint64(8*j.size) || e1.ReceivedRendezvous != s1.ReceivedRendezvous {
+		t.Fatalf("ReceiveV %v: %d received, %d bytes fetched, %d as RTSs: want 8, all, none", how == holdReceiveV,
+			e1.ReceivedEager-s1.ReceivedEager, e1.FetchedBytes-s1.FetchedBytes, e1.ReceivedRendezvous-s1.ReceivedRendezvous)
+	}
 	first := j.firstPacket()
 	t.Logf("window of 8 x %d: STOPs read %d, sent or silent %d, GOs %d, streamed %d", j.size, e0.StopsReceived-s0.StopsReceived, e1.Stops-s1.Stops, e1.Gos-s1.Gos, e0.EagerBytesSent-s0.EagerBytesSent)
 	if e0.StopsReceived-s0.StopsReceived != 1 || e1.Stops-s1.Stops != 8 || e1.Gos != s1.Gos || e0.EagerBytesSent-s0.EagerBytesSent != first {
@@ -158,7 +193,7 @@ func TestHoldWindowDeferred(t *testing.T) {
 			name = "GO first"
 		}
 		t.Run(name, func(t *testing.T) {
-			j := newHoldJob(t, false)
+			j := newHoldJob(t, holdDefer)
 			c0, c1 := j.ctx(0), j.ctx(1)
 			s0, s1 := c0.stats, c1.stats
 			datas := j.window(4)
