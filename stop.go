@@ -36,7 +36,7 @@ func (c *Context) injectSend(p *peer, in *inst) bool {
 	o.pkt = uint64(min(c.cfg.EagerPacket, c.eagerMax(p)))
 	p.sendStreams++
 	// A receiver with a buffer stops such a message as soon as it sees the
-	// announcement (nameBuffer): stream only when it says GO (holdSend).
+	// announcement (nameBuffer): stream only when it says GO (letStream).
 	o.hold = c.cfg.Protocol == "stop" && c.cfg.EagerInflight == 0 && (o.size > p.stopAbove || o.size > p.stopBusy && p.sendStreams > 1)
 	wire.PutSEND(b, in.disp, in.hdr, o.id(), o.size, uint64(key), p.sendStreams > 1, o.hold)
 	c.stats.SentEager++
