@@ -59,16 +59,7 @@ func TestSendKeysShared(t *testing.T) {
 				}
 			})
 			s0 := c0.Stats()
-			for i, d := range datas {
-				if err := c0.Send(amigo.EndpointOf(1), 1, []byte{byte(i)}, d, func(err error) {
-					if err != nil {
-						t.Error(err)
-					}
-					sent++
-				}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			sendAll(t, c0, datas, &sent)
 			c0.Advance() // injects the window: the receiver has not advanced
 			keys := amigo.SendRegKeys(c0)
 			if len(keys) != 4 {

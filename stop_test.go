@@ -595,6 +595,22 @@ func newIndexed(t *testing.T, c *amigo.Context, n int) *indexed {
 	return x
 }
 
+// sendAll posts datas[i] with header i from c to rank 1's dispatch 1,
+// counting each send that completes in *sent.
+func sendAll(t testing.TB, c *amigo.Context, datas [][]byte, sent *int) {
+	t.Helper()
+	for i, d := range datas {
+		if err := c.Send(amigo.EndpointOf(1), 1, []byte{byte(i)}, d, func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			*sent++
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func (x *indexed) onSent(err error) {
 	if err != nil {
 		x.t.Error(err)
@@ -836,16 +852,7 @@ func TestAnnouncementOvertakesStream(t *testing.T) {
 			})
 			datas := [][]byte{fill(make([]byte, size), 1), fill(make([]byte, size), 2)}
 			sent := 0
-			for i, d := range datas {
-				if err := c0.Send(amigo.EndpointOf(1), 1, []byte{byte(i)}, d, func(err error) {
-					if err != nil {
-						t.Error(err)
-					}
-					sent++
-				}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			sendAll(t, c0, datas, &sent)
 			advanceUntil(t, func() bool { return sent == 2 && len(events) == 4 }, c0, c1)
 			for i := range datas {
 				if !bytes.Equal(bufs[i], datas[i]) {
