@@ -75,8 +75,8 @@ type op struct {
 	putting  bool   // PUTting the rest after a STOP that named a buffer
 	finished bool   // completed; waits for the engine to take its last packets
 	acked    bool   // its ACK came: finished at the end of the pass (ackSend)
-	hold     bool   // and opRecvStream: the SEND waits for GO (letStream)
-	goSeen   bool   // the receiver said GO (sender: read it, holdRest; receiver: sent it)
+	hold     bool   // and opRecvStream: the SEND waits for GO (letStream); opRecvRV: such a SEND, fetched at once (fetchHeld)
+	goSeen   bool   // and opRecvStream: the receiver said GO (the sender read it, holdRest; the receiver sent it)
 	ackErr   error  // the ACK's status
 
 	// opRecvStream

@@ -356,7 +356,7 @@ func (c *Context) heldArrived(src int32) {
 
 // fetchHeld reports whether a SEND of size bytes that waits for GO, for
 // which a handler names a buffer, is fetched at once as an RTS would be:
-// when the STOP it needs not would be of the discard variant. (Keep's,
+// when the STOP it would need, and does not, is of the discard variant. (Keep's,
 // for 2 MiB and more still to come, has the sender's CTS start the second
 // half of a two-part fetch, which moved windows of 2 MiB messages 1.12x
 // as much as one fetch of the whole; put's names the receive buffer.)
@@ -373,7 +373,7 @@ func (c *Context) fetchHeld(size uint64) bool {
 // threshold, or than its busy threshold while another message to the
 // peer streams; see stopWorth). The receiver that fetches it stops it
 // without a word (stop); one that has no buffer for it yet, or would not
-// stop it, sends GO (letStream), and the stream starts (onGO).
+// stop it, says GO, and the stream starts (onGO).
 //
 // # Why
 //
@@ -507,11 +507,8 @@ func (c *Context) stop(o *op) {
 	}
 	if o.hold && o.variant == wire.StopDiscard {
 		// Its sender streamed nothing and waits for GO (letStream): it
-		// needs no STOP, and everything is fetched. (A STOP of the other
-		// variants still goes: keep's, for 2 MiB and more still to come,
-		// has the sender's CTS start the second half of a two-part fetch,
-		// which moved windows of 2 MiB messages 1.12x as much as one
-		// fetch of the whole; put's names the receive buffer.)
+		// needs no STOP, and everything is fetched. A STOP of the other
+		// variants still goes (see fetchHeld).
 		o.frozen = true
 		c.stats.Stops++
 		o.remaining = o.size
