@@ -127,16 +127,7 @@ func (m *Message) Receive(buf []byte, done func(error)) error {
 		c.doLater(done, nil)
 		return nil
 	}
-	if m.hold && c.fetchHeld(m.size) {
-		// Stopped without a word (its sender waits for GO): fetched as
-		// an RTS is.
-		c.stats.Stops++
-		o := m.recvOp()
-		o.hold = true
-		c.startFetch(o, buf, done)
-		return nil
-	}
-	m.streamHeld()
+	m.streamHeld(true)
 	if m.stream != nil {
 		c.nameBuffer(m.stream, buf, done)
 		return nil
@@ -150,9 +141,10 @@ func (m *Message) Receive(buf []byte, done func(error)) error {
 }
 
 // streamHeld makes the receiver's state of a SEND that waits for GO and
-// has none yet: its handler defers it, or names a buffer it is not
-// fetched into at once (fetchHeld), and the stream's rules decide
-// (nameBuffer, Defer).
+// has none yet: its handler defers it, or names a buffer (receive) it is
+// not fetched into at once (fetchHeld), and the stream's rules decide
+// (nameBuffer, Defer). One fetched at once is stopped without a word and
+// fetched as an RTS is (recvOp).
 //
 // # Why
 //
@@ -161,8 +153,8 @@ func (m *Message) Receive(buf []byte, done func(error)) error {
 // stream (an entry in the peer's stream list, a child GET per fetch, the
 // stream's completion checks) cost windows of 16 and 32 KiB messages some
 // 10% against RTS on a 2-core AMD host (bench/MID_PATH.md).
-func (m *Message) streamHeld() {
-	if m.hold {
+func (m *Message) streamHeld(receive bool) {
+	if m.hold && !(receive && m.c.fetchHeld(m.size)) {
 		m.hold = false
 		m.stream = m.c.announceOf(m.src, m.op, m.key, m.size, uint16(m.Dispatch), m.flags)
 	}
@@ -172,6 +164,11 @@ func (m *Message) streamHeld() {
 func (m *Message) recvOp() *op {
 	o := m.c.ops.alloc(opRecvRV, m.c.peer(m.src))
 	o.srcOp, o.key, o.size, o.disp = m.op, transport.Key(m.key), m.size, m.Dispatch
+	if m.hold {
+		// A SEND that waits for GO, fetched at once (streamHeld).
+		o.hold = true
+		m.c.stats.Stops++
+	}
 	return o
 }
 
@@ -195,7 +192,7 @@ func (m *Message) Defer() (Deferred, error) {
 	if m.mc != nil {
 		return Deferred{id: m.mc.id()}, nil
 	}
-	m.streamHeld()
+	m.streamHeld(false)
 	if o := m.stream; o != nil {
 		// Data-flow condition: eager data for a message with no buffer is
 		// worth holding only if little is still to come; stop a large one

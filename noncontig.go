@@ -207,17 +207,7 @@ func (m *Message) receiveScatter(s scatter, done func(error)) error {
 		c.doLater(done, nil)
 		return nil
 	}
-	if m.hold && m.c.fetchHeld(m.size) {
-		// Fetched as an RTS is (Message.Receive).
-		m.claimed = true
-		m.c.stats.Stops++
-		o := m.recvOp()
-		o.hold = true
-		o.vec, o.lay = s.vec, s.lay
-		c.startFetch(o, s.buf, done)
-		return nil
-	}
-	m.streamHeld()
+	m.streamHeld(true)
 	if m.stream != nil || m.mc != nil {
 		// These land by offset in one buffer: stage, then copy out.
 		tmp := make([]byte, m.size)

@@ -336,9 +336,14 @@ func (c *Context) stopAlone(o *op) {
 	}
 	if !o.stopped && !o.hold && !o.goSeen && o.remaining > 0 {
 		o.goSeen = true
-		c.sendCtl(o.peer.idx, wire.KindGO, o.srcOp, 0, 0, 0)
-		c.stats.Gos++
+		c.sendGO(o)
 	}
+}
+
+// sendGO tells the sender of the stream o to stream it (onGO).
+func (c *Context) sendGO(o *op) {
+	c.sendCtl(o.peer.idx, wire.KindGO, o.srcOp, 0, 0, 0)
+	c.stats.Gos++
 }
 
 // heldArrived marks the peer's one stream in progress, if any, busy when a
@@ -397,8 +402,7 @@ func (c *Context) letStream(o *op) {
 		return
 	}
 	o.hold = false
-	c.sendCtl(o.peer.idx, wire.KindGO, o.srcOp, 0, 0, 0)
-	c.stats.Gos++
+	c.sendGO(o)
 }
 
 // onEager lands one eager packet.
