@@ -38,6 +38,13 @@ type ShmConfig struct {
 	// MiB of or more; the kernel pins huge pages several times faster
 	// than small ones), or "off" (AMIGO_SHM_HUGE, default "on").
 	Huge string
+	// Keep is how a receiver gives the slots of an inline message of 2
+	// KiB or more whose data its handler did not copy out (Message.CopyTo,
+	// Receive) back to the sender: "auto" zeroes them or leaves them as
+	// they are, whichever moved such messages faster from that sender
+	// (measured in epochs of 4 MiB), "on" always leaves them, "off" always
+	// zeroes them (AMIGO_SHM_KEEP, default "auto"; see ring.Reader.SetKeep).
+	Keep string
 	// Chunk and Chunks size a ring of the pipelined copy (AMIGO_SHM_CHUNK,
 	// default 65536 bytes; AMIGO_SHM_CHUNKS, default 16).
 	Chunk, Chunks int
@@ -105,6 +112,7 @@ func init() {
 		str("AMIGO_SHM_RDMA", "shared memory, large transfers: auto, segment, cma or copy", func(c *Config) *string { return &c.Shm.RDMA }),
 		str("AMIGO_SHM_CMA", "shared memory, cross-memory attach: auto or off", func(c *Config) *string { return &c.Shm.CMA }),
 		str("AMIGO_SHM_HELP", "shared memory, owner copies part of large transfers: on or off", func(c *Config) *string { return &c.Shm.Help }),
+		str("AMIGO_SHM_KEEP", "shared memory, slots of inline data the handler did not copy out given back unzeroed: auto, on or off", func(c *Config) *string { return &c.Shm.Keep }),
 		str("AMIGO_SHM_HUGE", "shared memory, huge pages under Go memory that cross-memory attach moves: on or off", func(c *Config) *string { return &c.Shm.Huge }),
 		intSetting("AMIGO_SHM_HELP_MIN", "shared memory, smallest transfer split with the owner, bytes", func(c *Config) *int { return &c.Shm.HelpMin }),
 		intSetting("AMIGO_SHM_CHUNK", "shared memory, chunk of the pipelined copy, bytes", func(c *Config) *int { return &c.Shm.Chunk }),
@@ -132,6 +140,9 @@ func resolveShm(c *Config) error {
 	if s.Huge == "" {
 		s.Huge = "on"
 	}
+	if s.Keep == "" {
+		s.Keep = "auto"
+	}
 	def := func(p *int, v int) {
 		if *p == 0 {
 			*p = v
@@ -148,6 +159,9 @@ func resolveShm(c *Config) error {
 	}
 	if s.Huge != "on" && s.Huge != "off" {
 		return fmt.Errorf("amigo: Shm.Huge %q: want on or off", s.Huge)
+	}
+	if s.Keep != "auto" && s.Keep != "on" && s.Keep != "off" {
+		return fmt.Errorf("amigo: Shm.Keep %q: want auto, on or off", s.Keep)
 	}
 	_, err := shmOptions(c).Validate()
 	if err != nil {
@@ -178,6 +192,7 @@ func shmOptions(c *Config) shm.Options {
 		CMA:          c.Shm.CMA,
 		HelpOff:      c.Shm.Help == "off",
 		HugeOff:      c.Shm.Huge == "off",
+		Keep:         c.Shm.Keep,
 		HelpMin:      c.Shm.HelpMin,
 		Chunk:        c.Shm.Chunk,
 		Chunks:       c.Shm.Chunks,

@@ -212,6 +212,13 @@ func (c *Context) Stats() Stats {
 	s := c.stats
 	s.SentInline += c.sentDirect.Load()
 	s.SentAtOnce = c.sentNow.Load()
+	for _, p := range c.ports {
+		if kc, ok := p.(transport.KeepCounter); ok {
+			z, k := kc.KeepEpochs()
+			s.KeepZeroed += z
+			s.KeepKept += k
+		}
+	}
 	return s
 }
 

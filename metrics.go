@@ -282,6 +282,10 @@ var promMetrics = []promMetric{
 		func(rd *ctxReading) []promSample {
 			return []promSample{{"inline", float64(rd.stats.MidInline)}, {"announced", float64(rd.stats.MidAnnounced)}}
 		}},
+	{"amigo_keep_epochs_total", "counter", "Epochs of 4 MiB of inline data that arrived over shared memory and was not copied out, by how the slots were given back (Config.Shm.Keep).", "way",
+		func(rd *ctxReading) []promSample {
+			return []promSample{{"zeroed", float64(rd.stats.KeepZeroed)}, {"kept", float64(rd.stats.KeepKept)}}
+		}},
 	{"amigo_gos_total", "counter", "GO packets sent: streams whose sender waited for the receiver's word, let stream.", "", func(rd *ctxReading) []promSample { return one(rd.stats.Gos) }},
 	{"amigo_send_keys_shared_total", "counter", "Sends by announcement that shared the registration of a send in flight from the same buffer.", "", func(rd *ctxReading) []promSample { return one(rd.stats.SendKeysShared) }},
 	{"amigo_unexpected_bytes", "gauge", "Eager bytes held for messages with no buffer yet.", "", func(rd *ctxReading) []promSample { return []promSample{{"", float64(rd.unexpected)}} }},

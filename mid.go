@@ -69,13 +69,8 @@ const (
 // midWay is a peer's measurement of its mid-size Sends, used by the
 // goroutine that holds the peer's context.
 type midWay struct {
-	auto  bool // the way is measured (Config.MidWay "auto")
-	way   int  // of the current epoch
-	prev  int  // of the epoch before it
-	bytes uint64
-	start time.Duration // of the current epoch by clock; 0 before the first
-	pick  waypick.Chooser
-	clock func() time.Duration // nil: midClock
+	auto bool // the way is measured (Config.MidWay "auto")
+	waypick.Epochs
 }
 
 // midCadence tries the slower way one epoch in waypick.Every however far
@@ -83,12 +78,6 @@ type midWay struct {
 // that met one of the host's pauses would otherwise keep its way out for
 // waypick.Rare epochs, 512 MiB.
 var midCadence = waypick.Cadence{Rare: waypick.Every}
-
-var midBase = time.Now()
-
-// midClock is the time since the process loaded amigo, from the monotonic
-// clock (time.Since reads no wall clock), never 0.
-func midClock() time.Duration { return time.Since(midBase) + 1 }
 
 // initMid opens the range of mid-size Sends of p, from min to inlineBusy,
 // as way says: "auto" (measured), "announce" (always, in a window) or
@@ -105,7 +94,8 @@ func (p *peer) initMid(way string, min int) {
 	case "auto":
 		p.mid.auto = true
 		p.midFetch = true // way 0 first
-		p.mid.pick.Cadence = midCadence
+		p.mid.Pick.Cadence = midCadence
+		p.mid.Size, p.mid.Max = midEpoch, midEpochMax
 	}
 }
 
@@ -120,25 +110,13 @@ func (p *peer) sentMid(n int) {
 // midCount adds n bytes to the epoch and, once it holds midEpoch, records
 // its rate and picks the next epoch's way.
 func (p *peer) midCount(n uint64) {
-	m := &p.mid
-	m.bytes += n
-	if m.bytes < midEpoch {
+	if !p.mid.Count(n) {
 		return
 	}
-	clock := m.clock
-	if clock == nil {
-		clock = midClock
-	}
-	now := clock()
-	if d := now - m.start; m.start != 0 && d < midEpochMax && m.way == m.prev {
-		m.pick.Record(m.way, m.bytes, d)
-	}
-	if m.way == midAnnounce {
+	if p.mid.Prev() == midAnnounce {
 		p.stats.MidAnnounced++
 	} else {
 		p.stats.MidInline++
 	}
-	m.bytes, m.start, m.prev = 0, now, m.way
-	m.way = m.pick.Pick()
-	p.midFetch = m.way == midAnnounce
+	p.midFetch = p.mid.Way() == midAnnounce
 }

@@ -13,7 +13,7 @@ import (
 func midPeer(way string, now *time.Duration) *peer {
 	p := &peer{inlineBusy: 16<<10 + 512, stats: new(Stats)}
 	p.initMid(way, 8<<10+512)
-	p.mid.clock = func() time.Duration { return *now }
+	p.mid.Clock = func() time.Duration { return *now }
 	return p
 }
 
@@ -31,7 +31,7 @@ func midEpochs(p *peer, now *time.Duration, k int, took func(fetch bool) time.Du
 			inline++
 		}
 		d := took(fetch)
-		if p.mid.way != p.mid.prev {
+		if p.mid.Way() != p.mid.Prev() {
 			d *= 3
 		}
 		per := d / (midEpoch / n)
@@ -65,7 +65,7 @@ func TestMidWayChoice(t *testing.T) {
 	// then the faster.
 	inline, announced := midEpochs(p, &now, 6, annFaster)
 	if inline != 3 || announced != 3 || !p.midFetch {
-		t.Fatalf("first six epochs: %d inline, %d announced; now fetch %v (rates %.3g / %.3g)", inline, announced, p.midFetch, p.mid.pick.Rate(midInline), p.mid.pick.Rate(midAnnounce))
+		t.Fatalf("first six epochs: %d inline, %d announced; now fetch %v (rates %.3g / %.3g)", inline, announced, p.midFetch, p.mid.Pick.Rate(midInline), p.mid.Pick.Rate(midAnnounce))
 	}
 	inline, announced = midEpochs(p, &now, 256, annFaster)
 	if inline < 4 || inline > 24 || !p.midFetch {
@@ -77,7 +77,7 @@ func TestMidWayChoice(t *testing.T) {
 	// Every trial of inline took two epochs, the first after a change of
 	// way three times as long: none of those was recorded.
 	want := [2]float64{16 << 10 / 800e-9, 16 << 10 / 640e-9}
-	if got := [2]float64{p.mid.pick.Rate(midInline), p.mid.pick.Rate(midAnnounce)}; math.Abs(got[0]/want[0]-1) > 1e-9 || math.Abs(got[1]/want[1]-1) > 1e-9 {
+	if got := [2]float64{p.mid.Pick.Rate(midInline), p.mid.Pick.Rate(midAnnounce)}; math.Abs(got[0]/want[0]-1) > 1e-9 || math.Abs(got[1]/want[1]-1) > 1e-9 {
 		t.Fatalf("rates %.4g, want %.4g: an epoch after a change of way was recorded", got, want)
 	}
 	// The host changes state: inline moves twice as much as announced. The next trial
@@ -97,9 +97,9 @@ func TestMidWayChoice(t *testing.T) {
 	}
 	// An epoch that took longer than midEpochMax (the program paused) is
 	// not recorded.
-	before := [2]float64{p.mid.pick.Rate(midInline), p.mid.pick.Rate(midAnnounce)}
+	before := [2]float64{p.mid.Pick.Rate(midInline), p.mid.Pick.Rate(midAnnounce)}
 	midEpochs(p, &now, 1, func(bool) time.Duration { return midEpochMax + time.Millisecond })
-	if after := [2]float64{p.mid.pick.Rate(midInline), p.mid.pick.Rate(midAnnounce)}; after != before {
+	if after := [2]float64{p.mid.Pick.Rate(midInline), p.mid.Pick.Rate(midAnnounce)}; after != before {
 		t.Fatalf("a paused epoch was recorded: rates %.3g -> %.3g", before, after)
 	}
 }
@@ -111,13 +111,13 @@ func TestMidWayRange(t *testing.T) {
 	for _, n := range []int{8 << 10, 8<<10 + 512, 16<<10 + 513, 32 << 10} {
 		p.sentMid(n)
 	}
-	if p.mid.bytes != 0 {
-		t.Fatalf("sizes outside the range counted: %d bytes", p.mid.bytes)
+	if p.mid.Bytes() != 0 {
+		t.Fatalf("sizes outside the range counted: %d bytes", p.mid.Bytes())
 	}
 	p.sentMid(8<<10 + 513)
 	p.sentMid(16<<10 + 512)
-	if p.mid.bytes != 8<<10+513+16<<10+512 {
-		t.Fatalf("sizes inside the range: %d bytes counted", p.mid.bytes)
+	if p.mid.Bytes() != 8<<10+513+16<<10+512 {
+		t.Fatalf("sizes inside the range: %d bytes counted", p.mid.Bytes())
 	}
 	for _, c := range []struct {
 		way   string
@@ -133,8 +133,8 @@ func TestMidWayRange(t *testing.T) {
 		p := &peer{inlineBusy: 16<<10 + 512, stats: new(Stats)}
 		p.initMid(c.way, c.min)
 		p.sentMid(12 << 10)
-		if p.midMin != c.from || p.midFetch != c.fetch || p.mid.auto || p.mid.bytes != 0 {
-			t.Fatalf("%s from %d: range from %d, fetch %v, measured %v, %d bytes counted", c.way, c.min, p.midMin, p.midFetch, p.mid.auto, p.mid.bytes)
+		if p.midMin != c.from || p.midFetch != c.fetch || p.mid.auto || p.mid.Bytes() != 0 {
+			t.Fatalf("%s from %d: range from %d, fetch %v, measured %v, %d bytes counted", c.way, c.min, p.midMin, p.midFetch, p.mid.auto, p.mid.Bytes())
 		}
 	}
 	if p := (&peer{inlineBusy: math.MaxInt, midMin: math.MaxInt}); p.busyFor(1<<20, true) {

@@ -50,6 +50,13 @@ type Stats struct {
 	MidInline    uint64 // epochs sent inline
 	MidAnnounced uint64 // epochs announced for the receiver to fetch
 
+	// Inline messages of 2 KiB or more that arrived over shared memory, in
+	// epochs of 4 MiB, by how the slots of those whose handler did not
+	// copy their data out were given back to the sender (Config.Shm.Keep
+	// "auto" or "on").
+	KeepZeroed uint64 // epochs whose slots were zeroed
+	KeepKept   uint64 // epochs whose slots were left as they were
+
 	MulticastsSent      uint64 // multicasts started as origin
 	MulticastsReceived  uint64 // multicast announcements received as target
 	MulticastsDelivered uint64 // multicasts whose data a target received whole

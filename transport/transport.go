@@ -74,12 +74,21 @@ type Receiver interface {
 
 // A RingReceiver is a Receiver that can take data out of the descriptor
 // buffer a packet lies in with ring.Reader.CopyOut: PollRing names the
-// reader before it hands over a large descriptor (ring.Reader.CopiesOut)
-// and nil after, so that its data copied out while Receive runs gives the
-// buffer's room back as it goes.
+// reader before it hands descriptors over and nil after, so that data
+// copied out while Receive runs is known to have been read (its slots are
+// zeroed at the give-back, see ring.Reader.SetKeep) and a large
+// descriptor's gives the buffer's room back as it goes.
 type RingReceiver interface {
 	Receiver
 	FromRing(rd *ring.Reader)
+}
+
+// A KeepCounter is a Port whose descriptor buffers' readers measure how to
+// give back the slots of data not copied out (ring.KeepMeasured): it
+// returns their epochs, given back zeroed and unzeroed. It is called by
+// the goroutine that polls the port.
+type KeepCounter interface {
+	KeepEpochs() (zeroed, kept uint64)
 }
 
 // PollRing is an adapter's Poll of one descriptor buffer it reads in place
@@ -90,35 +99,30 @@ type RingReceiver interface {
 // the last), and gives the slots back at once if half the
 // ring is held. It returns how many it handed over, whether the producer
 // should be woken (it may wait for room or for these transfers), and the
-// ring's corruption, after which rd must not be read again. A large
-// descriptor's data goes to a RingReceiver with the reader named.
+// ring's corruption, after which rd must not be read again. A
+// RingReceiver is handed the descriptors with the reader named.
 func PollRing(rd *ring.Reader, from Addr, r Receiver, budget int) (got int, wake bool, err error) {
 	freed := rd.Flush()
 	if rd.Pending() {
+		rr, _ := r.(RingReceiver)
+		if rr != nil {
+			rr.FromRing(rd)
+		}
 		for got < budget {
-			pkt, err := rd.Take()
-			if err != nil {
-				rd.Count()
-				return got, freed || got > 0, err
-			}
-			if pkt == nil {
+			var pkt []byte
+			if pkt, err = rd.Take(); pkt == nil {
 				break
-			}
-			// Only a large descriptor's data is worth CopyOut: the
-			// question and the calls cost a small message's latency.
-			if len(pkt) >= ring.LargePayload && rd.CopiesOut() {
-				if rr, ok := r.(RingReceiver); ok {
-					rr.FromRing(rd)
-					r.Receive(from, pkt)
-					rr.FromRing(nil)
-					got++
-					continue
-				}
 			}
 			r.Receive(from, pkt)
 			got++
 		}
+		if rr != nil {
+			rr.FromRing(nil)
+		}
 		rd.Count()
+		if err != nil {
+			return got, freed || got > 0, err
+		}
 		if rd.Unreleased() >= rd.Slots()/2 {
 			freed = rd.Flush() || freed
 		}

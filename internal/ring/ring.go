@@ -52,6 +52,21 @@
 // side that sleeps for the other's stores arms its doorbell and calls
 // order.Barrier before it looks a last time (package transport).
 //
+// # Slots given back unzeroed
+//
+// A consumer may give back the slots of a descriptor's payload after the
+// first without zeroing them (Reader.SetKeep): a producer then writes
+// lines that never left its core where the consumer did not read them. Such
+// a slot may hold any word at its header word position, so the consumer
+// marks it stale in a bitmap of its own, and at a stale position it
+// believes a non-zero word only once it has loaded the producer's tail
+// (acquire) and found it past the position, and loaded the word again
+// after it: the producer stores a descriptor's header word before the
+// tail that covers it (both release), so a tail past the position means
+// the word there is the descriptor's. The producer's side does not change.
+// A slot zeroed at its give-back is marked fresh again; a new reader
+// believes no slot it has not given back itself (all stale).
+//
 // # Records
 //
 // A slot can carry several small packets, so that a burst of them moves
@@ -94,6 +109,7 @@ import (
 
 	"github.com/amigo-hpc/amigo/internal/memcopy"
 	"github.com/amigo-hpc/amigo/internal/order"
+	"github.com/amigo-hpc/amigo/internal/waypick"
 )
 
 const (
@@ -378,18 +394,155 @@ type Reader struct {
 	// positions CopyOut zeroed, which the next give-back skips.
 	lpos, lk uint64
 	zlo, zhi uint64
-	_        [64]byte
+	// stale: bit s set, slot s was given back without its header word
+	// position zeroed, or its state is not known (see at); seen, the
+	// producer's tail as last loaded; keep, give the payload slots of
+	// descriptors of keepMin slots or more back without zeroing them,
+	// spans holding those slots until the give-back (ns of them; CopyOut
+	// takes its descriptor's off).
+	stale []uint64
+	seen  uint64
+	keep  bool
+	ns    int
+	spans [maxSpans]span
+	// measure: keep is chosen by epochs (KeepMeasured); kept and zeroed
+	// count them by way.
+	measure      bool
+	ep           waypick.Epochs
+	kept, zeroed uint64
+	kbytes       uint64 // of a KeepAlways reader, counted into epochs
+	_            [64]byte
 }
+
+// span is the slots [lo, hi) of a descriptor's payload left unzeroed.
+type span struct{ lo, hi uint64 }
+
+// keepMin is the fewest slots of a descriptor whose payload slots are
+// left unzeroed.
+const keepMin = 32
+
+// A KeepMeasured reader counts the bytes of descriptors of keepMin slots
+// or more in epochs of keepEpoch bytes, each zeroed or kept (way 0 and
+// keepWay of a waypick.Chooser, zeroed tried first), and gives the next
+// epoch the way that measured faster; an epoch that took keepEpochMax or
+// longer is not recorded.
+const (
+	keepWay      = 1
+	keepEpoch    = 4 << 20
+	keepEpochMax = 200 * time.Millisecond
+)
+
+// maxSpans is how many descriptors' payload slots a Reader leaves
+// unzeroed between two give-backs; those of later ones are zeroed.
+const maxSpans = 64
 
 // NewReader returns a reader that starts at the ring's published head.
 func (r *Ring) NewReader() *Reader {
 	h := r.ctl.head.Load()
-	return &Reader{r: r, hd: &r.ctl.head, xf: &r.ctl.xfer, head: h, rel: h, largeAt: min(largeSlots, r.n/8)}
+	c := &Reader{r: r, hd: &r.ctl.head, xf: &r.ctl.xfer, head: h, rel: h, largeAt: min(largeSlots, r.n/8)}
+	// A reader does not know how an earlier reader of the ring left its
+	// slots: each is believed only once the tail is past it, until it is
+	// given back.
+	c.stale = make([]uint64, (r.n+63)/64)
+	for i := range c.stale {
+		c.stale[i] = ^uint64(0)
+	}
+	return c
+}
+
+// Keep is how a Reader gives back the payload slots of a descriptor of
+// keepMin slots or more whose data was not copied out with CopyOut.
+type Keep int
+
+const (
+	// KeepNever zeroes their header word positions, as those of every
+	// other slot.
+	KeepNever Keep = iota
+	// KeepAlways leaves them as they are.
+	KeepAlways
+	// KeepMeasured does what measured faster (see keepEpoch).
+	KeepMeasured
+)
+
+// SetKeep sets how the reader gives back the payload slots of descriptors
+// of keepMin slots or more whose data was not copied out.
+func (c *Reader) SetKeep(k Keep) {
+	c.keep, c.measure = k == KeepAlways, k == KeepMeasured
+	if c.measure {
+		c.ep = waypick.Epochs{Size: keepEpoch, Max: keepEpochMax}
+	}
+}
+
+// KeepEpochs returns the epochs of keepEpoch bytes of descriptors of
+// keepMin slots or more that a KeepMeasured or KeepAlways reader took, by
+// how it gave back the slots of those not copied out: zeroed or left as
+// they were.
+func (c *Reader) KeepEpochs() (zeroed, kept uint64) { return c.zeroed, c.kept }
+
+// at returns the header word at position pos, or 0 where no descriptor
+// the producer published starts there yet. A slot given back unzeroed
+// (stale) may hold any word: it is believed only once the producer's tail
+// is past pos.
+func (c *Reader) at(pos uint64) uint64 {
+	w := c.r.word(pos).Load()
+	i := pos & c.r.mask
+	if w == 0 || c.stale[i>>6]&(1<<(i&63)) == 0 {
+		return w
+	}
+	if pos >= c.seen {
+		// The header word is stored before the tail (release), so a
+		// word loaded after a tail past pos is the descriptor's.
+		c.seen = c.r.ctl.tail.Load()
+		if pos >= c.seen {
+			return 0
+		}
+		w = c.r.word(pos).Load()
+	}
+	return w
+}
+
+// counted counts an epoch of a KeepMeasured reader and takes the next
+// one's way.
+func (c *Reader) counted() {
+	if c.ep.Prev() == keepWay {
+		c.kept++
+	} else {
+		c.zeroed++
+	}
+	c.keep = c.ep.Way() == keepWay
+}
+
+// mark sets (set) or clears the stale bits of positions [from, to).
+func (c *Reader) mark(from, to uint64, set bool) {
+	if from == to {
+		return
+	}
+	i, n := from&c.r.mask, to-from
+	if first := c.r.n - i; n > first {
+		c.markSlots(i, c.r.n, set)
+		i, n = 0, n-first
+	}
+	c.markSlots(i, i+n, set)
+}
+
+// markSlots sets or clears the stale bits of slots [lo, hi), hi <= n.
+func (c *Reader) markSlots(lo, hi uint64, set bool) {
+	for lo < hi {
+		w := lo >> 6
+		e := min(hi, (w+1)<<6)
+		m := ^uint64(0) >> (64 - (e - lo)) << (lo & 63)
+		if set {
+			c.stale[w] |= m
+		} else {
+			c.stale[w] &^= m
+		}
+		lo = e
+	}
 }
 
 // Pending reports whether a descriptor waits at the head.
 func (c *Reader) Pending() bool {
-	return c.k != 0 || c.moff != 0 || c.r.word(c.head).Load() != 0
+	return c.k != 0 || c.moff != 0 || c.at(c.head) != 0
 }
 
 // Next returns the payload of the next descriptor, or nil when the ring is
@@ -407,7 +560,7 @@ func (c *Reader) Next() ([]byte, error) {
 		if c.head-c.rel >= c.r.n/2 {
 			c.Flush()
 		}
-		w := c.r.word(c.head).Load()
+		w := c.at(c.head)
 		if w == 0 {
 			return nil, nil
 		}
@@ -511,7 +664,7 @@ func (c *Reader) Take() ([]byte, error) {
 		if c.large || c.head-c.rel >= c.r.n/2 {
 			c.Flush()
 		}
-		w := c.r.word(c.head).Load()
+		w := c.at(c.head)
 		if b := c.r.small(c.head, w); b != nil {
 			c.head++
 			c.owed++
@@ -536,6 +689,20 @@ func (c *Reader) Take() ([]byte, error) {
 			if c.large {
 				c.lpos, c.lk = pos, uint64(k)
 			}
+			if k >= keepMin {
+				if c.keep && c.ns < maxSpans {
+					c.spans[c.ns] = span{pos + 1, pos + uint64(k)}
+					c.ns++
+				}
+				if c.measure && c.ep.Count(uint64(len(payload))) {
+					c.counted()
+				} else if c.keep && !c.measure {
+					if c.kbytes += uint64(len(payload)); c.kbytes >= keepEpoch {
+						c.kbytes = 0
+						c.kept++
+					}
+				}
+			}
 			return payload, nil
 		}
 	}
@@ -552,7 +719,7 @@ func (c *Reader) record() ([]byte, error) {
 	if off := c.moff; off <= SlotSize-RecordHeaderSize {
 		w := (*atomic.Uint64)(unsafe.Add(s, off)).Load()
 		if w == 0 {
-			if c.r.word(c.head+1).Load() == 0 {
+			if c.at(c.head+1) == 0 {
 				// The producer may still append.
 				if c.took {
 					c.streak++
@@ -605,7 +772,7 @@ func (c *Reader) Peek() ([]byte, error) {
 		if held >= c.r.n {
 			return nil, nil
 		}
-		w := c.r.word(pos).Load()
+		w := c.at(pos)
 		if w == 0 {
 			return nil, nil
 		}
@@ -666,6 +833,7 @@ func (c *Reader) ReleaseFirst(n int) int {
 	if count == 0 {
 		return 0
 	}
+	c.mark(c.head, pos, false)
 	c.head = pos
 	c.rel = pos
 	c.k -= slots
@@ -723,19 +891,34 @@ func (c *Reader) flush() bool {
 		panic("ring: slots shorter than the ring")
 	}
 	base := unsafe.Pointer(unsafe.SliceData(slots))
-	if c.zhi != 0 {
-		// CopyOut zeroed [zlo, zhi), which lies in [rel, head).
-		zeroSlots(base, mask, c.rel, c.zlo)
-		zeroSlots(base, mask, c.zhi, end)
-		c.zlo, c.zhi = 0, 0
-	} else {
-		zeroSlots(base, mask, c.rel, end)
+	lo := c.rel
+	for i := range c.spans[:c.ns] {
+		s := c.spans[i]
+		c.zeroGap(base, mask, lo, s.lo)
+		c.mark(s.lo, s.hi, true)
+		lo = s.hi
 	}
+	c.ns = 0
+	c.zeroGap(base, mask, lo, end)
+	c.zlo, c.zhi = 0, 0
 	c.rel = end
 	c.large = false
 	c.lk = 0
 	order.Store64(c.hd, end)
 	return true
+}
+
+// zeroGap zeroes the header word positions of [from, to) but those
+// CopyOut zeroed, and marks them fresh.
+func (c *Reader) zeroGap(base unsafe.Pointer, mask, from, to uint64) {
+	if c.zhi != 0 && c.zlo < to && c.zhi > from {
+		// CopyOut zeroed [zlo, zhi), which lies in [from, to).
+		zeroSlots(base, mask, from, c.zlo)
+		zeroSlots(base, mask, c.zhi, to)
+	} else {
+		zeroSlots(base, mask, from, to)
+	}
+	c.mark(from, to, false)
 }
 
 // LargePayload is the least payload of a descriptor of largeSlots slots:
@@ -779,6 +962,14 @@ const copyChunk = 8 << 10
 // three builds of each tree laid out differently, see bench/MID_PATH.md).
 func (c *Reader) CopyOut(dst, src []byte) int {
 	n := min(len(dst), len(src))
+	if c.ns != 0 && len(src) != 0 {
+		// The data is read: its slots are zeroed at the give-back.
+		s := c.spans[c.ns-1]
+		first := uintptr(unsafe.Pointer(&c.r.slots[((s.lo-1)&c.r.mask)*SlotSize]))
+		if p := uintptr(unsafe.Pointer(unsafe.SliceData(src))); p > first && p < first+uintptr(s.hi-s.lo+1)*SlotSize {
+			c.ns--
+		}
+	}
 	if c.lk == 0 || len(src) == 0 {
 		return copy(dst, src)
 	}
@@ -858,7 +1049,7 @@ func (c *Reader) aheadOf(from uint64) uint64 {
 	if next&mask == 0 {
 		return end - from
 	}
-	w := c.r.word(next).Load()
+	w := c.at(next)
 	if w == 0 {
 		return end - from
 	}

@@ -301,11 +301,21 @@ func FuzzReader(f *testing.F) {
 		mode := len(mem) % 3
 		consume := mode == 1 // consume, flush later
 		if mode == 2 {       // the shm adapter's way: take, count, flush later
+			if len(mem)%2 == 0 {
+				rd.SetKeep(KeepAlways)
+			}
+			dst := make([]byte, MemSize(8))
 			for i := 0; i < 20; i++ {
 				b, err := rd.Take()
 				if err != nil || b == nil {
 					rd.Count()
 					return
+				}
+				if i%2 == 1 {
+					rd.CopyOut(dst, b)
+				}
+				if i%3 == 2 {
+					rd.Flush()
 				}
 				if rd.Unreleased() > 8 {
 					t.Fatalf("%d slots taken and unreleased in a ring of 8", rd.Unreleased())
@@ -1164,6 +1174,7 @@ func TestCopyOutAhead(t *testing.T) {
 	t.Run("next claims too much", func(t *testing.T) {
 		r, _, rd := oneTaken(t)
 		r.word(k).Store(header(0xffff, 0, 8))
+		r.Publish(k + 1)
 		if got, want := rd.aheadOf(HeaderSize), uint64(slots)*SlotSize-HeaderSize; got != want {
 			t.Fatalf("a header claiming 65535 slots: %d bytes ahead, want %d (the ring's end)", got, want)
 		}

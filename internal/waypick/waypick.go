@@ -129,3 +129,59 @@ func (w *Chooser) Record(way int, n uint64, d time.Duration) {
 	}
 	w.rate[way] += (r - w.rate[way]) / 4
 }
+
+// Epochs measures two ways of moving a stream of bytes by epochs: it counts
+// the bytes moved, either way, in epochs of Size bytes, times each from
+// the count that opened it to the one that closed it, records the rate of
+// each with Pick and gives the next epoch the way Pick returns. An epoch
+// is not recorded when it is the first (its start is not known), when it
+// follows a change of way (it pays for the other way's tail), or when it
+// took Max or longer (a program that paused: its time is not its way's).
+// The clock is read once an epoch.
+type Epochs struct {
+	Pick  Chooser
+	Size  uint64
+	Max   time.Duration
+	Clock func() time.Duration // nil: Since
+	way   int                  // of the current epoch
+	prev  int                  // of the epoch before it
+	bytes uint64
+	start time.Duration // of the current epoch by clock; 0 before the first
+}
+
+var base = time.Now()
+
+// Since is the time since the process loaded the package, by the monotonic
+// clock (time.Since reads no wall clock), never 0.
+func Since() time.Duration { return time.Since(base) + 1 }
+
+// Way returns the way of the current epoch.
+func (e *Epochs) Way() int { return e.way }
+
+// Prev returns the way of the epoch before it.
+func (e *Epochs) Prev() int { return e.prev }
+
+// Bytes returns the bytes counted in the current epoch.
+func (e *Epochs) Bytes() uint64 { return e.bytes }
+
+// Count adds n bytes to the epoch. It reports whether they closed it:
+// then the closed epoch's way is Prev and the next one's Way.
+func (e *Epochs) Count(n uint64) bool {
+	e.bytes += n
+	return e.bytes >= e.Size && e.next()
+}
+
+// next closes the current epoch; it returns true.
+func (e *Epochs) next() bool {
+	clock := e.Clock
+	if clock == nil {
+		clock = Since
+	}
+	now := clock()
+	if d := now - e.start; e.start != 0 && d < e.Max && e.way == e.prev {
+		e.Pick.Record(e.way, e.bytes, d)
+	}
+	e.bytes, e.start, e.prev = 0, now, e.way
+	e.way = e.Pick.Pick()
+	return true
+}

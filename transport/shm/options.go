@@ -62,6 +62,11 @@ type Options struct {
 	// that large cross-memory attach transfers touch with huge pages
 	// (huge.go; default: it asks).
 	HugeOff bool
+	// Keep is how each descriptor buffer's reader gives back the slots of
+	// a descriptor of 2 KiB or more whose data was not copied out
+	// (ring.Reader.SetKeep): "auto" (default) as measured faster, "on"
+	// unzeroed, "off" zeroed.
+	Keep string
 	// Chunk and Chunks size a ring of the pipelined copy: Chunks chunks of
 	// Chunk bytes (defaults 64 KiB and 16).
 	Chunk, Chunks int
@@ -155,6 +160,17 @@ const (
 	escalateFull  = time.Millisecond
 )
 
+// keep returns how readers give back the slots of data not copied out.
+func (o Options) keep() ring.Keep {
+	switch o.Keep {
+	case "on":
+		return ring.KeepAlways
+	case "off":
+		return ring.KeepNever
+	}
+	return ring.KeepMeasured
+}
+
 // Validate returns o with its defaults applied, or the reason it is not
 // usable.
 func (o Options) Validate() (Options, error) {
@@ -179,7 +195,12 @@ func (o Options) Validate() (Options, error) {
 	if o.CMA == "" {
 		o.CMA = "auto"
 	}
+	if o.Keep == "" {
+		o.Keep = "auto"
+	}
 	switch {
+	case o.Keep != "auto" && o.Keep != "on" && o.Keep != "off":
+		return o, fmt.Errorf("shm: keep %q: want auto, on or off", o.Keep)
 	case o.Way != WayAuto && o.Way != WaySegment && o.Way != WayCMA && o.Way != WayCopy:
 		return o, fmt.Errorf("shm: way %q: want auto, segment, cma or copy", o.Way)
 	case o.CMA != "auto" && o.CMA != "off":

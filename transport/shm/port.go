@@ -222,6 +222,18 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 }
 
 // rescan starts reading the rings producers connected since the last scan.
+// KeepEpochs returns the epochs of inline data not copied out whose slots
+// the port's readers gave back zeroed and those they left unzeroed
+// (transport.KeepCounter).
+func (p *port) KeepEpochs() (zeroed, kept uint64) {
+	for _, in := range p.ins {
+		z, k := in.rd.KeepEpochs()
+		zeroed += z
+		kept += k
+	}
+	return zeroed, kept
+}
+
 func (p *port) rescan(g uint64) {
 	p.seenGen = g
 	a := p.a
@@ -249,6 +261,7 @@ func (p *port) rescan(g uint64) {
 				hdr:      hdr,
 				prodBell: a.peers[li].seg.portBell(d),
 			}
+			in.rd.SetKeep(a.opts.keep())
 			if p.closed.Load() {
 				in.dead = true
 			}
