@@ -92,10 +92,10 @@ func (m *Message) Inline() bool { return m.inline }
 // handler that copies an inline message out, as an MPI receive does,
 // should copy with CopyTo.
 func (m *Message) CopyTo(dst []byte) int {
-	// The context names the reader only while a large descriptor is
-	// handed over; CopyOut is copy for data it does not hold.
+	// The context names the reader while descriptors are handed over;
+	// CopyOut is copy for data it does not hold.
 	var n int
-	if rd := m.c.rd; rd != nil {
+	if rd := m.c.rd; rd != nil && rd.Holds() {
 		n = rd.CopyOut(dst, m.Data)
 	} else {
 		n = copy(dst, m.Data)

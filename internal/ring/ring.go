@@ -485,10 +485,23 @@ func (c *Reader) KeepEpochs() (zeroed, kept uint64) { return c.zeroed, c.kept }
 // is past pos.
 func (c *Reader) at(pos uint64) uint64 {
 	w := c.r.word(pos).Load()
-	i := pos & c.r.mask
-	if w == 0 || c.stale[i>>6]&(1<<(i&63)) == 0 {
-		return w
+	if w != 0 && c.isStale(pos) {
+		return c.atStale(pos, w)
 	}
+	return w
+}
+
+// isStale reports whether position pos is marked stale.
+func (c *Reader) isStale(pos uint64) bool {
+	i := pos & c.r.mask
+	return c.stale[i>>6]&(1<<(i&63)) != 0
+}
+
+// atStale is at for a stale position whose word w is not zero, apart so
+// that at inlines.
+//
+//go:noinline
+func (c *Reader) atStale(pos, w uint64) uint64 {
 	if pos >= c.seen {
 		// The header word is stored before the tail (release), so a
 		// word loaded after a tail past pos is the descriptor's.
@@ -664,7 +677,11 @@ func (c *Reader) Take() ([]byte, error) {
 		if c.large || c.head-c.rel >= c.r.n/2 {
 			c.Flush()
 		}
-		w := c.at(c.head)
+		// at, written out: the call would cost every message.
+		w := c.r.word(c.head).Load()
+		if w != 0 && c.isStale(c.head) {
+			w = c.atStale(c.head, w)
+		}
 		if b := c.r.small(c.head, w); b != nil {
 			c.head++
 			c.owed++
@@ -925,6 +942,11 @@ func (c *Reader) zeroGap(base unsafe.Pointer, mask, from, to uint64) {
 // a payload shorter than that is never large (a ring of fewer than 1024
 // slots calls smaller ones large too; CopiesOut says which).
 const LargePayload = (largeSlots-1)*SlotSize - HeaderSize + 1
+
+// Holds reports whether CopyOut may do more than copy: the last
+// descriptor Take returned is large, or slots are left unzeroed until the
+// give-back (SetKeep), which data copied out takes back.
+func (c *Reader) Holds() bool { return c.lk != 0 || c.ns != 0 }
 
 // CopiesOut reports whether CopyOut would zero as it copies: the last
 // descriptor Take returned is large and not yet copied out.
