@@ -22,9 +22,12 @@ type peer struct {
 	link *transport.Link
 
 	ring *ring.Ring
-	bell *transport.Doorbell
-	push func() // transport.Link.Push
-	due  *bool  // Context.progressDue
+	// wrap: where the consumer asks laps to end (ring.Wrap), read at
+	// position wrapAt, again a lap later.
+	wrap, wrapAt uint64
+	bell         *transport.Doorbell
+	push         func() // transport.Link.Push
+	due          *bool  // Context.progressDue
 	// sendNow is transport.Link.SendNow; pkt is where writeAM builds a
 	// packet offered to it.
 	sendNow func(pkt []byte) bool
@@ -175,7 +178,10 @@ func (p *peer) reserve(size int) []byte {
 	p.roff = 0 // records may not follow another descriptor
 	k := ring.SlotsFor(size)
 	tail := p.msg.Tail()
-	pad := p.ring.PadFor(tail, k)
+	if p.wrap == 0 || tail-p.wrapAt >= uint64(p.ring.Slots()) {
+		p.wrap, p.wrapAt = p.ring.Wrap(), tail // the consumer's wish, read once a lap
+	}
+	pad := p.ring.PadAt(tail, k, p.wrap)
 	if !p.msg.Space(pad + k) {
 		return nil
 	}

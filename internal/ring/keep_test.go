@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/amigo-hpc/amigo/internal/waypick"
 )
 
 // fakeHeader is a word a producer's data may hold at a slot's header word
@@ -199,10 +201,11 @@ func TestKeepConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
-// A KeepMeasured reader tries both ways, zeroed first, and keeps the one
-// whose epochs took less time; it turns when the ways change places, and
-// its epochs, counted by way, add up. Its payload slots are left in the
-// epochs it keeps and zeroed in the others.
+// A KeepMeasured reader tries both ways, kept first, and keeps the one
+// whose epochs took less time; zeroing takes over only once it measured
+// more than zeroMargin faster; the reader turns when the ways change
+// places, and its epochs, counted by way, add up. Its payload slots are
+// left in the epochs it keeps and zeroed in the others.
 func TestKeepMeasured(t *testing.T) {
 	r, _ := NewHeap(1024)
 	rd := r.NewReader()
@@ -245,34 +248,44 @@ func TestKeepMeasured(t *testing.T) {
 		}
 		return zeroed, kept
 	}
-	keepFaster := func(kept bool) time.Duration {
-		if kept {
-			return 1
+	ratio := func(zeroed float64) func(kept bool) time.Duration {
+		return func(kept bool) time.Duration {
+			if kept {
+				return 12
+			}
+			return time.Duration(12 / zeroed) // 24, 10, 6
 		}
-		return 2
 	}
-	// Zeroed first (its first epoch, and its first recorded one, not
-	// counted), then kept; then kept, zeroed tried once in 32.
-	z, k := epochs(6, keepFaster)
+	// Kept first (its first epoch, and its first recorded one, not
+	// counted), then zeroed.
+	z, k := epochs(6, ratio(0.5))
 	if z != 3 || k != 3 {
 		t.Fatalf("first six epochs: %d zeroed, %d kept; want 3 and 3", z, k)
 	}
-	z, k = epochs(64, keepFaster)
+	// Kept twice as fast: zeroed tried now and then.
+	z, k = epochs(64, ratio(0.5))
 	if z < 1 || z > 4 || k < 60 {
 		t.Fatalf("with kept twice as fast: %d zeroed, %d kept", z, k)
 	}
-	// Kept turns slow: the reader leaves it.
-	z, _ = epochs(64, func(kept bool) time.Duration {
-		if kept {
-			return 8
-		}
-		return 1
-	})
-	if z < 56 {
-		t.Fatalf("with kept eight times slower: %d of 64 epochs zeroed", z)
+	// Zeroed a fifth faster: within the margin, kept stays, through a
+	// trial of zeroed (within waypick.Rare epochs: zeroed had measured
+	// half kept's rate).
+	z, k = epochs(waypick.Rare+8, ratio(1.2))
+	if z < 2 || z > 6 {
+		t.Fatalf("with zeroed 1.2 times as fast: %d zeroed, %d kept", z, k)
 	}
-	if zs, ks := rd.KeepEpochs(); zs+ks != 6+64+64 {
-		t.Fatalf("epochs counted %d zeroed + %d kept, want %d", zs, ks, 6+64+64)
+	// Zeroed twice as fast: it takes over at its next trial, within
+	// waypick.Every epochs, and keeps the stream.
+	z, _ = epochs(waypick.Every+4, ratio(2))
+	if z < 2 {
+		t.Fatalf("with zeroed twice as fast: %d of %d epochs zeroed", z, waypick.Every+4)
+	}
+	z, _ = epochs(16, ratio(2))
+	if z != 16 {
+		t.Fatalf("with zeroed twice as fast, after its trial: %d of 16 epochs zeroed", z)
+	}
+	if zs, ks := rd.KeepEpochs(); zs+ks != 6+64+waypick.Rare+8+waypick.Every+4+16 {
+		t.Fatalf("epochs counted %d zeroed + %d kept, want %d", zs, ks, 6+64+waypick.Rare+8+waypick.Every+4+16)
 	}
 	// A smaller descriptor is not counted.
 	before := rd.ep.Bytes()
@@ -281,5 +294,71 @@ func TestKeepMeasured(t *testing.T) {
 	}
 	if b, _ := rd.Take(); b == nil || rd.ep.Bytes() != before {
 		t.Fatalf("a descriptor of %d slots counted: %d bytes in the epoch, %d before", keepMin-1, rd.ep.Bytes(), before)
+	}
+}
+
+// A reader that keeps slots asks for laps of keepWrap slots once an
+// epoch's data was mostly left where it lay, and for the whole ring again
+// once an epoch's was copied out; the producer's PadAt wraps a descriptor
+// of up to wrapSlots that would end past the wrap (not one that starts a
+// lap, not a larger one), and Wrap reads the whole ring for no wish or a
+// wish beyond it.
+func TestKeepWrap(t *testing.T) {
+	r, _ := NewHeap(8192)
+	if got := r.Wrap(); got != 8192 {
+		t.Fatalf("a fresh ring wraps at %d", got)
+	}
+	rd := r.NewReader()
+	rd.SetKeep(KeepAlways)
+	p := &producer{r: r}
+	const n = 64*SlotSize - HeaderSize
+	dst := make([]byte, n)
+	epoch := func(copyOut bool) {
+		for sent := 0; sent < keepEpoch; sent += n {
+			if !p.put(keepMsg(0, n)) {
+				t.Fatal("no room")
+			}
+			b, err := rd.Take()
+			if err != nil || len(b) != n {
+				t.Fatalf("took %d bytes, %v", len(b), err)
+			}
+			if copyOut {
+				rd.CopyOut(dst, b)
+			}
+			rd.Count()
+			rd.Flush()
+		}
+	}
+	epoch(false)
+	if got := r.Wrap(); got != keepWrap {
+		t.Fatalf("after an epoch left in place: wrap at %d, want %d", got, keepWrap)
+	}
+	epoch(true)
+	if got := r.Wrap(); got != 8192 {
+		t.Fatalf("after an epoch copied out: wrap at %d, want the ring's 8192", got)
+	}
+	for _, c := range []struct {
+		tail uint64
+		k    int
+		wrap uint64
+		pad  int
+		why  string
+	}{
+		{2000, 64, 2048, 8192 - 2000, "ends past the wrap"},
+		{1984, 64, 2048, 0, "ends at the wrap"},
+		{8192 * 3, 100, 50, 0, "starts a lap"},
+		{2000, wrapSlots + 1, 2048, 0, "larger than wrapSlots"},
+		{8150, wrapSlots + 1, 2048, 42, "larger, past the ring's end"},
+		{2000, 64, 8192, 0, "no wish"},
+	} {
+		if got := r.PadAt(c.tail, c.k, c.wrap); got != c.pad {
+			t.Fatalf("%s: pad %d, want %d", c.why, got, c.pad)
+		}
+	}
+	for _, w := range []uint64{0, 8192, 1 << 40} {
+		r.ctl.wrap.Store(w)
+		if got := r.Wrap(); got != 8192 {
+			t.Fatalf("a wish of %d: wrap at %d, want 8192", w, got)
+		}
 	}
 }

@@ -11,6 +11,7 @@
 //	offset   0: tail   uint64  written by the producer only
 //	offset  64: head   uint64  written by the consumer only
 //	offset  72: xfer   uint64  written by the consumer only (transfer counter)
+//	offset  80: wrap   uint64  written by the consumer only (where laps end, Wrap)
 //	offset 128: slot 0, slot 1, ... slot N-1 (SlotSize bytes each)
 //
 // head and tail are monotonic slot positions; position p lives in slot p mod N.
@@ -147,7 +148,8 @@ type Control struct {
 	_    [56]byte
 	head atomic.Uint64
 	xfer atomic.Uint64
-	_    [48]byte
+	wrap atomic.Uint64
+	_    [40]byte
 }
 
 // Ring is a descriptor buffer over caller-provided memory.
@@ -221,6 +223,32 @@ func MaxPayload(n int) int { return n/2*SlotSize - HeaderSize }
 func (r *Ring) PadFor(tail uint64, k int) int {
 	off := tail & r.mask
 	if off+uint64(k) > r.n {
+		return int(r.n - off)
+	}
+	return 0
+}
+
+// Wrap returns the position in each lap at or before which the consumer
+// asks descriptors to end (see Reader.setWrap): the producer wraps to slot
+// 0 with a pad at the first descriptor that would end past it. It returns
+// the ring's slots where the consumer asks nothing. Any value the consumer
+// stored is safe: it only moves pads.
+func (r *Ring) Wrap() uint64 {
+	if w := r.ctl.wrap.Load(); w > 0 && w < r.n {
+		return w
+	}
+	return r.n
+}
+
+// wrapSlots is the most slots of a descriptor that Wrap moves.
+const wrapSlots = 160
+
+// PadAt is PadFor with wrap (from Wrap) in place of the ring's end: a
+// descriptor that would end past wrap, and does not start the lap, is
+// placed at slot 0 after a pad to the end of the ring.
+func (r *Ring) PadAt(tail uint64, k int, wrap uint64) int {
+	off := tail & r.mask
+	if off != 0 && k <= wrapSlots && off+uint64(k) > wrap || off+uint64(k) > r.n {
 		return int(r.n - off)
 	}
 	return 0
@@ -411,6 +439,8 @@ type Reader struct {
 	ep           waypick.Epochs
 	kept, zeroed uint64
 	kbytes       uint64 // of a KeepAlways reader, counted into epochs
+	always       bool   // KeepAlways
+	left         uint64 // bytes of the epoch's descriptors left unzeroed
 	_            [64]byte
 }
 
@@ -422,14 +452,32 @@ type span struct{ lo, hi uint64 }
 const keepMin = 32
 
 // A KeepMeasured reader counts the bytes of descriptors of keepMin slots
-// or more in epochs of keepEpoch bytes, each zeroed or kept (way 0 and
-// keepWay of a waypick.Chooser, zeroed tried first), and gives the next
+// or more in epochs of keepEpoch bytes, each kept or zeroed (keepWay and
+// zeroWay of a waypick.Chooser, kept tried first), and gives the next
 // epoch the way that measured faster; an epoch that took keepEpochMax or
-// longer is not recorded.
+// longer is not recorded. Zeroing takes over only once it measured
+// zeroMargin faster than keeping.
+//
+// # Why
+//
+// Which is faster depends on whether the handler reads the data where it
+// lies, which the reader cannot see: on a 2-core AMD host, a handler that
+// did not (amibench -b am_bw) moved 4 KiB 1.3-1.7x, 8 KiB 1.2x and 16 KiB
+// 1.4x as fast with slots kept (and laps of keepWrap), one that read the
+// data in place (bytes.Count over it) 0.76x, 0.88x, 0.23x and 0.72x as
+// fast: the producer's stores into lines the consumer's core holds shared
+// wait far longer than into lines it holds modified or none holds. Single
+// epochs of 4 MiB spread by a third either side from one to the next on
+// that host, so a trial of zeroing that happened on a fast spell would
+// hand it a stream that keeping moves faster: the margin keeps it from
+// taking over on one such epoch, where the loss of a handler that reads
+// in place is far larger than the spread.
 const (
-	keepWay      = 1
+	keepWay      = 0
+	zeroWay      = 1
 	keepEpoch    = 4 << 20
 	keepEpochMax = 200 * time.Millisecond
+	zeroMargin   = 0.25
 )
 
 // maxSpans is how many descriptors' payload slots a Reader leaves
@@ -467,10 +515,13 @@ const (
 // SetKeep sets how the reader gives back the payload slots of descriptors
 // of keepMin slots or more whose data was not copied out.
 func (c *Reader) SetKeep(k Keep) {
-	c.keep, c.measure = k == KeepAlways, k == KeepMeasured
+	c.keep, c.measure = k != KeepNever, k == KeepMeasured
+	c.always = k == KeepAlways
 	if c.measure {
 		c.ep = waypick.Epochs{Size: keepEpoch, Max: keepEpochMax}
+		c.ep.Pick.Cadence.Margin[zeroWay] = zeroMargin
 	}
+	c.setWrap()
 }
 
 // KeepEpochs returns the epochs of keepEpoch bytes of descriptors of
@@ -514,15 +565,57 @@ func (c *Reader) atStale(pos, w uint64) uint64 {
 	return w
 }
 
-// counted counts an epoch of a KeepMeasured reader and takes the next
-// one's way.
-func (c *Reader) counted() {
-	if c.ep.Prev() == keepWay {
-		c.kept++
+// count adds n bytes of a descriptor of keepMin slots or more to the
+// epoch, and once it holds keepEpoch counts it and takes the next one's
+// way (a KeepMeasured reader) and laps (setWrap).
+func (c *Reader) count(n uint64) {
+	if c.measure {
+		if !c.ep.Count(n) {
+			return
+		}
+		if c.ep.Prev() == keepWay {
+			c.kept++
+		} else {
+			c.zeroed++
+		}
+		c.keep = c.ep.Way() == keepWay
 	} else {
-		c.zeroed++
+		if c.kbytes += n; c.kbytes < keepEpoch {
+			return
+		}
+		c.kbytes = 0
+		c.kept++
 	}
-	c.keep = c.ep.Way() == keepWay
+	c.setWrap()
+	c.left = 0
+}
+
+// keepWrap is the slots of a lap a reader that keeps slots unzeroed asks
+// the producer to keep descriptors of up to wrapSlots within.
+//
+// # Why
+//
+// A producer whose lines stay in its core (slots kept) still cycles
+// through the whole ring, 512 KiB at 8192 slots, more than the AMD host's
+// level-2 cache holds: its stores then wait for lines to come back from
+// further out. amibench -b am_bw with slots kept, laps of 2048 slots
+// against the whole ring of 8192: 4 KiB 1.2-1.6x, 8 KiB 1.15-1.26x, 16
+// KiB (257 slots, above wrapSlots) 0.81x when its laps were cut too; laps
+// of 1024 slots 0.6-0.8x (the producer waits for room), 4096 1.0-1.1x.
+// With slots zeroed the short laps were slower (a ring of 2048: 0.77x), so
+// the reader asks for them only while most of an epoch's data was left
+// unzeroed.
+const keepWrap = 2048
+
+// setWrap asks the producer to wrap its laps at keepWrap while the reader
+// keeps slots and left most of the last epoch's unzeroed, at the ring's
+// end otherwise.
+func (c *Reader) setWrap() {
+	w := uint64(0)
+	if c.keep && c.left > keepEpoch/2 {
+		w = keepWrap
+	}
+	c.r.ctl.wrap.Store(w)
 }
 
 // mark sets (set) or clears the stale bits of positions [from, to).
@@ -710,14 +803,10 @@ func (c *Reader) Take() ([]byte, error) {
 				if c.keep && c.ns < maxSpans {
 					c.spans[c.ns] = span{pos + 1, pos + uint64(k)}
 					c.ns++
+					c.left += uint64(len(payload))
 				}
-				if c.measure && c.ep.Count(uint64(len(payload))) {
-					c.counted()
-				} else if c.keep && !c.measure {
-					if c.kbytes += uint64(len(payload)); c.kbytes >= keepEpoch {
-						c.kbytes = 0
-						c.kept++
-					}
+				if c.measure || c.always {
+					c.count(uint64(len(payload)))
 				}
 			}
 			return payload, nil
@@ -990,6 +1079,7 @@ func (c *Reader) CopyOut(dst, src []byte) int {
 		first := uintptr(unsafe.Pointer(&c.r.slots[((s.lo-1)&c.r.mask)*SlotSize]))
 		if p := uintptr(unsafe.Pointer(unsafe.SliceData(src))); p > first && p < first+uintptr(s.hi-s.lo+1)*SlotSize {
 			c.ns--
+			c.left -= min(c.left, uint64(len(src)))
 		}
 	}
 	if c.lk == 0 || len(src) == 0 {

@@ -41,6 +41,7 @@ type Chooser struct {
 	Cadence Cadence
 
 	rate [2]float64 // bytes per second by way; 0 until measured
+	fast int        // the way that measured faster (see Cadence.Margin)
 	seen [2]uint8   // warm-up transfers not counted, by way, up to Warm
 	cnt  [2]uint8   // counted transfers by way, up to 2
 	n    uint64     // transfers recorded
@@ -51,6 +52,9 @@ type Chooser struct {
 type Cadence struct {
 	Every, Rare uint64
 	Warm        uint8
+	// Margin, by way: that way becomes the faster only once it measured
+	// faster than the other by more than this fraction (0: by any).
+	Margin [2]float64
 }
 
 func (w *Chooser) every() (every, rare uint64) {
@@ -76,11 +80,14 @@ func (w *Chooser) warm() uint8 {
 func (w *Chooser) Rate(way int) float64 { return w.rate[way&1] }
 
 // Fast returns the way that measured faster, and the other.
-func (w *Chooser) Fast() (fast, slow int) {
-	if w.rate[1] > w.rate[0] {
-		return 1, 0
+func (w *Chooser) Fast() (fast, slow int) { return w.fast, 1 - w.fast }
+
+// judge takes the way that measured faster: the other once its rate
+// passes the faster's by more than the margin.
+func (w *Chooser) judge() {
+	if o := 1 - w.fast; w.rate[o] > w.rate[w.fast]*(1+w.Cadence.Margin[o]) {
+		w.fast = o
 	}
-	return 0, 1
 }
 
 // Pick returns 0 or 1: first each until it is measured, then the faster,
@@ -125,9 +132,10 @@ func (w *Chooser) Record(way int, n uint64, d time.Duration) {
 	}
 	if fast, _ := w.Fast(); w.rate[way] == 0 || way != fast {
 		w.rate[way] = r
-		return
+	} else {
+		w.rate[way] += (r - w.rate[way]) / 4
 	}
-	w.rate[way] += (r - w.rate[way]) / 4
+	w.judge()
 }
 
 // Epochs measures two ways of moving a stream of bytes by epochs: it counts
