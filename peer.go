@@ -22,12 +22,9 @@ type peer struct {
 	link *transport.Link
 
 	ring *ring.Ring
-	// wrap: where the consumer asks laps to end (ring.Wrap), read at
-	// position wrapAt, again a lap later.
-	wrap, wrapAt uint64
-	bell         *transport.Doorbell
-	push         func() // transport.Link.Push
-	due          *bool  // Context.progressDue
+	bell *transport.Doorbell
+	push func() // transport.Link.Push
+	due  *bool  // Context.progressDue
 	// sendNow is transport.Link.SendNow; pkt is where writeAM builds a
 	// packet offered to it.
 	sendNow func(pkt []byte) bool
@@ -105,6 +102,9 @@ type peer struct {
 	failed   error
 
 	_ [64]byte // see the padding at the top
+	// wrap: where the consumer asks laps to end (ring.Wrap), read at
+	// position wrapAt, again a lap later.
+	wrap, wrapAt uint64
 }
 
 func (p *peer) idle() bool {

@@ -74,10 +74,11 @@ type Receiver interface {
 
 // A RingReceiver is a Receiver that can take data out of the descriptor
 // buffer a packet lies in with ring.Reader.CopyOut: PollRing names the
-// reader before it hands descriptors over and nil after, so that data
-// copied out while Receive runs is known to have been read (its slots are
-// zeroed at the give-back, see ring.Reader.SetKeep) and a large
-// descriptor's gives the buffer's room back as it goes.
+// reader before it hands over a descriptor the reader holds slots of
+// (ring.Reader.Holds) and nil after, so that data copied out while
+// Receive runs is known to have been read (its slots are zeroed at the
+// give-back, see ring.Reader.SetKeep) and a large descriptor's gives the
+// buffer's room back as it goes.
 type RingReceiver interface {
 	Receiver
 	FromRing(rd *ring.Reader)
@@ -105,19 +106,21 @@ func PollRing(rd *ring.Reader, from Addr, r Receiver, budget int) (got int, wake
 	freed := rd.Flush()
 	if rd.Pending() {
 		rr, _ := r.(RingReceiver)
-		if rr != nil {
-			rr.FromRing(rd)
-		}
 		for got < budget {
 			var pkt []byte
 			if pkt, err = rd.Take(); pkt == nil {
 				break
 			}
-			r.Receive(from, pkt)
+			// Only a descriptor the reader holds slots of is worth
+			// naming it for: the calls cost a small message's latency.
+			if rr != nil && rd.Holds() {
+				rr.FromRing(rd)
+				r.Receive(from, pkt)
+				rr.FromRing(nil)
+			} else {
+				r.Receive(from, pkt)
+			}
 			got++
-		}
-		if rr != nil {
-			rr.FromRing(nil)
 		}
 		rd.Count()
 		if err != nil {

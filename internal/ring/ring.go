@@ -440,6 +440,7 @@ type Reader struct {
 	kept, zeroed uint64
 	kbytes       uint64 // of a KeepAlways reader, counted into epochs
 	always       bool   // KeepAlways
+	staleEnd     uint64 // the end of the last positions marked stale (see mark)
 	left         uint64 // bytes of the epoch's descriptors left unzeroed
 	_            [64]byte
 }
@@ -495,6 +496,7 @@ func (r *Ring) NewReader() *Reader {
 	for i := range c.stale {
 		c.stale[i] = ^uint64(0)
 	}
+	c.staleEnd = h // as if the lap before h had been given back unzeroed
 	return c
 }
 
@@ -619,7 +621,15 @@ func (c *Reader) setWrap() {
 }
 
 // mark sets (set) or clears the stale bits of positions [from, to).
+// Clearing is skipped where no bit can be set: a bit set for a position
+// below staleEnd is cleared or set again when its slot is given back a
+// lap later, so past staleEnd plus a lap every bit is clear.
 func (c *Reader) mark(from, to uint64, set bool) {
+	if set {
+		c.staleEnd = max(c.staleEnd, to)
+	} else if c.staleEnd+c.r.n <= from {
+		return
+	}
 	if from == to {
 		return
 	}
@@ -648,7 +658,14 @@ func (c *Reader) markSlots(lo, hi uint64, set bool) {
 
 // Pending reports whether a descriptor waits at the head.
 func (c *Reader) Pending() bool {
-	return c.k != 0 || c.moff != 0 || c.at(c.head) != 0
+	if c.k != 0 || c.moff != 0 {
+		return true
+	}
+	w := c.r.word(c.head).Load()
+	if w != 0 && c.isStale(c.head) {
+		w = c.atStale(c.head, w)
+	}
+	return w != 0
 }
 
 // Next returns the payload of the next descriptor, or nil when the ring is
