@@ -42,8 +42,12 @@ type ShmConfig struct {
 	// KiB or more whose data its handler did not copy out (Message.CopyTo,
 	// Receive) back to the sender: "auto" zeroes them or leaves them as
 	// they are, whichever moved such messages faster from that sender
-	// (measured in epochs of 4 MiB), "on" always leaves them, "off" always
-	// zeroes them (AMIGO_SHM_KEEP, default "auto"; see ring.Reader.SetKeep).
+	// (measured in epochs of 4 MiB, leaving them first and zeroing only
+	// once that measured a quarter faster), "on" always leaves them,
+	// "off" always zeroes them (AMIGO_SHM_KEEP, default "auto"; see
+	// ring.Reader.SetKeep). While a receiver leaves most of the data it
+	// gets unzeroed, the sender wraps its messages of up to 10 KiB at
+	// 2048 slots, so that the lines it writes stay in its cache.
 	Keep string
 	// Chunk and Chunks size a ring of the pipelined copy (AMIGO_SHM_CHUNK,
 	// default 65536 bytes; AMIGO_SHM_CHUNKS, default 16).

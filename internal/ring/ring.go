@@ -66,7 +66,10 @@
 // tail that covers it (both release), so a tail past the position means
 // the word there is the descriptor's. The producer's side does not change.
 // A slot zeroed at its give-back is marked fresh again; a new reader
-// believes no slot it has not given back itself (all stale).
+// believes no slot it has not given back itself (all stale). Such a
+// reader may also ask the producer to end its laps early (Wrap, a word
+// the consumer alone writes, read by the producer once a lap): only where
+// pads go changes.
 //
 // # Records
 //
