@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +29,15 @@ func keepMsg(seq uint64, n int) []byte {
 	return b
 }
 
+// keepRing returns a ring of slots slots, its reader giving slots back as
+// keep says, and a producer.
+func keepRing(slots int, keep Keep) (*Ring, *Reader, *producer) {
+	r, _ := NewHeap(slots)
+	rd := r.NewReader()
+	rd.SetKeep(keep)
+	return r, rd, &producer{r: r}
+}
+
 // keepSize picks a message size: one slot, a few, keepable ones (keepMin
 // slots or more, large ones among them in a ring of 256) or none.
 func keepSize(rng *rand.Rand) int {
@@ -51,10 +59,7 @@ func keepSize(rng *rand.Rand) int {
 // left; Take finds nothing once everything sent was taken.
 func TestKeepNeverFooled(t *testing.T) {
 	for _, keep := range []Keep{KeepAlways, KeepNever} {
-		r, _ := NewHeap(256)
-		rd := r.NewReader()
-		rd.SetKeep(keep)
-		p := &producer{r: r}
+		_, rd, p := keepRing(256, keep)
 		rng := rand.New(rand.NewPCG(7, uint64(keep)))
 		check := rand.New(rand.NewPCG(8, uint64(keep)))
 		var sent, got uint64
@@ -110,10 +115,7 @@ func TestKeepNeverFooled(t *testing.T) {
 // message's slots are zeroed; a KeepNever reader zeroes all.
 func TestKeepGivesBack(t *testing.T) {
 	for _, keep := range []Keep{KeepAlways, KeepNever} {
-		r, _ := NewHeap(512)
-		rd := r.NewReader()
-		rd.SetKeep(keep)
-		p := &producer{r: r}
+		r, rd, p := keepRing(512, keep)
 		sizes := []int{40 * SlotSize, 40 * SlotSize, 10 * SlotSize, 40 * SlotSize}
 		for i, n := range sizes {
 			if !p.put(keepMsg(uint64(i), n)) {
@@ -159,22 +161,10 @@ func TestKeepGivesBack(t *testing.T) {
 // tail's ordering of the producer's stores.
 func TestKeepConcurrent(t *testing.T) {
 	const slots = 512
-	r, _ := NewHeap(slots)
+	r, rd, _ := keepRing(slots, KeepAlways)
 	const total = 20000
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		p := &producer{r: r}
-		rng := rand.New(rand.NewPCG(3, 4))
-		for i := uint64(0); i < total; i++ {
-			msg := keepMsg(i, keepSize(rng))
-			for !p.put(msg) {
-			}
-		}
-	}()
-	rd := r.NewReader()
-	rd.SetKeep(KeepAlways)
+	prng := rand.New(rand.NewPCG(3, 4))
+	wg := produce(r, total, func(i uint64) []byte { return keepMsg(i, keepSize(prng)) })
 	rng := rand.New(rand.NewPCG(3, 4))
 	deadline := time.Now().Add(time.Minute)
 	for i := uint64(0); i < total; {

@@ -45,6 +45,23 @@ func (p *producer) put(msg []byte) bool {
 	return true
 }
 
+// produce writes total messages into r from a goroutine of its own,
+// message i as msg(i) makes it, each as soon as there is room.
+func produce(r *Ring, total uint64, msg func(i uint64) []byte) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p := &producer{r: r}
+		for i := uint64(0); i < total; i++ {
+			m := msg(i)
+			for !p.put(m) {
+			}
+		}
+	}()
+	return &wg
+}
+
 func pattern(n int, seed byte) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -161,22 +178,15 @@ func TestFull(t *testing.T) {
 func TestConcurrent(t *testing.T) {
 	r, _ := NewHeap(128)
 	const total = 20000
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		p := &producer{r: r}
-		rng := rand.New(rand.NewPCG(1, 2))
-		for i := 0; i < total; i++ {
-			size := rng.IntN(MaxPayload(128) + 1)
-			msg := pattern(size, byte(i))
-			if size >= 4 {
-				binary.LittleEndian.PutUint32(msg, uint32(i))
-			}
-			for !p.put(msg) {
-			}
+	prng := rand.New(rand.NewPCG(1, 2))
+	wg := produce(r, total, func(i uint64) []byte {
+		size := prng.IntN(MaxPayload(128) + 1)
+		msg := pattern(size, byte(i))
+		if size >= 4 {
+			binary.LittleEndian.PutUint32(msg, uint32(i))
 		}
-	}()
+		return msg
+	})
 	rd := r.NewReader()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < total; {
