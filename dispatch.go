@@ -90,10 +90,13 @@ func (m *Message) Inline() bool { return m.inline }
 // as it copies, which moved 16 KiB messages faster than a copy of m.Data
 // followed by the handler's return (see ring.Reader.CopyOut). A
 // handler that copies an inline message out, as an MPI receive does,
-// should copy with CopyTo.
+// should copy with CopyTo: over shared memory, the slots of data not
+// copied out with it may go back to the sender unzeroed (ShmConfig.Keep),
+// which only pays where the handler did not read the data.
 func (m *Message) CopyTo(dst []byte) int {
-	// The context names the reader while descriptors are handed over;
-	// CopyOut is copy for data it does not hold.
+	// The context names the reader while a descriptor it holds slots of
+	// is handed over (transport.PollRing); CopyOut is copy for data it
+	// does not hold.
 	var n int
 	if rd := m.c.rd; rd != nil && rd.Holds() {
 		n = rd.CopyOut(dst, m.Data)

@@ -282,7 +282,7 @@ var promMetrics = []promMetric{
 		func(rd *ctxReading) []promSample {
 			return []promSample{{"inline", float64(rd.stats.MidInline)}, {"announced", float64(rd.stats.MidAnnounced)}}
 		}},
-	{"amigo_keep_epochs_total", "counter", "Epochs of 4 MiB of inline data that arrived over shared memory and was not copied out, by how the slots were given back (Config.Shm.Keep).", "way",
+	{"amigo_keep_epochs_total", "counter", "Epochs of 4 MiB of inline messages of 2 KiB or more that arrived over shared memory, by how the slots of those not copied out were given back (Config.Shm.Keep).", "way",
 		func(rd *ctxReading) []promSample {
 			return []promSample{{"zeroed", float64(rd.stats.KeepZeroed)}, {"kept", float64(rd.stats.KeepKept)}}
 		}},

@@ -222,9 +222,9 @@ func (p *port) Poll(r transport.Receiver, budget int) int {
 }
 
 // rescan starts reading the rings producers connected since the last scan.
-// KeepEpochs returns the epochs of inline data not copied out whose slots
-// the port's readers gave back zeroed and those they left unzeroed
-// (transport.KeepCounter).
+// KeepEpochs returns the epochs the port's readers counted, by how they
+// gave back the slots of data not copied out: zeroed or left unzeroed
+// (transport.KeepCounter, ring.Reader.KeepEpochs).
 func (p *port) KeepEpochs() (zeroed, kept uint64) {
 	for _, in := range p.ins {
 		z, k := in.rd.KeepEpochs()
