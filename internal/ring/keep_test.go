@@ -166,20 +166,8 @@ func TestKeepConcurrent(t *testing.T) {
 	prng := rand.New(rand.NewPCG(3, 4))
 	wg := produce(r, total, func(i uint64) []byte { return keepMsg(i, keepSize(prng)) })
 	rng := rand.New(rand.NewPCG(3, 4))
-	deadline := time.Now().Add(time.Minute)
 	for i := uint64(0); i < total; {
-		b, err := rd.Take()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b == nil {
-			rd.Count()
-			rd.Flush()
-			if time.Now().After(deadline) {
-				t.Fatalf("message %d not there after a minute", i)
-			}
-			continue
-		}
+		b := takeNext(t, rd)
 		want := keepMsg(i, keepSize(rng))
 		if !bytes.Equal(b, want) {
 			t.Fatalf("message %d: %d bytes, want %d", i, len(b), len(want))

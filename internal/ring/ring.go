@@ -436,13 +436,12 @@ type Reader struct {
 	keep  bool
 	ns    int
 	spans [maxSpans]span
-	// measure: keep is chosen by epochs (KeepMeasured); kept and zeroed
-	// count them by way.
-	measure      bool
+	// mode: as SetKeep set it; ep chooses keep by epochs (KeepMeasured);
+	// kept and zeroed count the epochs by way.
+	mode         Keep
 	ep           waypick.Epochs
 	kept, zeroed uint64
 	kbytes       uint64 // of a KeepAlways reader, counted into epochs
-	always       bool   // KeepAlways
 	staleEnd     uint64 // the end of the last positions marked stale (see mark)
 	left         uint64 // bytes of the epoch's descriptors left unzeroed
 	_            [64]byte
@@ -520,9 +519,8 @@ const (
 // SetKeep sets how the reader gives back the payload slots of descriptors
 // of keepMin slots or more whose data was not copied out.
 func (c *Reader) SetKeep(k Keep) {
-	c.keep, c.measure = k != KeepNever, k == KeepMeasured
-	c.always = k == KeepAlways
-	if c.measure {
+	c.mode, c.keep = k, k != KeepNever
+	if k == KeepMeasured {
 		c.ep = waypick.Epochs{Size: keepEpoch, Max: keepEpochMax}
 		c.ep.Pick.Cadence.Margin[zeroWay] = zeroMargin
 	}
@@ -574,7 +572,7 @@ func (c *Reader) atStale(pos, w uint64) uint64 {
 // epoch, and once it holds keepEpoch counts it and takes the next one's
 // way (a KeepMeasured reader) and laps (setWrap).
 func (c *Reader) count(n uint64) {
-	if c.measure {
+	if c.mode == KeepMeasured {
 		if !c.ep.Count(n) {
 			return
 		}
@@ -825,7 +823,7 @@ func (c *Reader) Take() ([]byte, error) {
 					c.ns++
 					c.left += uint64(len(payload))
 				}
-				if c.measure || c.always {
+				if c.mode != KeepNever {
 					c.count(uint64(len(payload)))
 				}
 			}

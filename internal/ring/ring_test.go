@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/amigo-hpc/amigo/internal/memcopy"
@@ -60,6 +61,28 @@ func produce(r *Ring, total uint64, msg func(i uint64) []byte) *sync.WaitGroup {
 		}
 	}()
 	return &wg
+}
+
+// takeNext takes the next descriptor, counting and giving back slots
+// while there is none yet (as PollRing does at every poll); it fails the
+// test if none comes within a minute.
+func takeNext(t *testing.T, rd *Reader) []byte {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		b, err := rd.Take()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b != nil {
+			return b
+		}
+		rd.Count()
+		rd.Flush()
+		if time.Now().After(deadline) {
+			t.Fatal("no descriptor within a minute")
+		}
+	}
 }
 
 func pattern(n int, seed byte) []byte {
@@ -999,34 +1022,15 @@ func testCopyOut(t *testing.T) {
 			return rng.IntN(MaxPayload(slots) + 1)
 		}
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		p := &producer{r: r}
-		next := sizes(7)
-		for i := 0; i < total; i++ {
-			msg := pattern(next(), byte(i))
-			for !p.put(msg) {
-			}
-		}
-	}()
+	pnext := sizes(7)
+	wg := produce(r, total, func(i uint64) []byte { return pattern(pnext(), byte(i)) })
 	rd := r.NewReader()
 	next := sizes(7)
 	rng := rand.New(rand.NewPCG(9, 9))
 	dst := make([]byte, MaxPayload(slots))
 	zeroed := 0
 	for i := 0; i < total; {
-		b, err := rd.Take()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b == nil {
-			// As PollRing does at every poll.
-			rd.Count()
-			rd.Flush()
-			continue
-		}
+		b := takeNext(t, rd)
 		want := pattern(next(), byte(i))
 		if len(b) != len(want) {
 			t.Fatalf("message %d: %d bytes, want %d", i, len(b), len(want))
