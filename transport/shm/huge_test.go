@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // anonHugeKB returns the AnonHugePages of this process's mapping that holds
@@ -52,6 +55,18 @@ func TestCollapseHuge(t *testing.T) {
 	// 6 MiB covers at least two whole blocks and parts of up to two more.
 	if asked < 2 || asked > 4 {
 		t.Fatalf("asked for %d blocks of a 6 MiB buffer", asked)
+	}
+	// A block the kernel refused for the moment (EAGAIN, as it may under
+	// load) is asked for again, up to hugeTries tries in all; a block that
+	// collapsed, or was refused for good, never is.
+	open := asked - collapsed
+	for try := 1; open > 0 && try < hugeTries; try++ {
+		a, c := collapseHuge(buf, hugeMinOverlap)
+		if a > open {
+			t.Fatalf("try %d asked for %d blocks, of which only %d had not collapsed", try+1, a, open)
+		}
+		collapsed += c
+		open = a - c
 	}
 	if collapsed == 0 {
 		// Only a kernel that refuses every collapse (before Linux 6.1)
@@ -199,8 +214,15 @@ func TestClaimHuge(t *testing.T) {
 }
 
 // TestHugeLast: a buffer inside the block last found settled is not looked
-// up again, and a buffer in any other block still is.
+// up again, and a buffer in any other block still is. The kernel's part is
+// played by a stand-in that collapses every block asked for: a refusal for
+// the moment would have the block asked for again, which TestClaimHuge and
+// TestCollapseHuge cover.
 func TestHugeLast(t *testing.T) {
+	kernel := collapseBlock
+	var calls []uintptr
+	collapseBlock = func(b uintptr) unix.Errno { calls = append(calls, b); return 0 }
+	defer func() { collapseBlock = kernel }()
 	ForgetHuge()
 	buf := make([]byte, 8<<20)
 	addr := uintptr(unsafe.Pointer(&buf[0]))
@@ -232,6 +254,9 @@ func TestHugeLast(t *testing.T) {
 	ForgetHuge()
 	if a, _ := collapseHuge(in(first), pageSize); a != 1 {
 		t.Fatalf("after ForgetHuge, asked for %d blocks of the first buffer", a)
+	}
+	if want := []uintptr{first, first + hugeSize, first}; !slices.Equal(calls, want) {
+		t.Fatalf("the kernel was asked for blocks %#x, want %#x", calls, want)
 	}
 	runtime.KeepAlive(buf)
 }
