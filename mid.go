@@ -10,9 +10,10 @@ import (
 //
 // A Send of a mid-size message (over shared memory with cross-memory
 // attach, more than 8.5 KiB of header and data up to 16.5 KiB:
-// transport.Link.InlineBusyMin to InlineBusyMax) can go two ways while the
-// peer has not taken the descriptors sent before it, as in a window of
-// sends: inline, the sender copying it into the descriptor buffer and the
+// transport.Link.InlineBusyMin to InlineBusyMax; up to Config.InlineMax
+// while the peer leaves inline data where it lay, peer.busyFor) can go
+// two ways while the peer has not taken the descriptors sent before it,
+// as in a window of sends: inline, the sender copying it into the descriptor buffer and the
 // receiver out of it, or announced, the receiver stopping it at once and
 // fetching it together with the window's others (one copy, by the kernel,
 // from the sender's buffer). Which moves more depends on the host, and on
@@ -83,7 +84,7 @@ var midCadence = waypick.Cadence{Rare: waypick.Every}
 // as way says: "auto" (measured), "announce" (always, in a window) or
 // "inline" (closed: every one inline).
 func (p *peer) initMid(way string, min int) {
-	p.midMin = p.inlineBusy
+	p.midMin, p.busyMax = p.inlineBusy, p.inlineBusy
 	if min <= 0 || min >= p.inlineBusy || way == "inline" {
 		return
 	}
@@ -102,7 +103,7 @@ func (p *peer) initMid(way string, min int) {
 // sentMid counts a Send of n bytes of header and data that p took, inline
 // or announced.
 func (p *peer) sentMid(n int) {
-	if n > p.midMin && n <= p.inlineBusy && p.mid.auto {
+	if n > p.midMin && n <= p.busyMax && p.mid.auto {
 		p.midCount(uint64(n))
 	}
 }

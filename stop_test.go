@@ -789,6 +789,88 @@ func TestMidWayWindow(t *testing.T) {
 	}
 }
 
+// Over shared memory, a window's Sends above 16.5 KiB, up to InlineMax
+// (32.5 KiB for two ranks), go the mid-size range's way (here always
+// inline, Config.MidWay) once the receiver has left an epoch of inline
+// data where it lay (its handler read it in place), and as large
+// messages, stopped and fetched, while its handler copies the data out
+// (Message.CopyTo). The first message of each window goes inline either
+// way: the peer had taken everything before it.
+func TestMidWayKept(t *testing.T) {
+	const warm, size, window = 8 << 10, 24 << 10, 16
+	for _, copyOut := range []bool{false, true} {
+		t.Run(map[bool]string{false: "in place", true: "copied out"}[copyOut], func(t *testing.T) {
+			cl := openOver(t, 2, amigo.Config{MidWay: "inline", Shm: amigo.ShmConfig{Keep: "on"}}, "shm")
+			c0, c1 := cl[0].Context(0), cl[1].Context(0)
+			datas, bufs := make([][]byte, window), make([][]byte, window)
+			for i := range bufs {
+				bufs[i] = make([]byte, size)
+			}
+			got, sent, inline := 0, 0, 0
+			c1.SetDispatch(1, func(c *amigo.Context, m *amigo.Message) {
+				i := m.Header[0]
+				want, buf := datas[i], bufs[i][:m.Size()]
+				if !m.Inline() {
+					if err := m.Receive(buf, func(err error) {
+						if err != nil || !bytes.Equal(buf, want) {
+							t.Errorf("message %d: %v, or its data differs", i, err)
+						}
+						got++
+					}); err != nil {
+						t.Error(err)
+					}
+					return
+				}
+				data := m.Data
+				if copyOut {
+					data = buf[:m.CopyTo(buf)]
+				}
+				if !bytes.Equal(data, want) {
+					t.Errorf("message %d: its data differs", i)
+				}
+				inline++
+				got++
+			})
+			onSent := func(err error) {
+				if err != nil {
+					t.Error(err)
+				}
+				sent++
+			}
+			// windows sends k windows of n-byte messages, each posted
+			// before either side advances, and returns how many of
+			// them arrived inline.
+			windows := func(k, n int) int {
+				for i := range datas {
+					datas[i] = fill(make([]byte, n), i+n)
+				}
+				before := inline
+				for range k {
+					for i, d := range datas {
+						if err := c0.Send(amigo.EndpointOf(1), 1, []byte{byte(i)}, d, onSent); err != nil {
+							t.Fatal(err)
+						}
+					}
+					want := got + window
+					advanceUntil(t, func() bool { return got == want && sent == want }, c0, c1)
+				}
+				return inline - before
+			}
+			// 8 MiB of 8 KiB messages (inline, below the range): two
+			// epochs of the receiver's, and a lap of the sender's after.
+			if in := windows(64, warm); in != 64*window {
+				t.Fatalf("%d of %d messages of 8 KiB arrived inline", in, 64*window)
+			}
+			in := windows(32, size)
+			s1 := c1.Stats()
+			t.Logf("%d of %d messages of 24 KiB inline; %d STOPs; %d keep epochs", in, 32*window, s1.Stops, s1.KeepKept)
+			if want := map[bool]int{false: 32 * window, true: 32}[copyOut]; in != want {
+				t.Fatalf("%d of %d messages of 24 KiB arrived inline, want %d", in, 32*window, want)
+			}
+		})
+	}
+}
+
 // A message sent while the sender's previous one to the peer is still in
 // progress is stopped and fetched, though the previous one is over on the
 // receiver's side by the time the second is announced: the SEND says its

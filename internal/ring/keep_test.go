@@ -223,6 +223,11 @@ func TestKeepMeasured(t *testing.T) {
 				}
 				now += time.Duration(n) * cost(way)
 			}
+			// No message is copied out: once a kept epoch is over the
+			// producer is told so, through the trials of zeroing too.
+			if _, in := r.Wrap(); in != (rd.kept > 0) {
+				t.Fatalf("after %d kept and %d zeroed epochs the producer reads data left in place %v", rd.kept, rd.zeroed, in)
+			}
 		}
 		return zeroed, kept
 	}
@@ -283,8 +288,8 @@ func TestKeepMeasured(t *testing.T) {
 // wish beyond it.
 func TestKeepWrap(t *testing.T) {
 	r, _ := NewHeap(8192)
-	if got := r.Wrap(); got != 8192 {
-		t.Fatalf("a fresh ring wraps at %d", got)
+	if got, in := r.Wrap(); got != 8192 || in {
+		t.Fatalf("a fresh ring wraps at %d, data left in place %v", got, in)
 	}
 	rd := r.NewReader()
 	rd.SetKeep(KeepAlways)
@@ -308,12 +313,12 @@ func TestKeepWrap(t *testing.T) {
 		}
 	}
 	epoch(false)
-	if got := r.Wrap(); got != keepWrap {
-		t.Fatalf("after an epoch left in place: wrap at %d, want %d", got, keepWrap)
+	if got, in := r.Wrap(); got != keepWrap || !in {
+		t.Fatalf("after an epoch left in place: wrap at %d, want %d; data left in place %v", got, keepWrap, in)
 	}
 	epoch(true)
-	if got := r.Wrap(); got != 8192 {
-		t.Fatalf("after an epoch copied out: wrap at %d, want the ring's 8192", got)
+	if got, in := r.Wrap(); got != 8192 || in {
+		t.Fatalf("after an epoch copied out: wrap at %d, want the ring's 8192; data left in place %v", got, in)
 	}
 	for _, c := range []struct {
 		tail uint64
@@ -333,10 +338,16 @@ func TestKeepWrap(t *testing.T) {
 			t.Fatalf("%s: pad %d, want %d", c.why, got, c.pad)
 		}
 	}
-	for _, w := range []uint64{0, 8192, 1 << 40} {
-		r.ctl.wrap.Store(w)
-		if got := r.Wrap(); got != 8192 {
-			t.Fatalf("a wish of %d: wrap at %d, want 8192", w, got)
+	for _, c := range []struct {
+		w, wrap uint64
+		in      bool
+	}{
+		{0, 8192, false}, {8192, 8192, false}, {1 << 40, 8192, false},
+		{wrapInPlace, 8192, true}, {wrapInPlace | 2048, 2048, true}, {wrapInPlace | 1<<40, 8192, true},
+	} {
+		r.ctl.wrap.Store(c.w)
+		if got, in := r.Wrap(); got != c.wrap || in != c.in {
+			t.Fatalf("a wish of %#x: wrap at %d, data left in place %v; want %d, %v", c.w, got, in, c.wrap, c.in)
 		}
 	}
 }

@@ -11,7 +11,8 @@
 //	offset   0: tail   uint64  written by the producer only
 //	offset  64: head   uint64  written by the consumer only
 //	offset  72: xfer   uint64  written by the consumer only (transfer counter)
-//	offset  80: wrap   uint64  written by the consumer only (where laps end, Wrap)
+//	offset  80: wrap   uint64  written by the consumer only (where laps end,
+//	                            and whether it leaves data in place: Wrap)
 //	offset 128: slot 0, slot 1, ... slot N-1 (SlotSize bytes each)
 //
 // head and tail are monotonic slot positions; position p lives in slot p mod N.
@@ -234,14 +235,23 @@ func (r *Ring) PadFor(tail uint64, k int) int {
 // Wrap returns the position in each lap at or before which the consumer
 // asks descriptors to end (see Reader.setWrap): the producer wraps to slot
 // 0 with a pad at the first descriptor that would end past it. It returns
-// the ring's slots where the consumer asks nothing. Any value the consumer
-// stored is safe: it only moves pads.
-func (r *Ring) Wrap() uint64 {
-	if w := r.ctl.wrap.Load(); w > 0 && w < r.n {
-		return w
+// the ring's slots where the consumer asks nothing. inPlace says that the
+// consumer's handlers left most of the data of large descriptors where it
+// lay, without copying it out, the last time it gave their slots back
+// unzeroed (a producer may then send larger messages inline). Any value
+// the consumer stored is safe: it only moves pads and sizes.
+func (r *Ring) Wrap() (wrap uint64, inPlace bool) {
+	w := r.ctl.wrap.Load()
+	inPlace = w&wrapInPlace != 0
+	if w &^= wrapInPlace; w > 0 && w < r.n {
+		return w, inPlace
 	}
-	return r.n
+	return r.n, inPlace
 }
+
+// wrapInPlace is the bit of the control area's wrap word that says the
+// consumer leaves data in place (Wrap).
+const wrapInPlace = 1 << 63
 
 // wrapSlots is the most slots of a descriptor that Wrap moves.
 const wrapSlots = 160
@@ -444,6 +454,7 @@ type Reader struct {
 	kbytes       uint64 // of a KeepAlways reader, counted into epochs
 	staleEnd     uint64 // the end of the last positions marked stale (see mark)
 	left         uint64 // bytes of the epoch's descriptors left unzeroed
+	inPlace      bool   // the last epoch kept left most of its data unzeroed
 	_            [64]byte
 }
 
@@ -578,6 +589,7 @@ func (c *Reader) count(n uint64) {
 		}
 		if c.ep.Prev() == keepWay {
 			c.kept++
+			c.inPlace = c.left > c.ep.Size/2
 		} else {
 			c.zeroed++
 		}
@@ -588,6 +600,7 @@ func (c *Reader) count(n uint64) {
 		}
 		c.kbytes = 0
 		c.kept++
+		c.inPlace = c.left > keepEpoch/2
 	}
 	c.setWrap()
 	c.left = 0
@@ -610,13 +623,18 @@ func (c *Reader) count(n uint64) {
 // unzeroed.
 const keepWrap = 2048
 
-// setWrap asks the producer to wrap its laps at keepWrap while the reader
-// keeps slots and left most of the last epoch's unzeroed, at the ring's
-// end otherwise.
+// setWrap tells the producer whether the last epoch the reader kept left
+// most of its data unzeroed (not copied out), and if so asks it to wrap
+// its laps at keepWrap while the reader keeps slots; at the ring's end
+// otherwise. A trial of zeroing, which leaves nothing unzeroed, does not
+// change what the producer is told of the data: the handlers are the same.
 func (c *Reader) setWrap() {
 	w := uint64(0)
-	if c.keep && c.left > keepEpoch/2 {
-		w = keepWrap
+	if c.inPlace {
+		w = wrapInPlace
+		if c.keep {
+			w |= keepWrap
+		}
 	}
 	c.r.ctl.wrap.Store(w)
 }
