@@ -309,11 +309,11 @@ func (c *Context) flush(p *peer) int {
 // inlineKept while the peer leaves inline data where it lay, as a handler
 // that does not read it does (ring.Reader.SetKeep): the sender's copy
 // then stays in its own core, and on the AMD host a window of 32 KiB
-// messages moved 1.32x as much measured as announced alone in its slow
-// state and 1.53x in its fast one (amibench -b am_bw, 5-6 interleaved
-// rounds), while with the data copied out inline 32 KiB moved
-// 0.78-0.83x (bench/MID_PATH.md), and the trials of it cost windows of
-// 32 KiB 5%.
+// messages to such a handler moved 1.32-1.78x as much with the range
+// widened as announced (amibench -b am_bw, the host's slow and fast
+// states, 4-6 interleaved rounds each). Copied out, inline 32 KiB moves
+// 0.78-0.83x of announced, and with the range widened for every receiver
+// the trials of inline cost windows of 32 KiB 5% (bench/MID_PATH.md).
 func (p *peer) busyFor(n int, data bool) bool {
 	return data && n > p.midMin && (n > p.busyMax || p.midFetch) && p.msg.Outstanding() > 0
 }
