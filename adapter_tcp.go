@@ -56,7 +56,7 @@ type TCPConfig struct {
 	// reception ring of twice that per link.
 	RingSlots int
 	// RDMAPiece is the largest GET or PUT piece on a TCP link
-	// (AMIGO_TCP_RDMA_PIECE, default 128 KiB; Config.RDMAChunk applies if
+	// (AMIGO_TCP_RDMA_PIECE, default 512 KiB; Config.RDMAChunk applies if
 	// smaller).
 	RDMAPiece int
 }
