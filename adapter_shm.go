@@ -85,7 +85,8 @@ type ShmConfig struct {
 // counts, by round 1.13-1.34x; 1-16 KiB and 64-128 KiB did not move).
 // That holds for a lone message; in a window, above 16 KiB, a message goes
 // inline only when the peer has taken the ones before it
-// (transport.Link.InlineBusyMax, set by package shm).
+// (transport.Link.InlineBusyMax, set by package shm), or while the peer
+// leaves inline data where it lay and inline measured faster (mid.go).
 const (
 	shmInline      = 16<<10 + 512
 	shmInlineLarge = 32<<10 + 512

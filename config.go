@@ -118,8 +118,9 @@ type Config struct {
 	// default "auto"). Mid-size is the link's range
 	// (transport.Link.InlineBusyMin to InlineBusyMax: over shared memory
 	// with cross-memory attach, more than 8.5 KiB of header and data up
-	// to 16.5 KiB); it applies only where the program left InlineMax to
-	// its adapters' choice.
+	// to 16.5 KiB, and up to InlineMax while the receiver leaves inline
+	// data where it lay, ring.Reader.SetKeep); it applies only where the
+	// program left InlineMax to its adapters' choice.
 	MidWay string
 	// StopVariant is what a receiver's STOP asks: "keep" (keep the eager
 	// data, GET the rest from both ends), "discard" (drop it, GET it all),

@@ -150,9 +150,10 @@ func (h *Held) SendImmediate(ep Endpoint, d Dispatch, header, data []byte) error
 // over a link that still moves the bytes (TCP, libfabric) waits for the
 // peer to take the descriptor. When it did not (a larger message, a peer
 // not connected yet, instructions queued before it, no room in the FIFO or
-// the descriptor buffer, a failed peer, a message above the link's
-// transport.Link.InlineBusyMax while the peer has not taken what was sent
-// before it) nothing was sent and the holder sends the message with Send.
+// the descriptor buffer, a failed peer, a message that goes announced
+// while the peer has not taken what was sent before it: above the link's
+// transport.Link.InlineBusyMax, or in the mid-size range while announced
+// measured faster, mid.go) nothing was sent and the holder sends the message with Send.
 // It is SendImmediate's way for messages above ImmediateMax, which the
 // queue cannot copy.
 func (h *Held) SendInline(ep Endpoint, d Dispatch, header, data []byte) (bool, error) {
