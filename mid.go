@@ -13,10 +13,11 @@ import (
 // transport.Link.InlineBusyMin to InlineBusyMax; up to Config.InlineMax
 // while the peer leaves inline data where it lay, peer.busyFor) can go
 // two ways while the peer has not taken the descriptors sent before it,
-// as in a window of sends: inline, the sender copying it into the descriptor buffer and the
-// receiver out of it, or announced, the receiver stopping it at once and
-// fetching it together with the window's others (one copy, by the kernel,
-// from the sender's buffer). Which moves more depends on the host, and on
+// as in a window of sends: inline, the sender copying it into the
+// descriptor buffer and the receiver out of it (or leaving it in place),
+// or announced, the receiver stopping it at once and fetching it together
+// with the window's others (one copy, by the kernel, from the sender's
+// buffer). Which moves more depends on the host, and on
 // the same host on the hour: on an AMD 2-core virtual machine, windows of
 // 64 x 16 KiB moved 44 GB/s inline and 27 announced while its cores passed
 // a line in 0.05 us, and 19-21 inline against 21-24 announced while they

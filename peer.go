@@ -56,14 +56,15 @@ type peer struct {
 	inlineBusy int
 	// inlineKept is the most header plus data a Send carries inline in a
 	// window while the peer leaves the data of inline descriptors where it
-	// lay (its reader asks for short laps, ring.Ring.Wrap): the context's
-	// InlineMax where inlineBusy is the link's, else inlineBusy. busyMax
-	// is inlineKept while the peer asks so and inlineBusy otherwise, set
-	// where reserve reads the wish, once a lap. See busyFor.
+	// lay (its reader says so in the ring's wrap word, ring.Ring.Wrap):
+	// the context's InlineMax where inlineBusy is the link's, else
+	// inlineBusy. busyMax is inlineKept while the peer says so and
+	// inlineBusy otherwise, set where reserve reads the word, once a lap.
+	// See busyFor.
 	inlineKept, busyMax int
 	// midMin is transport.Link.InlineBusyMin for this peer where the way
 	// of mid-size messages is open (Config.MidWay), else inlineBusy: a
-	// Send of more header plus data than midMin, up to inlineBusy, goes
+	// Send of more header plus data than midMin, up to busyMax, goes
 	// announced in a window when midFetch says so (busyFor, mid.go).
 	midMin   int
 	midFetch bool
