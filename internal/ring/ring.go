@@ -349,6 +349,7 @@ func RecordBody(s *[SlotSize]byte, off, rec int) []byte {
 // whose body the caller has written: non-zero, with the body's length at
 // RecordLenShift.
 func SealRecord(s *[SlotSize]byte, off int, word uint64) {
+	order.RaceRelease()
 	order.Store64((*atomic.Uint64)(unsafe.Pointer(&s[off])), word)
 }
 
@@ -368,8 +369,14 @@ func OpenRecords(s *[SlotSize]byte, word uint64) int {
 	return off
 }
 
-// Publish stores the producer's tail.
-func (r *Ring) Publish(tail uint64) { order.Store64(&r.ctl.tail, tail) }
+// Publish stores the producer's tail. In race builds it first releases
+// order's race word, so that a consumer that acquires it after taking a
+// descriptor is ordered after what the producer wrote before it, in a
+// ring over memory outside the Go heap too (order.RaceRelease).
+func (r *Ring) Publish(tail uint64) {
+	order.RaceRelease()
+	order.Store64(&r.ctl.tail, tail)
+}
 
 // Decode validates the descriptor whose header word is word at slot position
 // head of a ring of n slots held in slots. It returns the descriptor's slot

@@ -3,8 +3,7 @@
 package shm
 
 import (
-	"sync/atomic"
-
+	"github.com/amigo-hpc/amigo/internal/order"
 	"github.com/amigo-hpc/amigo/internal/ring"
 	"github.com/amigo-hpc/amigo/transport"
 )
@@ -12,14 +11,14 @@ import (
 // The race detector does not see atomic operations on memory outside the Go
 // heap, so it cannot see that a counter in a shared segment orders the
 // copies before it with the copies after it. When ranks are goroutines of
-// one process (the tests), each side of such an exchange also touches this
-// word: raceRelease after its copies, raceAcquire before it trusts the
-// other's, which gives the detector the edge the segment's atomics give the
-// hardware.
-var raceWord atomic.Uint64
-
-func raceRelease() { raceWord.Add(1) }
-func raceAcquire() { raceWord.Load() }
+// one process (the tests), each side of such an exchange also touches
+// order's race word: raceRelease after its copies, raceAcquire before it
+// trusts the other's, which gives the detector the edge the segment's
+// atomics give the hardware. The descriptor buffers' producers release it
+// when they publish (package ring), so that the polls' acquire orders a
+// message after what its sender wrote before sending it.
+func raceRelease() { order.RaceRelease() }
+func raceAcquire() { order.RaceAcquire() }
 
 // raceRecv takes the ordering word before each packet it hands on: a
 // packet may announce bytes another goroutine copied after the Poll began
