@@ -47,7 +47,8 @@ type ShmConfig struct {
 	// "off" always zeroes them (AMIGO_SHM_KEEP, default "auto"; see
 	// ring.Reader.SetKeep). While a receiver leaves most of the data it
 	// gets unzeroed, the sender wraps its messages of up to 10 KiB at
-	// 2048 slots, so that the lines it writes stay in its cache.
+	// 2048 slots (or 28 messages of the last size, if more), so that the
+	// lines it writes stay in its cache.
 	Keep string
 	// Chunk and Chunks size a ring of the pipelined copy (AMIGO_SHM_CHUNK,
 	// default 65536 bytes; AMIGO_SHM_CHUNKS, default 16).

@@ -280,7 +280,8 @@ func TestKeepMeasured(t *testing.T) {
 	}
 }
 
-// A reader that keeps slots asks for laps of keepWrap slots once an
+// A reader that keeps slots asks for laps of keepWrap slots, or of
+// keepLap descriptors of the last size where that is more, once an
 // epoch's data was mostly left where it lay, and for the whole ring again
 // once an epoch's was copied out; the producer's PadAt wraps a descriptor
 // of up to wrapSlots that would end past the wrap (not one that starts a
@@ -295,8 +296,8 @@ func TestKeepWrap(t *testing.T) {
 	rd.SetKeep(KeepAlways)
 	p := &producer{r: r}
 	const n = 64*SlotSize - HeaderSize
-	dst := make([]byte, n)
-	epoch := func(copyOut bool) {
+	dst := make([]byte, 160*SlotSize)
+	epoch := func(copyOut bool, n int) {
 		for sent := 0; sent < keepEpoch; sent += n {
 			if !p.put(keepMsg(0, n)) {
 				t.Fatal("no room")
@@ -312,11 +313,17 @@ func TestKeepWrap(t *testing.T) {
 			rd.Flush()
 		}
 	}
-	epoch(false)
+	epoch(false, n)
 	if got, in := r.Wrap(); got != keepWrap || !in {
 		t.Fatalf("after an epoch left in place: wrap at %d, want %d; data left in place %v", got, keepWrap, in)
 	}
-	epoch(true)
+	// Laps of keepLap descriptors of the last size, where that is more.
+	const n129 = 129*SlotSize - HeaderSize
+	epoch(false, n129)
+	if got, in := r.Wrap(); got != keepLap*129 || !in {
+		t.Fatalf("after an epoch of 129-slot descriptors left in place: wrap at %d, want %d; data left in place %v", got, keepLap*129, in)
+	}
+	epoch(true, n)
 	if got, in := r.Wrap(); got != 8192 || in {
 		t.Fatalf("after an epoch copied out: wrap at %d, want the ring's 8192; data left in place %v", got, in)
 	}
