@@ -153,9 +153,9 @@ func (h *Held) SendImmediate(ep Endpoint, d Dispatch, header, data []byte) error
 // the descriptor buffer, a failed peer, a message that goes announced
 // while the peer has not taken what was sent before it: above the link's
 // transport.Link.InlineBusyMax, or in the mid-size range while announced
-// measured faster, mid.go) nothing was sent and the holder sends the message with Send.
-// It is SendImmediate's way for messages above ImmediateMax, which the
-// queue cannot copy.
+// measured faster, mid.go) nothing was sent and the holder sends the
+// message with Send. It is SendImmediate's way for messages above
+// ImmediateMax, which the queue cannot copy.
 func (h *Held) SendInline(ep Endpoint, d Dispatch, header, data []byte) (bool, error) {
 	c := h.c
 	idx, err := c.sendTo(ep, d, header)

@@ -462,7 +462,7 @@ type Reader struct {
 	staleEnd     uint64 // the end of the last positions marked stale (see mark)
 	left         uint64 // bytes of the epoch's descriptors left unzeroed
 	inPlace      bool   // the last epoch kept left most of its data unzeroed
-	lastK        uint64 // the slots of the last descriptor of keepMin or more
+	lastK        uint64 // the slots of the last descriptor counted (count)
 	_            [64]byte
 }
 
@@ -587,28 +587,29 @@ func (c *Reader) atStale(pos, w uint64) uint64 {
 	return w
 }
 
-// count adds n bytes of a descriptor of keepMin slots or more to the
+// count adds n bytes of a descriptor of k slots, keepMin or more, to the
 // epoch, and once it holds keepEpoch counts it and takes the next one's
 // way (a KeepMeasured reader) and laps (setWrap).
-func (c *Reader) count(n uint64) {
+func (c *Reader) count(n, k uint64) {
+	c.lastK = k
+	size, kept := uint64(keepEpoch), true
 	if c.mode == KeepMeasured {
 		if !c.ep.Count(n) {
 			return
 		}
-		if c.ep.Prev() == keepWay {
-			c.kept++
-			c.inPlace = c.left > c.ep.Size/2
-		} else {
-			c.zeroed++
-		}
+		size, kept = c.ep.Size, c.ep.Prev() == keepWay
 		c.keep = c.ep.Way() == keepWay
 	} else {
 		if c.kbytes += n; c.kbytes < keepEpoch {
 			return
 		}
 		c.kbytes = 0
+	}
+	if kept {
 		c.kept++
-		c.inPlace = c.left > keepEpoch/2
+		c.inPlace = c.left > size/2
+	} else {
+		c.zeroed++
 	}
 	c.setWrap()
 	c.left = 0
@@ -643,9 +644,9 @@ const (
 // setWrap tells the producer whether the last epoch the reader kept left
 // most of its data unzeroed (not copied out), and if so asks it to wrap
 // its laps at keepWrap, or keepLap descriptors of the last one's size,
-// while the reader keeps slots; at the ring's end
-// otherwise. A trial of zeroing, which leaves nothing unzeroed, does not
-// change what the producer is told of the data: the handlers are the same.
+// while the reader keeps slots; at the ring's end otherwise. A trial of
+// zeroing, which leaves nothing unzeroed, does not change what the
+// producer is told of the data: the handlers are the same.
 func (c *Reader) setWrap() {
 	w := uint64(0)
 	if c.inPlace {
@@ -854,14 +855,13 @@ func (c *Reader) Take() ([]byte, error) {
 				c.lpos, c.lk = pos, uint64(k)
 			}
 			if k >= keepMin {
-				c.lastK = uint64(k)
 				if c.keep && c.ns < maxSpans {
 					c.spans[c.ns] = span{pos + 1, pos + uint64(k)}
 					c.ns++
 					c.left += uint64(len(payload))
 				}
 				if c.mode != KeepNever {
-					c.count(uint64(len(payload)))
+					c.count(uint64(len(payload)), uint64(k))
 				}
 			}
 			return payload, nil
